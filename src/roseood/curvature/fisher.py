@@ -1,0 +1,222 @@
+"""Fisher approximations per layer behind one interface: fit from per-sample gradients, then ``sᵀ F⁻¹ s``.
+
+- ``dense``: the exact empirical Fisher E[s sᵀ] (small layers only) — the oracle in tests.
+- ``diag``: its diagonal, E[s²] (Kirkpatrick et al. 2017).
+- ``kfac``: A ⊗ B with A = E[a aᵀ], B = E[δ δᵀ] (Martens & Grosse 2015; Grosse & Martens 2016 for convs).
+- ``ekfac``: the eigenbasis U_A ⊗ U_B of KFAC with the diagonal re-estimated in it,
+  Σ = E[(U_Bᵀ G U_A)²] (George et al. 2018), as in the ROSE paper.
+Statistics are accumulated in float64; ``damping`` is added to the (eigen)values before inverting.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from roseood.curvature.grads import LayerGrad
+from roseood.errors import RoseError
+
+DENSE_MAX_PARAMS = 4096
+
+
+class Fisher(ABC):
+    """Empirical Fisher of one layer. Fed batch by batch for ``passes`` passes over the same data."""
+
+    name: ClassVar[str]
+    passes: ClassVar[int] = 1
+
+    def __init__(self, damping: float = 1e-8) -> None:
+        self.damping = damping
+        self.count = 0
+
+    @abstractmethod
+    def update(self, g: LayerGrad, pass_index: int) -> None:
+        """Accumulate one batch of per-sample gradients during pass ``pass_index``."""
+
+    def end_pass(self, pass_index: int) -> None:
+        """Hook run after each full pass (e.g. eigendecompositions after the first)."""
+
+    @abstractmethod
+    def quad(self, g: LayerGrad) -> Tensor:
+        """Per-sample ``sᵀ (F + damping)⁻¹ s`` as float64, shape (N,)."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Learned tensors, for saving."""
+
+    @abstractmethod
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``state()`` returned."""
+
+    def _need_data(self) -> None:
+        if self.count == 0:
+            raise RoseError("the Fisher was fitted on no samples")
+
+
+class DiagFisher(Fisher):
+    name = "diag"
+
+    def __init__(self, damping: float = 1e-8) -> None:
+        super().__init__(damping)
+        self.sq: Tensor | None = None
+
+    def update(self, g: LayerGrad, pass_index: int) -> None:
+        s = g.square_sum() if g.coords is None else g.flat().double().pow(2).sum(0)
+        self.sq = s if self.sq is None else self.sq + s
+        self.count += g.n
+
+    def end_pass(self, pass_index: int) -> None:
+        self._need_data()
+
+    def quad(self, g: LayerGrad) -> Tensor:
+        assert self.sq is not None
+        inverse = 1.0 / (self.sq / self.count + self.damping)
+        if g.coords is None:
+            return g.weighted_square(inverse)
+        return g.flat().double().pow(2) @ inverse
+
+    def state(self) -> dict[str, Any]:
+        return {"sq": self.sq, "count": self.count}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.sq, self.count = state["sq"], int(state["count"])
+
+
+class DenseFisher(Fisher):
+    name = "dense"
+
+    def __init__(self, damping: float = 1e-8) -> None:
+        super().__init__(damping)
+        self.outer: Tensor | None = None
+        self._chol: Tensor | None = None
+
+    def update(self, g: LayerGrad, pass_index: int) -> None:
+        s = g.flat().double()
+        if s.shape[1] > DENSE_MAX_PARAMS:
+            raise RoseError(
+                f"dense Fisher limited to {DENSE_MAX_PARAMS} parameters per layer, got {s.shape[1]}"
+            )
+        o = s.T @ s
+        self.outer = o if self.outer is None else self.outer + o
+        self.count += g.n
+
+    def _factor(self) -> Tensor:
+        if self._chol is None:
+            assert self.outer is not None
+            f = self.outer / self.count
+            f = f + self.damping * torch.eye(f.shape[0], dtype=f.dtype)
+            self._chol = torch.linalg.cholesky(f)
+        return self._chol
+
+    def end_pass(self, pass_index: int) -> None:
+        self._need_data()
+        self._chol = None
+
+    def quad(self, g: LayerGrad) -> Tensor:
+        s = g.flat().double()
+        y = torch.linalg.solve_triangular(self._factor(), s.T, upper=False)
+        return y.pow(2).sum(0)
+
+    def state(self) -> dict[str, Any]:
+        return {"outer": self.outer, "count": self.count}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.outer, self.count, self._chol = state["outer"], int(state["count"]), None
+
+
+class KFAC(Fisher):
+    """KFAC factors and their eigenbases; the quadratic form uses the Kronecker eigenvalues."""
+
+    name = "kfac"
+
+    def __init__(self, damping: float = 1e-8) -> None:
+        super().__init__(damping)
+        self.a_cov: Tensor | None = None
+        self.d_cov: Tensor | None = None
+        self.u_in: Tensor | None = None
+        self.u_out: Tensor | None = None
+        self.eig_in: Tensor | None = None
+        self.eig_out: Tensor | None = None
+
+    def _update_factors(self, g: LayerGrad) -> None:
+        # Factor scales are irrelevant for EKFAC (only eigenvectors are used); KFAC uses the
+        # per-position average for A and the per-position sum for B, whose product matches E[vec G vec Gᵀ]
+        # when positions are independent.
+        t = g.a.shape[1]
+        a = g.a.double().flatten(0, 1)
+        d = g.d.double().flatten(0, 1)
+        ac, dc = a.T @ a / t, d.T @ d
+        self.a_cov = ac if self.a_cov is None else self.a_cov + ac
+        self.d_cov = dc if self.d_cov is None else self.d_cov + dc
+        self.count += g.n
+
+    def update(self, g: LayerGrad, pass_index: int) -> None:
+        if pass_index == 0:
+            self._update_factors(g)
+
+    def end_pass(self, pass_index: int) -> None:
+        if pass_index == 0:
+            self._need_data()
+            assert self.a_cov is not None and self.d_cov is not None
+            self.eig_in, self.u_in = torch.linalg.eigh(self.a_cov / self.count)
+            self.eig_out, self.u_out = torch.linalg.eigh(self.d_cov / self.count)
+
+    def _rotate(self, g: LayerGrad) -> LayerGrad:
+        assert self.u_out is not None and self.u_in is not None
+        dtype = g.a.dtype
+        return g.rotated(self.u_out.to(dtype), self.u_in.to(dtype))
+
+    def _eigenvalues(self) -> Tensor:
+        assert self.eig_out is not None and self.eig_in is not None
+        return torch.outer(self.eig_out.clamp_min(0), self.eig_in.clamp_min(0))
+
+    def quad(self, g: LayerGrad) -> Tensor:
+        return self._rotate(g).weighted_square(1.0 / (self._eigenvalues() + self.damping))
+
+    def state(self) -> dict[str, Any]:
+        keys = ("a_cov", "d_cov", "u_in", "u_out", "eig_in", "eig_out")
+        return {k: getattr(self, k) for k in keys} | {"count": self.count}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, int(v) if k == "count" else v)
+
+
+class EKFAC(KFAC):
+    """KFAC eigenbasis with eigenvalues re-estimated from the true per-sample gradients (second pass)."""
+
+    name = "ekfac"
+    passes = 2
+
+    def __init__(self, damping: float = 1e-8) -> None:
+        super().__init__(damping)
+        self.scale: Tensor | None = None
+        self.scale_count = 0
+
+    def update(self, g: LayerGrad, pass_index: int) -> None:
+        if pass_index == 0:
+            self._update_factors(g)
+            return
+        s = self._rotate(g).square_sum()
+        self.scale = s if self.scale is None else self.scale + s
+        self.scale_count += g.n
+
+    def _eigenvalues(self) -> Tensor:
+        assert self.scale is not None
+        return self.scale / self.scale_count
+
+    def state(self) -> dict[str, Any]:
+        return super().state() | {"scale": self.scale, "scale_count": self.scale_count}
+
+
+FISHERS: dict[str, type[Fisher]] = {f.name: f for f in (DenseFisher, DiagFisher, KFAC, EKFAC)}
+
+
+def make_fisher(kind: str, damping: float = 1e-8) -> Fisher:
+    """A fresh Fisher approximation by name: dense, diag, kfac or ekfac."""
+    if kind not in FISHERS:
+        raise RoseError(f"unknown Fisher approximation {kind!r}; choose from {sorted(FISHERS)}")
+    return FISHERS[kind](damping)

@@ -1,0 +1,61 @@
+"""The named image sets of the paper and where their files live on disk."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_ENV_VAR = "ROSEOOD_DATA"
+DEFAULT_DATA_DIR = Path("~/.cache/roseood/data")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One named image set.
+
+    ``splits`` lists the ``{name}_{split}.npz`` files the set can have; ``generated`` sets (noise,
+    constant) have no file and are drawn from a seeded generator instead.
+    """
+
+    name: str
+    description: str
+    splits: tuple[str, ...] = ("test",)
+    generated: bool = False
+
+    def filename(self, split: str) -> str:
+        """File name of ``split`` inside the data folder, e.g. ``cifar10_test.npz``."""
+        return f"{self.name}_{split}.npz"
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in (
+        DatasetSpec("fashion_mnist", "Fashion-MNIST, 28×28 grayscale clothing", ("train", "test")),
+        DatasetSpec("mnist", "MNIST, 28×28 grayscale digits", ("train", "test")),
+        DatasetSpec("kmnist", "Kuzushiji-MNIST, 28×28 grayscale cursive Japanese", ("train", "test")),
+        DatasetSpec("notmnist", "notMNIST, 28×28 grayscale letters A–J"),
+        DatasetSpec("omniglot", "Omniglot, 28×28 grayscale handwritten characters"),
+        DatasetSpec("cifar10", "CIFAR-10, 32×32 RGB natural images", ("train", "test")),
+        DatasetSpec("svhn", "SVHN, 32×32 RGB house numbers", ("train", "test")),
+        DatasetSpec("celeba", "CelebA, RGB faces"),
+        DatasetSpec("lsun", "LSUN, RGB scenes (non-square; resized and centre-cropped)"),
+        DatasetSpec("noise", "uniform random pixels in 0..255", generated=True),
+        DatasetSpec("constant", "one random value in 0..255 per image and channel", generated=True),
+    )
+}
+
+
+def list_datasets() -> list[str]:
+    """Names accepted by ``load_images``, in the registry's order."""
+    return list(DATASETS)
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """Folder holding the ``*.npz`` files: ``data_dir`` if given, else ``$ROSEOOD_DATA``, else the cache.
+
+    The folder is not created here; the downloader creates it when it writes a file.
+    """
+    if data_dir is None or str(data_dir) == "":
+        data_dir = os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_DIR
+    return Path(data_dir).expanduser()

@@ -1,0 +1,32 @@
+"""OOD detectors behind one contract (``fit``/``score``/``save``/``load``): ROSE and the paper's baselines."""
+
+from typing import Any
+
+from roseood.detectors.base import Detector
+from roseood.detectors.nll import NLL
+from roseood.detectors.rose import ROSE
+from roseood.errors import RoseError
+from roseood.models.base import GenerativeModel
+
+DETECTORS: dict[str, type[Detector]] = {d.method: d for d in (ROSE, NLL)}
+
+# Names accepted by ``rose evaluate --methods``: detector class and its keyword arguments.
+METHODS: dict[str, tuple[type[Detector], dict[str, Any]]] = {
+    "rose-ekfac": (ROSE, {"fisher": "ekfac"}),
+    "rose-kfac": (ROSE, {"fisher": "kfac"}),
+    "rose-diag": (ROSE, {"fisher": "diag"}),
+    "rose-dense": (ROSE, {"fisher": "dense"}),
+    "nll": (NLL, {"k": 1}),
+    "nll-iwae": (NLL, {"k": 20}),
+}
+
+
+def make_detector(method: str, model: GenerativeModel | None, **overrides: Any) -> Detector:
+    """Build an unfitted detector from a method name of ``METHODS``."""
+    if method not in METHODS:
+        raise RoseError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    cls, kwargs = METHODS[method]
+    return cls(model, **(kwargs | overrides))
+
+
+__all__ = ["DETECTORS", "METHODS", "NLL", "ROSE", "Detector", "make_detector"]

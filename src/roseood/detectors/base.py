@@ -1,0 +1,122 @@
+"""The detector contract shared by ROSE and every baseline (scikit-learn spirit).
+
+``fit(images)`` learns from in-distribution images, ``score(images)`` returns one number per image
+(higher = more out-of-distribution), ``save``/``load`` round-trip the learned state in one file that
+records the fingerprint of the model it was fitted on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from roseood.data.tensors import as_image_tensor
+from roseood.errors import CheckpointError, RoseError
+from roseood.models.base import GenerativeModel
+from roseood.models.checkpoint import model_fingerprint
+from roseood.serialization import atomic_save, safe_load
+
+DETECTOR_FORMAT = "roseood-detector"
+
+
+class Detector(ABC):
+    """Base class: configuration in ``__init__``, learned state in ``state()``, validation at the edges."""
+
+    method: ClassVar[str]
+
+    def __init__(
+        self, model: GenerativeModel | None, *, batch_size: int = 64, progress: bool = False
+    ) -> None:
+        self.model = model
+        self.batch_size = batch_size
+        self.progress = progress
+        self.fitted_ = False
+
+    # -- to implement ----------------------------------------------------------------------------
+    @abstractmethod
+    def _fit(self, x: Tensor) -> None:
+        """Learn from validated in-distribution images (float, on the model's device)."""
+
+    @abstractmethod
+    def _score(self, x: Tensor) -> Tensor:
+        """Per-image OOD scores (higher = more OOD) for validated images."""
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """JSON-able hyper-parameters that, with the model, rebuild an unfitted detector."""
+
+    def state(self) -> dict[str, Any]:
+        """Learned state (tensors and plain values); empty for detectors that learn nothing."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``state()`` returned."""
+
+    # -- public API ------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.model.device if self.model is not None else torch.device("cpu")
+
+    def _check(self, images: Tensor | np.ndarray) -> Tensor:
+        channels = self.model.in_channels if self.model is not None else None
+        size = self.model.image_size if self.model is not None else None
+        return as_image_tensor(images, channels, size)
+
+    def fit(self, images: Tensor | np.ndarray) -> Self:
+        """Learn from in-distribution images: uint8 (N, C, H, W) or float in [0, 1]."""
+        self._fit(self._check(images))
+        self.fitted_ = True
+        return self
+
+    def score(self, images: Tensor | np.ndarray) -> np.ndarray:
+        """One OOD score per image as float64 numpy (higher = more likely out-of-distribution)."""
+        if not self.fitted_:
+            raise RoseError(f"{self.method} detector is not fitted: call fit() or load() first")
+        out = self._score(self._check(images))
+        return out.detach().to("cpu", torch.float64).numpy()
+
+    def save(self, path: str | Path) -> None:
+        """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically)."""
+        if not self.fitted_:
+            raise RoseError(f"{self.method} detector is not fitted; nothing to save")
+        atomic_save(
+            {
+                "format": DETECTOR_FORMAT,
+                "method": self.method,
+                "params": self.params(),
+                "state": self.state(),
+                "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
+            },
+            path,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path, model: GenerativeModel | None) -> Detector:
+        """Load a saved detector for ``model``; refuses a file fitted on a different model."""
+        from roseood.detectors import DETECTORS
+
+        obj = safe_load(path, DETECTOR_FORMAT)
+        method = obj.get("method")
+        if method not in DETECTORS:
+            raise CheckpointError(f"{path}: unknown detector method {method!r}")
+        if cls is not Detector and method != cls.method:
+            raise CheckpointError(f"{path}: holds a {method!r} detector, not {cls.method!r}")
+        expected = obj.get("model_fingerprint")
+        if expected is not None:
+            if model is None:
+                raise CheckpointError(f"{path}: this {method} detector needs the model it was fitted on")
+            actual = model_fingerprint(model)
+            if actual != expected:
+                raise CheckpointError(
+                    f"{path}: fitted on model {expected}, but the given model is {actual}; "
+                    "refit the detector for this model"
+                )
+        det = DETECTORS[method](model, **obj["params"])
+        det.load_state(obj["state"])
+        det.fitted_ = True
+        return det

@@ -1,0 +1,56 @@
+"""The plain likelihood baseline: score = negative log-likelihood (higher = more OOD)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roseood.data.tensors import iter_batches
+from roseood.detectors.base import Detector
+from roseood.errors import RoseError
+from roseood.models.base import GenerativeModel
+from roseood.models.vae import VAE
+
+
+class NLL(Detector):
+    """Negative log-likelihood in nats. ``k`` > 1 uses the IWAE estimate (VAE only)."""
+
+    method = "nll"
+
+    def __init__(
+        self, model: GenerativeModel | None, *, k: int = 1, batch_size: int = 64, progress: bool = False
+    ):
+        super().__init__(model, batch_size=batch_size, progress=progress)
+        if model is None:
+            raise RoseError("the NLL score needs a generative model")
+        if k > 1 and not isinstance(model, VAE):
+            raise RoseError("IWAE (k > 1) applies to VAEs only; the Glow likelihood is exact")
+        self.model: GenerativeModel = model
+        self.k = k
+
+    def params(self) -> dict[str, Any]:
+        return {"k": self.k, "batch_size": self.batch_size}
+
+    def _fit(self, x: Tensor) -> None:
+        """The likelihood needs no fitting."""
+
+    def nll(self, x: Tensor) -> Tensor:
+        """Per-image NLL in nats (no validation; ``x`` float on any device)."""
+        self.model.eval()
+        out = []
+        with torch.no_grad():
+            for batch in iter_batches(x, self.batch_size, "NLL" if self.progress else None):
+                b = batch.to(self.device)
+                out.append(
+                    (
+                        self.model.iwae_nll(b, self.k)
+                        if isinstance(self.model, VAE) and self.k > 1
+                        else self.model.nll(b)
+                    ).cpu()
+                )
+        return torch.cat(out)
+
+    def _score(self, x: Tensor) -> Tensor:
+        return self.nll(x)

@@ -1,0 +1,16 @@
+"""User-facing errors: anything a person can fix (bad input, missing file) raises one of these.
+
+The CLI prints their message on one line and exits non-zero; library users catch them as ``RoseError``.
+"""
+
+
+class RoseError(Exception):
+    """Base class for errors caused by the user's input rather than by a bug."""
+
+
+class DataError(RoseError, ValueError):
+    """Images or datasets that cannot be used: wrong shape, NaNs, empty, unknown name, missing file."""
+
+
+class CheckpointError(RoseError):
+    """A model or detector file that is missing, corrupt, or belongs to another model."""

@@ -1,0 +1,193 @@
+"""The paper's convolutional VAE (Appendix B.1) with a 256-way categorical decoder per pixel and channel."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from roseood.errors import CheckpointError
+from roseood.models.base import GenerativeModel
+
+
+def _targets(x: Tensor) -> Tensor:
+    """Pixel values 0..255 as class indices (the authors use floor(x·255); rounding avoids float slips)."""
+    return (x * 255.0).round().clamp(0, 255).long()
+
+
+class Encoder(nn.Module):
+    """Three stride-2 conv/BN/ReLU blocks (32→4) and two 4×4 conv heads for mean and log-variance."""
+
+    def __init__(self, in_channels: int, ngf: int, nz: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(in_channels, ngf, 4, 2, 1, bias=False)
+        self.bn0 = nn.BatchNorm2d(ngf)
+        self.conv1 = nn.Conv2d(ngf, 2 * ngf, 4, 2, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(2 * ngf)
+        self.conv2 = nn.Conv2d(2 * ngf, 4 * ngf, 4, 2, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(4 * ngf)
+        self.mu = nn.Conv2d(4 * ngf, nz, 4)
+        self.logvar = nn.Conv2d(4 * ngf, nz, 4)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        h = F.relu(self.bn0(self.conv0(x)))
+        h = F.relu(self.bn1(self.conv1(h)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        return self.mu(h).flatten(1), self.logvar(h).flatten(1)
+
+
+class Decoder(nn.Module):
+    """Transposed-conv mirror of the encoder; outputs 256 logits per pixel and channel."""
+
+    def __init__(self, out_channels: int, ngf: int, nz: int) -> None:
+        super().__init__()
+        self.out_channels = out_channels
+        self.convt0 = nn.ConvTranspose2d(nz, 4 * ngf, 4, 1, 0, bias=False)
+        self.bn0 = nn.BatchNorm2d(4 * ngf)
+        self.convt1 = nn.ConvTranspose2d(4 * ngf, 2 * ngf, 4, 2, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(2 * ngf)
+        self.convt2 = nn.ConvTranspose2d(2 * ngf, ngf, 4, 2, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(ngf)
+        self.convt3 = nn.ConvTranspose2d(ngf, out_channels * 256, 4, 2, 1, bias=False)
+
+    def forward(self, z: Tensor) -> Tensor:
+        h = F.relu(self.bn0(self.convt0(z[:, :, None, None])))
+        h = F.relu(self.bn1(self.convt1(h)))
+        h = F.relu(self.bn2(self.convt2(h)))
+        logits = self.convt3(h)
+        n, _, height, width = logits.shape
+        return logits.view(n, self.out_channels, 256, height, width)
+
+
+class VAE(GenerativeModel):
+    """Conv VAE on 32×32 images: Gaussian posterior, N(0, I) prior, categorical pixel likelihood."""
+
+    kind = "vae"
+
+    def __init__(self, in_channels: int = 1, ngf: int = 32, nz: int = 100, image_size: int = 32) -> None:
+        if image_size != 32:
+            raise ValueError("the paper's VAE is defined for 32×32 images")
+        super().__init__(in_channels, image_size)
+        self.ngf = ngf
+        self.nz = nz
+        self.encoder = Encoder(in_channels, ngf, nz)
+        self.decoder = Decoder(in_channels, ngf, nz)
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "in_channels": self.in_channels,
+            "ngf": self.ngf,
+            "nz": self.nz,
+            "image_size": self.image_size,
+        }
+
+    def layer_sets(self) -> dict[str, list[str]]:
+        enc = ["encoder.conv0", "encoder.conv1", "encoder.conv2", "encoder.mu", "encoder.logvar"]
+        dec = ["decoder.convt0", "decoder.convt1", "decoder.convt2", "decoder.convt3"]
+        return {"encoder": enc, "decoder": dec, "all": enc + dec}
+
+    def reconstruction_nll(self, logits: Tensor, x: Tensor) -> Tensor:
+        """Per-sample −log p(x|z): cross-entropy of the 256-way logits summed over pixels and channels."""
+        ce = F.cross_entropy(logits.transpose(1, 2), _targets(x), reduction="none")
+        return ce.flatten(1).sum(1)
+
+    def neg_elbo(self, x: Tensor, sample: bool = True) -> Tensor:
+        """Per-sample negative ELBO in nats; ``sample=False`` decodes z = μ (the authors' ROSE choice)."""
+        mu, logvar = self.encoder(x)
+        z = mu + torch.randn_like(mu) * (0.5 * logvar).exp() if sample else mu
+        kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(1)
+        return self.reconstruction_nll(self.decoder(z), x) + kl
+
+    def iwae_nll(self, x: Tensor, k: int = 20, chunk: int = 256) -> Tensor:
+        """Importance-weighted NLL estimate with ``k`` posterior samples (Burda et al. 2015), in nats."""
+        mu, logvar = self.encoder(x)
+        std = (0.5 * logvar).exp()
+        log_w = torch.empty(x.shape[0], k, device=x.device)
+        per_chunk = max(1, chunk // k)
+        for i in range(0, x.shape[0], per_chunk):
+            m, s, xi = mu[i : i + per_chunk], std[i : i + per_chunk], x[i : i + per_chunk]
+            eps = torch.randn(m.shape[0], k, m.shape[1], device=x.device)
+            z = m[:, None] + s[:, None] * eps
+            rec = self.reconstruction_nll(self.decoder(z.flatten(0, 1)), xi.repeat_interleave(k, 0)).view(
+                -1, k
+            )
+            log_pz = -0.5 * (z.pow(2) + math.log(2 * math.pi)).sum(2)
+            log_qz = -0.5 * (eps.pow(2) + math.log(2 * math.pi)).sum(2) - s.log().sum(1, keepdim=True)
+            log_w[i : i + per_chunk] = -rec + log_pz - log_qz
+        return -(torch.logsumexp(log_w, 1) - math.log(k))
+
+    def nll(self, x: Tensor, k: int = 1) -> Tensor:
+        """Single-sample negative ELBO (k = 1) or IWAE estimate with k samples, per sample in nats."""
+        return self.neg_elbo(x) if k == 1 else self.iwae_nll(x, k)
+
+    def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
+        return self.neg_elbo(x, sample=stochastic)
+
+    def train_loss(self, x: Tensor) -> Tensor:
+        return self.neg_elbo(x, sample=True)
+
+
+def authors_key_map(ngf: int, nz: int, channels: int = 1) -> dict[str, str]:
+    """Map the released checkpoints' module names (shinypond/ood_detection) to ours."""
+    e = {
+        "main.input-conv": "encoder.conv0",
+        "main.input-BN": "encoder.bn0",
+        f"main.pyramid:{ngf}-{2 * ngf}:conv": "encoder.conv1",
+        f"main.pyramid:{2 * ngf}:batchnorm": "encoder.bn1",
+        f"main.pyramid:{2 * ngf}-{4 * ngf}:conv": "encoder.conv2",
+        f"main.pyramid:{4 * ngf}:batchnorm": "encoder.bn2",
+        "conv1": "encoder.mu",
+        "conv2": "encoder.logvar",
+    }
+    d = {
+        f"main.initial:{nz}-{4 * ngf}:convt": "decoder.convt0",
+        f"main.initial:{4 * ngf}:batchnorm": "decoder.bn0",
+        f"main.pyramid:{4 * ngf}-{2 * ngf}:convt": "decoder.convt1",
+        f"main.pyramid:{2 * ngf}:batchnorm": "decoder.bn1",
+        f"main.pyramid:{2 * ngf}-{ngf}:convt": "decoder.convt2",
+        f"main.pyramid:{ngf}:batchnorm": "decoder.bn2",
+        f"main.final:{ngf}-{channels}:convt": "decoder.convt3",
+    }
+    return {"E:" + k: v for k, v in e.items()} | {"G:" + k: v for k, v in d.items()}
+
+
+def load_authors_vae(encoder_path: str | Path, decoder_path: str | Path) -> VAE:
+    """Build a VAE from the ROSE authors' released ``*_netE.pth`` / ``*_netG.pth`` state dicts."""
+    enc = _load_state_dict(encoder_path)
+    dec = _load_state_dict(decoder_path)
+    if "main.input-conv.weight" not in enc or "conv1.weight" not in enc:
+        raise CheckpointError(f"{encoder_path}: not an encoder (netE) state dict of the ROSE authors' VAE")
+    ngf, channels = enc["main.input-conv.weight"].shape[:2]
+    nz = enc["conv1.weight"].shape[0]
+    names = authors_key_map(ngf, nz, channels)
+    state: dict[str, Tensor] = {}
+    for prefix, sd, path in (("E:", enc, encoder_path), ("G:", dec, decoder_path)):
+        for key, value in sd.items():
+            module, _, leaf = key.rpartition(".")
+            if prefix + module not in names:
+                raise CheckpointError(f"{path}: unexpected key {key!r} for a VAE with ngf={ngf}, nz={nz}")
+            state[f"{names[prefix + module]}.{leaf}"] = value
+    model = VAE(in_channels=int(channels), ngf=int(ngf), nz=int(nz))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{decoder_path}: encoder/decoder do not form one VAE (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    return model.eval()
+
+
+def _load_state_dict(path: str | Path) -> dict[str, Tensor]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file")
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"{path}: not a readable PyTorch state dict ({type(exc).__name__})") from None
+    if not isinstance(sd, dict) or not all(isinstance(v, Tensor) for v in sd.values()):
+        raise CheckpointError(f"{path}: expected a state dict of tensors")
+    return dict(sd)

@@ -1,0 +1,222 @@
+"""load_images on named sets, .npz files, image folders and generated sets, plus every user error."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from roseood.data import DATASETS, ImageSet, list_datasets, load_images, resolve_data_dir
+from roseood.errors import DataError
+
+SHARED = Path(os.environ.get("ROSEOOD_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data")
+
+
+def write_npz(path: Path, images: np.ndarray, labels: np.ndarray | None = None) -> Path:
+    arrays = {"images": images} if labels is None else {"images": images, "labels": labels}
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
+    return path
+
+
+def gray_set(n: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(42)
+    return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), np.arange(n, dtype=np.int64)
+
+
+def raises_one_line(fn: Callable[[], object], match: str) -> str:
+    with pytest.raises(DataError, match=match) as info:
+        fn()
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+# --- registry and data folder -----------------------------------------------------------------------
+
+
+def test_registry_lists_every_benchmark_set() -> None:
+    expected = {"fashion_mnist", "mnist", "kmnist", "notmnist", "omniglot", "cifar10", "svhn"}
+    assert expected | {"celeba", "lsun", "noise", "constant"} == set(list_datasets()) == set(DATASETS)
+    assert DATASETS["cifar10"].splits == ("train", "test") and DATASETS["celeba"].splits == ("test",)
+
+
+def test_resolve_data_dir_prefers_argument_then_env_then_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROSEOOD_DATA", str(tmp_path / "env"))
+    assert resolve_data_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert resolve_data_dir() == tmp_path / "env"
+    monkeypatch.delenv("ROSEOOD_DATA")
+    assert resolve_data_dir() == Path.home() / ".cache" / "roseood" / "data"
+
+
+# --- npz files and named sets -----------------------------------------------------------------------
+
+
+def test_npz_file_is_resized_and_labelled(tmp_path: Path) -> None:
+    images, labels = gray_set()
+    path = write_npz(tmp_path / "mine.npz", images, labels)
+    s = load_images(str(path))
+    assert isinstance(s, ImageSet) and len(s) == 20
+    assert s.images.shape == (20, 1, 32, 32) and s.images.dtype == np.uint8
+    assert s.labels.dtype == np.int64 and s.name == str(path) and s.source == str(path)
+    np.testing.assert_array_equal(s.labels, labels)
+
+
+def test_subsampling_is_deterministic_sorted_and_done_before_resizing(tmp_path: Path) -> None:
+    images, labels = gray_set(50)
+    path = write_npz(tmp_path / "mine.npz", images, labels)
+    a, b = load_images(str(path), n=7, seed=3), load_images(str(path), n=7, seed=3)
+    np.testing.assert_array_equal(a.images, b.images)
+    expected = np.sort(np.random.default_rng(3).choice(50, 7, replace=False))
+    np.testing.assert_array_equal(a.labels, expected)
+    full = load_images(str(path))
+    np.testing.assert_array_equal(a.images, full.images[expected])
+    assert not np.array_equal(load_images(str(path), n=7, seed=4).labels, a.labels)
+
+
+def test_n_larger_than_the_set_takes_everything(tmp_path: Path) -> None:
+    path = write_npz(tmp_path / "mine.npz", *gray_set(5))
+    assert len(load_images(str(path), n=1000)) == 5
+
+
+def test_missing_labels_become_minus_one_and_rgb_becomes_gray(tmp_path: Path) -> None:
+    rgb = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    s = load_images(write_npz(tmp_path / "rgb.npz", rgb), channels=1)
+    np.testing.assert_array_equal(s.labels, [-1, -1, -1])
+    np.testing.assert_array_equal(s.images[1, 0], np.asarray(Image.fromarray(rgb[1]).convert("L")))
+    s3 = load_images(str(tmp_path / "rgb.npz"), channels=3)
+    np.testing.assert_array_equal(s3.images, rgb.transpose(0, 3, 1, 2))
+
+
+def test_named_set_reads_data_dir_and_split_suffix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    images, labels = gray_set()
+    write_npz(tmp_path / "notmnist_test.npz", images, labels)
+    write_npz(tmp_path / "fashion_mnist_train.npz", images[:4], labels[:4])
+    s = load_images("notmnist", data_dir=tmp_path, n=3)
+    assert s.name == "notmnist" and s.source == str(tmp_path / "notmnist_test.npz") and len(s) == 3
+    t = load_images("fashion_mnist:train", split="test", data_dir=tmp_path, download=False)
+    assert t.name == "fashion_mnist:train" and len(t) == 4
+    monkeypatch.setenv("ROSEOOD_DATA", str(tmp_path))
+    assert len(load_images("Fashion-MNIST", split="train")) == 4
+
+
+@pytest.mark.skipif(not (SHARED / "mnist_test.npz").is_file(), reason="shared benchmark data not present")
+def test_real_mnist_subset() -> None:
+    s = load_images("mnist", data_dir=SHARED, n=64, seed=0)
+    assert s.images.shape == (64, 1, 32, 32)
+    full_labels = np.load(SHARED / "mnist_test.npz")["labels"]
+    keep = np.sort(np.random.default_rng(0).choice(len(full_labels), 64, replace=False))
+    np.testing.assert_array_equal(s.labels, full_labels[keep])
+    assert s.images.max() > 200 and np.median(s.images) < 10  # bright strokes on a dark background
+
+
+# --- generated sets ---------------------------------------------------------------------------------
+
+
+def test_noise_is_uniform_and_seeded() -> None:
+    a = load_images("noise", n=200, seed=3, channels=3, size=16)
+    assert a.images.shape == (200, 3, 16, 16) and a.source == "generated (seed 3)"
+    np.testing.assert_array_equal(a.images, load_images("noise", n=200, seed=3, channels=3, size=16).images)
+    assert a.images.min() == 0 and a.images.max() == 255
+    assert abs(float(a.images.mean()) - 127.5) < 2
+    assert not np.array_equal(a.images, load_images("noise", n=200, seed=4, channels=3, size=16).images)
+    np.testing.assert_array_equal(a.labels, -1)
+
+
+def test_constant_has_one_value_per_image_and_channel() -> None:
+    s = load_images("constant", n=50, channels=3)
+    flat = s.images.reshape(50, 3, -1)
+    assert (flat == flat[..., :1]).all()
+    assert len(np.unique(flat[:, :, 0])) > 20
+    assert len(load_images("constant")) == 10000
+
+
+def test_brightness_applies_to_loaded_images(tmp_path: Path) -> None:
+    path = write_npz(tmp_path / "c.npz", np.full((2, 32, 32), 100, dtype=np.uint8))
+    assert (load_images(str(path), brightness=1.8).images == 180).all()
+    assert (load_images(str(path), brightness=3.0).images == 255).all()
+
+
+# --- folders ----------------------------------------------------------------------------------------
+
+
+def test_folder_is_recursive_sorted_and_centre_cropped(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    wide = rng.integers(0, 256, (32, 64, 3), dtype=np.uint8)  # 64 wide × 32 high
+    (tmp_path / "b").mkdir()
+    Image.fromarray(wide).save(tmp_path / "b" / "wide.png")
+    Image.fromarray(np.full((40, 40), 200, dtype=np.uint8)).save(tmp_path / "a.PNG")
+    (tmp_path / "notes.txt").write_text("not an image")
+    s = load_images(str(tmp_path), channels=3, size=16)
+    assert s.images.shape == (2, 3, 16, 16) and s.name == str(tmp_path)
+    assert (s.images[0] == 200).all()  # a.PNG sorts before b/wide.png
+    expected = Image.fromarray(wide).resize((32, 16), Image.Resampling.BILINEAR).crop((8, 0, 24, 16))
+    np.testing.assert_array_equal(s.images[1], np.asarray(expected).transpose(2, 0, 1))
+    one = load_images(str(tmp_path), n=1, seed=0, size=16)
+    assert len(one) == 1 and one.images.shape == (1, 1, 16, 16)
+
+
+# --- errors -----------------------------------------------------------------------------------------
+
+
+def test_unknown_name_lists_known_sets() -> None:
+    message = raises_one_line(lambda: load_images("imagenet"), "neither a known dataset")
+    assert "fashion_mnist" in message and "cifar10" in message
+
+
+def test_unknown_split(tmp_path: Path) -> None:
+    raises_one_line(lambda: load_images("notmnist:train", data_dir=tmp_path), "no split 'train'")
+    raises_one_line(lambda: load_images("noise", split="train"), "no split")
+
+
+def test_missing_file_says_what_to_put_where(tmp_path: Path) -> None:
+    message = raises_one_line(lambda: load_images("lsun", data_dir=tmp_path), "lsun_test.npz not found")
+    assert str(tmp_path) in message and "cannot be downloaded" in message
+    message = raises_one_line(
+        lambda: load_images("cifar10", data_dir=tmp_path, download=False), "cifar10_test.npz not found"
+    )
+    assert "download=True" in message
+
+
+@pytest.mark.parametrize(
+    ("arrays", "match"),
+    [
+        ({"x": np.zeros((2, 28, 28), np.uint8)}, "no 'images' array"),
+        ({"images": np.zeros((0, 28, 28), np.uint8)}, "empty image set"),
+        ({"images": np.zeros((2, 28, 28), np.float32)}, "must be uint8"),
+        ({"images": np.zeros((2, 3, 28, 28), np.uint8)}, "shape"),
+        ({"images": np.zeros((2, 28, 28), np.uint8), "labels": np.zeros(3, np.int64)}, "'labels' must be 2"),
+    ],
+)
+def test_bad_npz_contents(tmp_path: Path, arrays: dict[str, np.ndarray], match: str) -> None:
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+    raises_one_line(lambda: load_images(str(path)), match)
+
+
+def test_corrupt_or_wrong_files(tmp_path: Path) -> None:
+    (tmp_path / "junk.npz").write_bytes(b"this is not a zip archive")
+    raises_one_line(lambda: load_images(str(tmp_path / "junk.npz")), "cannot read")
+    np.save(tmp_path / "single.npy", np.zeros((2, 28, 28), np.uint8))
+    raises_one_line(lambda: load_images(str(tmp_path / "single.npy")), "single .npy")
+    raises_one_line(lambda: load_images(str(tmp_path / "absent.npz")), "nor an existing")
+
+
+def test_folder_errors(tmp_path: Path) -> None:
+    raises_one_line(lambda: load_images(str(tmp_path)), "no image files")
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8 definitely not a jpeg")
+    raises_one_line(lambda: load_images(str(tmp_path)), "cannot read image file .*broken.jpg")
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.5])
+def test_invalid_n(n: int) -> None:
+    raises_one_line(lambda: load_images("noise", n=n), "n must be a positive integer")
+
+
+def test_invalid_brightness_is_rejected_before_loading() -> None:
+    raises_one_line(lambda: load_images("noise", brightness=0), "brightness must be")
