@@ -19,7 +19,7 @@ from roseood.errors import CheckpointError
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:
-    """Write ``obj`` with ``torch.save`` to ``path`` atomically (temp file in the same folder, then rename)."""
+    """Write ``obj`` with ``torch.save`` to ``path`` atomically (temp file beside it, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

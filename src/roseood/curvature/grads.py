@@ -93,7 +93,8 @@ def _conv_transpose(m: nn.ConvTranspose2d, x: Tensor, gy: Tensor) -> LayerGrad:
     # gradient is the correlation of the input with the unfolded output gradient.
     if m.groups != 1 or any(m.output_padding) or m.bias is not None:
         raise RoseError(f"per-sample gradients need groups=1, no output padding and no bias (layer {m})")
-    patches = F.unfold(gy, m.kernel_size, m.dilation, m.padding, m.stride).transpose(1, 2)
+    patches = F.unfold(gy, m.kernel_size, m.dilation, m.padding, m.stride)  # type: ignore[arg-type]
+    patches = patches.transpose(1, 2)
     return LayerGrad(patches, x.flatten(2).transpose(1, 2))
 
 

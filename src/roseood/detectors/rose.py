@@ -90,7 +90,7 @@ class ROSE(Detector):
         """Fit the per-layer Fishers and the layer-score normalisation on in-distribution images."""
         x = self._check(images)
         if stats_images is None:
-            n_stats = int(round(self.stats_fraction * x.shape[0]))
+            n_stats = round(self.stats_fraction * x.shape[0])
             if n_stats < 2 or x.shape[0] - n_stats < 1:
                 raise DataError(f"ROSE needs at least 3 in-distribution images to fit, got {x.shape[0]}")
             x, stats = x[: x.shape[0] - n_stats], x[x.shape[0] - n_stats :]

@@ -175,7 +175,8 @@ def load_authors_vae(encoder_path: str | Path, decoder_path: str | Path) -> VAE:
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise CheckpointError(
-            f"{decoder_path}: encoder/decoder do not form one VAE (missing {missing[:3]}, unexpected {unexpected[:3]})"
+            f"{decoder_path}: encoder/decoder do not form one VAE "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
     return model.eval()
 
