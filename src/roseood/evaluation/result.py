@@ -1,0 +1,57 @@
+"""The result of one evaluation run: scores per method and set, their metrics, settings and timings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roseood.evaluation.metrics import ood_metrics
+
+
+@dataclass
+class EvaluationResult:
+    """``scores[method][set]``: per-image scores; the in-distribution set is keyed ``in_name``."""
+
+    in_name: str
+    settings: dict[str, Any]
+    scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    images_per_second: dict[str, float] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # OOD set -> why it was not evaluated
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.scores)
+
+    @property
+    def ood_sets(self) -> list[str]:
+        sets = {s for per in self.scores.values() for s in per if s != self.in_name}
+        first = next(iter(self.scores.values()), {})
+        return [s for s in first if s in sets] + sorted(sets - set(first))
+
+    def metrics(self) -> dict[str, dict[str, dict[str, float]]]:
+        """``metrics[method][ood_set][metric]``."""
+        return {
+            m: {s: ood_metrics(per[self.in_name], v) for s, v in per.items() if s != self.in_name}
+            for m, per in self.scores.items()
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings,
+            "results": self.metrics(),
+            "images_per_second": self.images_per_second,
+            "missing": self.missing,
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    def save_scores(self, path: str | Path) -> None:
+        """All raw scores as one .npz (keys ``method/set``), for re-plotting without recomputing."""
+        flat = {f"{m}/{s}": v for m, per in self.scores.items() for s, v in per.items()}
+        np.savez_compressed(path, **flat)  # type: ignore[arg-type]
