@@ -55,5 +55,5 @@ def fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:
         h.update(key.encode())
         h.update(str(t.dtype).encode())
         h.update(str(tuple(t.shape)).encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()[:16]

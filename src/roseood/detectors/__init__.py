@@ -3,12 +3,18 @@
 from typing import Any
 
 from roseood.detectors.base import Detector
+from roseood.detectors.input_complexity import InputComplexity
+from roseood.detectors.likelihood_ratio import LikelihoodRatio
+from roseood.detectors.likelihood_regret import LikelihoodRegret
 from roseood.detectors.nll import NLL
+from roseood.detectors.rnd import RND
 from roseood.detectors.rose import ROSE
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
 
-DETECTORS: dict[str, type[Detector]] = {d.method: d for d in (ROSE, NLL)}
+DETECTORS: dict[str, type[Detector]] = {
+    d.method: d for d in (ROSE, NLL, LikelihoodRegret, LikelihoodRatio, InputComplexity, RND)
+}
 
 # Names accepted by ``rose evaluate --methods``: detector class and its keyword arguments.
 METHODS: dict[str, tuple[type[Detector], dict[str, Any]]] = {
@@ -18,6 +24,14 @@ METHODS: dict[str, tuple[type[Detector], dict[str, Any]]] = {
     "rose-dense": (ROSE, {"fisher": "dense"}),
     "nll": (NLL, {"k": 1}),
     "nll-iwae": (NLL, {"k": 20}),
+    "lr": (LikelihoodRegret, {}),
+    "lratio": (LikelihoodRatio, {}),
+    "ic-png": (InputComplexity, {"compressor": "png"}),
+    "ic-jp2": (InputComplexity, {"compressor": "jp2"}),
+    "rnd-svd": (RND, {"perturbation": "svd:28"}),
+    "rnd-dct": (RND, {"perturbation": "dct:28"}),
+    "rnd-gb": (RND, {"perturbation": "gb"}),
+    "rnd-random": (RND, {"perturbation": "random:0.2"}),
 }
 
 
@@ -29,4 +43,15 @@ def make_detector(method: str, model: GenerativeModel | None, **overrides: Any) 
     return cls(model, **(kwargs | overrides))
 
 
-__all__ = ["DETECTORS", "METHODS", "NLL", "ROSE", "Detector", "make_detector"]
+__all__ = [
+    "DETECTORS",
+    "METHODS",
+    "NLL",
+    "RND",
+    "ROSE",
+    "Detector",
+    "InputComplexity",
+    "LikelihoodRatio",
+    "LikelihoodRegret",
+    "make_detector",
+]

@@ -1,0 +1,338 @@
+"""The ``rose`` command line: thin wrappers that parse arguments, call the library and print."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from roseood.errors import RoseError
+
+if TYPE_CHECKING:
+    from roseood.evaluation.evaluate import EvalSpec
+    from roseood.evaluation.result import EvaluationResult
+    from roseood.models.base import GenerativeModel
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _model(path: str, device: str) -> GenerativeModel:
+    from roseood.models import load_model
+
+    return load_model(path).to(device)
+
+
+def cmd_import_vae(args: argparse.Namespace) -> None:
+    from roseood.models import load_authors_vae, save_model
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise RoseError(f"{out} exists; pass --force to overwrite it")
+    model = load_authors_vae(args.encoder, args.decoder)
+    save_model(model, out)
+    print(f"wrote {out}: VAE {model.config()}")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from roseood.data import load_images
+    from roseood.models import VAE, Glow
+    from roseood.models.train import TrainConfig, train
+
+    channels = args.channels
+    data = load_images(
+        args.data, split="train", n=args.subset, seed=args.seed, channels=channels, data_dir=args.data_dir
+    )
+    model: GenerativeModel
+    if args.kind == "vae":
+        model = VAE(in_channels=channels, ngf=args.ngf, nz=args.nz)
+    else:
+        model = Glow(
+            in_channels=channels,
+            levels=args.levels,
+            steps=args.steps,
+            hidden=args.hidden,
+            lu=not args.plain_invconv,
+        )
+    cfg = TrainConfig.for_model(
+        args.kind,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup,
+        grad_clip=args.grad_clip,
+        perturb=args.perturb,
+        seed=args.seed,
+        hflip=not args.no_flip,
+    )
+    print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
+    t0 = time.time()
+    model, history = train(model, data.images, cfg, args.out, resume=args.resume, device=args.device)
+    for h in history:
+        print(f"epoch {h['epoch']}: {h['bits_per_dim']:.4f} bits/dim ({h['seconds']:.0f} s)")
+    print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
+
+
+def _spec(args: argparse.Namespace) -> EvalSpec:
+    from roseood.evaluation.evaluate import EvalSpec
+
+    kwargs = {}
+    if args.background:
+        from roseood.models import load_model
+
+        kwargs["lratio"] = {"background": load_model(args.background).to(args.device)}
+    return EvalSpec(
+        in_data=args.in_data,
+        ood=_csv(args.ood),
+        methods=_csv(args.methods),
+        fit_data=args.fit_data,
+        fit_samples=args.fit_samples,
+        stats_samples=args.stats_samples,
+        test_samples=args.test_samples,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        batch_size=args.batch_size,
+        brightness=args.brightness,
+        detector_kwargs=kwargs,
+    )
+
+
+def print_table(result: EvaluationResult) -> None:
+    from roseood.evaluation.metrics import METRICS
+
+    metrics = result.metrics()
+    for metric in METRICS:
+        print(f"\n{metric.upper()}  (in-distribution: {result.in_name}; in-distribution = positive class)")
+        width = max(12, *(len(m) for m in result.methods))
+        print(f"{'OOD set':<22}" + "".join(f"{m:>{width + 2}}" for m in result.methods))
+        for s in result.ood_sets:
+            print(f"{s:<22}" + "".join(f"{metrics[m][s][metric]:>{width + 2}.3f}" for m in result.methods))
+        for s, why in result.missing.items():
+            print(f"{s:<22}  no data ({why})")
+    print(
+        "\nimages/s (scoring the in-distribution test set): "
+        + ", ".join(f"{m} {v:.1f}" for m, v in result.images_per_second.items())
+    )
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from roseood.evaluation.evaluate import evaluate
+
+    model = _model(args.model, args.device)
+    result = evaluate(model, _spec(args), progress=not args.quiet)
+    print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
+    print_table(result)
+    if args.json:
+        result.write_json(args.json)
+        print(f"wrote {args.json}")
+    if args.report:
+        from roseood.evaluation.report import write_report
+
+        print(f"wrote {write_report(result, Path(args.report))}")
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    from roseood.data import load_images
+    from roseood.evaluation.evaluate import EvalSpec, fit_detector
+
+    model = _model(args.model, args.device)
+    spec = EvalSpec(
+        in_data=args.in_data,
+        ood=[],
+        methods=[args.method],
+        fit_data=args.fit_data,
+        fit_samples=args.fit_samples,
+        stats_samples=args.stats_samples,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        batch_size=args.batch_size,
+    )
+    from roseood.evaluation.evaluate import _fit_source
+
+    fit = load_images(
+        _fit_source(spec),
+        n=args.fit_samples + args.stats_samples,
+        seed=args.seed,
+        channels=model.in_channels,
+        data_dir=args.data_dir,
+    )
+    det = fit_detector(args.method, model, fit, spec, progress=True)
+    det.save(args.out)
+    print(f"wrote {args.out}: {args.method} fitted on {len(fit)} images of {fit.name}")
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from roseood.data import load_images
+    from roseood.detectors import Detector
+
+    model = _model(args.model, args.device)
+    det = Detector.load(args.detector, model)
+    data = load_images(
+        args.data,
+        split=args.split,
+        n=args.n,
+        seed=args.seed,
+        channels=model.in_channels,
+        data_dir=args.data_dir,
+    )
+    det.progress = True
+    scores = det.score(data.images)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["index", "label", "score"])
+        for i, (label, s) in enumerate(zip(data.labels, scores, strict=True)):
+            w.writerow([i, int(label), f"{s:.6g}"])
+    print(f"wrote {len(scores)} {det.method} scores for {data.name} ({data.source}) to {out}")
+
+
+def cmd_datasets(args: argparse.Namespace) -> None:
+    from roseood.data import DATASETS, resolve_data_dir
+
+    root = resolve_data_dir(args.data_dir)
+    print(f"data directory: {root}")
+    for name, spec in DATASETS.items():
+        if spec.generated:
+            state = "generated"
+        else:
+            state = ", ".join(
+                f"{s}: {'ok' if (root / spec.filename(s)).exists() else 'missing'}" for s in spec.splits
+            )
+        print(f"  {name:<14} {state:<34} {spec.description}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from roseood.demo import run_demo
+
+    run_demo(fit_samples=args.fit_samples, test_samples=args.test_samples)
+
+
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data-dir", help="folder of dataset .npz files (default: $ROSEOOD_DATA or ~/.cache/roseood/data)"
+    )
+    p.add_argument("--seed", type=int, default=2021, help="seed for subsampling and generated sets")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--batch-size", type=int, default=64)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rose", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "import-vae", help="convert the ROSE authors' released VAE (netE/netG .pth) to a roseood model"
+    )
+    p.add_argument("--encoder", required=True)
+    p.add_argument("--decoder", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.set_defaults(func=cmd_import_vae)
+
+    p = sub.add_parser("train", help="train a VAE or Glow (per-epoch checkpoints, --resume)")
+    p.add_argument("kind", choices=["vae", "glow"])
+    p.add_argument(
+        "--data", default="fashion_mnist", help="dataset name (train split), .npz file or image folder"
+    )
+    p.add_argument("--out", required=True, help="model checkpoint to write (and resume from)")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--subset", type=int, help="train on this many images (deterministic by --seed)")
+    p.add_argument("--channels", type=int, default=1)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--warmup", type=int, help="learning-rate warm-up steps")
+    p.add_argument("--grad-clip", type=float, help="max gradient norm")
+    p.add_argument(
+        "--perturb", help="train on perturbed inputs, e.g. random:0.3 (Likelihood-Ratio background)"
+    )
+    p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
+    p.add_argument("--ngf", type=int, default=32, help="VAE width")
+    p.add_argument("--nz", type=int, default=100, help="VAE latent size")
+    p.add_argument("--levels", type=int, default=2, help="Glow levels L")
+    p.add_argument("--steps", type=int, default=16, help="Glow steps per level K")
+    p.add_argument("--hidden", type=int, default=200, help="Glow coupling width")
+    p.add_argument("--plain-invconv", action="store_true", help="Glow 1x1 convs without LU decomposition")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_train, seed=0)
+
+    def eval_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", required=True, help="roseood model checkpoint")
+        p.add_argument(
+            "--in", dest="in_data", default="fashion_mnist", help="in-distribution set (test split)"
+        )
+        p.add_argument("--fit-data", help="images to fit detectors on (default: training split of --in)")
+        p.add_argument("--fit-samples", type=int, default=10000, help="images for the Fisher / detector fit")
+        p.add_argument(
+            "--stats-samples", type=int, default=2000, help="further images for ROSE layer statistics"
+        )
+        p.add_argument("--background", help="background model checkpoint for the lratio method")
+        _add_data_args(p)
+
+    p = sub.add_parser("evaluate", help="fit detectors and compare them on in-distribution vs OOD sets")
+    eval_args(p)
+    p.add_argument(
+        "--ood",
+        default="mnist,notmnist,omniglot,noise,constant",
+        help="comma-separated OOD sets: names, .npz files or image folders",
+    )
+    p.add_argument("--methods", default="rose-ekfac,rose-diag,nll")
+    p.add_argument("--test-samples", type=int, default=5000)
+    p.add_argument("--brightness", type=float, default=1.0, help="brightness factor applied to the OOD sets")
+    p.add_argument("--json", help="write settings and metrics as JSON")
+    p.add_argument("--report", help="write a Markdown report with ROC curves and score histograms here")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("fit", help="fit one detector and save it to a file")
+    eval_args(p)
+    p.add_argument("--method", default="rose-ekfac")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("score", help="write one score per image (CSV) with a saved detector")
+    p.add_argument("--model", required=True)
+    p.add_argument("--detector", required=True, help="file written by `rose fit`")
+    p.add_argument("--data", required=True, help="dataset name, .npz file or image folder")
+    p.add_argument("--split", default="test")
+    p.add_argument("--n", type=int, help="score a deterministic subset of this size")
+    p.add_argument("--out", required=True, help="CSV file")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("datasets", help="list the named datasets and whether their files are present")
+    p.add_argument("--data-dir")
+    p.set_defaults(func=cmd_datasets)
+
+    p = sub.add_parser(
+        "demo", help="offline demo: the authors' FMNIST VAE, ROSE vs NLL on Fashion-MNIST vs MNIST"
+    )
+    p.add_argument("--fit-samples", type=int, default=2000)
+    p.add_argument("--test-samples", type=int, default=1000)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except RoseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""``rose demo``: ROSE vs the plain likelihood on Fashion-MNIST vs MNIST, fully offline.
+
+Uses only what ships inside the package: the authors' Fashion-MNIST VAE and a small real sample of
+Fashion-MNIST and MNIST (see ``roseood/assets/README.md`` for sources and licences).
+"""
+
+from __future__ import annotations
+
+import time
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from roseood.data.preprocess import preprocess
+from roseood.detectors import NLL, ROSE
+from roseood.evaluation.metrics import ood_metrics
+from roseood.models import GenerativeModel, load_model
+
+ASSETS = files("roseood") / "assets"
+
+
+def demo_model() -> GenerativeModel:
+    """The ROSE authors' Fashion-MNIST VAE (ngf 32, latent 100) shipped with the package."""
+    return load_model(Path(str(ASSETS / "fmnist_vae_ngf32.pt")))
+
+
+def demo_images() -> dict[str, np.ndarray]:
+    """The shipped sample, preprocessed to (N, 1, 32, 32) uint8: fashion_mnist_train/_test, mnist_test."""
+    with np.load(Path(str(ASSETS / "demo_samples.npz"))) as d:
+        keys = ("fashion_mnist_train", "fashion_mnist_test", "mnist_test")
+        return {k: preprocess(d[k], channels=1, size=32, brightness=1.0) for k in keys}
+
+
+def run_demo(fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021) -> dict[str, float]:
+    """Fit ROSE-EKFAC on Fashion-MNIST training images; print NLL and ROSE AUROC vs MNIST."""
+    torch.manual_seed(seed)
+    t0 = time.time()
+    model = demo_model()
+    images = demo_images()
+    train = images["fashion_mnist_train"]
+    fit_samples = min(fit_samples, len(train) - 500)
+    fisher, stats = train[:fit_samples], train[fit_samples : fit_samples + 500]
+    test_in, test_out = images["fashion_mnist_test"][:test_samples], images["mnist_test"][:test_samples]
+    print(f"model: the ROSE authors' Fashion-MNIST VAE {model.config()}")
+    print(f"data: {len(fisher)} Fashion-MNIST training images for the Fisher, {len(stats)} for layer statistics;")
+    print(f"      {len(test_in)} Fashion-MNIST test images (in-distribution) vs {len(test_out)} MNIST test images")
+    nll = NLL(model).fit(fisher)
+    rose = ROSE(model, fisher="ekfac", progress=True).fit(fisher, stats_images=stats)
+    auroc = {
+        "nll": ood_metrics(nll.score(test_in), nll.score(test_out))["auroc"],
+        "rose-ekfac": ood_metrics(rose.score(test_in), rose.score(test_out))["auroc"],
+    }
+    print(f"\nAUROC Fashion-MNIST vs MNIST   NLL: {auroc['nll']:.3f}   ROSE-EKFAC: {auroc['rose-ekfac']:.3f}")
+    print(
+        "The VAE gives MNIST digits *higher* likelihood than its own training data (AUROC < 0.5); ROSE asks\n"
+        "how far the model would have to move to fit each image, which separates them."
+    )
+    print(f"({time.time() - t0:.0f} s on {torch.get_num_threads()} CPU threads)")
+    return auroc

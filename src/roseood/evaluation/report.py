@@ -1,0 +1,218 @@
+"""Human-readable reports of evaluation runs: Markdown with tables and figures, plus an HTML index.
+
+``write_report`` turns one ``EvaluationResult`` into a directory a person can read on GitHub
+(``report.md`` with its PNG figures) and a machine can reload (``results.json``, ``scores.npz``).
+``write_index`` collects every report under a results tree into one ``index.html``; it also renders
+each ``report.md`` to ``report.html`` with a tiny built-in converter (only the Markdown that
+``write_report`` emits), so figures show in a browser without any extra dependency.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from roseood.evaluation.metrics import METRICS
+from roseood.evaluation.plots import plot_histograms, plot_roc
+from roseood.evaluation.result import EvaluationResult
+
+METRIC_TITLES = {
+    "auroc": "AUROC (higher is better)",
+    "auprc": "AUPRC, in-distribution positive (higher is better)",
+    "fpr80": "FPR at 80 % TPR (lower is better)",
+    "fpr95": "FPR at 95 % TPR (lower is better)",
+}
+LOWER_IS_BETTER = {"fpr80", "fpr95"}
+
+_CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
+    "table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;padding:.3rem .6rem}"
+    "th{background:#f3f3f3}img{max-width:100%;margin:.5rem 0}"
+)
+
+
+def markdown_table(
+    rows: list[str], cols: list[str], cell: Callable[[str, str], str], corner: str = ""
+) -> str:
+    """GitHub-flavoured Markdown table: one line per row, ``cell(row, col)`` for each value.
+
+    The first column holds the row labels under the header ``corner``. Pipes are escaped and line
+    breaks flattened so that names or reasons containing them cannot break the table.
+    """
+
+    def line(items: list[str]) -> str:
+        return "| " + " | ".join(item.replace("|", r"\|").replace("\n", " ") for item in items) + " |"
+
+    lines = [line([corner, *cols]), "|" + "---|" * (len(cols) + 1)]
+    lines += [line([row, *(cell(row, col) for col in cols)]) for row in rows]
+    return "\n".join(lines)
+
+
+def safe_name(name: str) -> str:
+    """``name`` with every character outside ``[A-Za-z0-9_.-]`` replaced by ``_``, for file names."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _setting_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _metric_table(
+    result: EvaluationResult, metrics: dict[str, dict[str, dict[str, float]]], metric: str
+) -> str:
+    """Rows: OOD sets (then missing sets), columns: methods; 3 decimals, best value(s) per row bold."""
+    rows = result.ood_sets + [s for s in result.missing if s not in result.ood_sets]
+    pick = min if metric in LOWER_IS_BETTER else max
+
+    def cell(ood_set: str, method: str) -> str:
+        values = {m: f"{per[ood_set][metric]:.3f}" for m, per in metrics.items() if ood_set in per}
+        if method not in values:
+            reason = result.missing.get(ood_set)
+            return f"no data ({reason})" if reason is not None else "–"
+        # Compare the printed values so that ties as the reader sees them are all bold.
+        best = pick(values.values(), key=float)
+        return f"**{values[method]}**" if len(values) > 1 and values[method] == best else values[method]
+
+    return markdown_table(rows, result.methods, cell, corner="OOD set")
+
+
+def write_report(
+    result: EvaluationResult,
+    out_dir: str | Path,
+    title: str = "OOD evaluation",
+    notes: list[str] | None = None,
+) -> Path:
+    """Write ``report.md`` with settings, metric tables, throughput, notes and figures into ``out_dir``.
+
+    Alongside it: ``roc_<set>.png`` per OOD set, ``hist_<method>.png`` per method, ``results.json``
+    (settings and metrics) and ``scores.npz`` (raw scores, for re-plotting). Returns the report path.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = result.metrics()
+    result.write_json(out / "results.json")
+    result.save_scores(out / "scores.npz")
+
+    parts = [
+        f"# {title}",
+        f"In-distribution set: **{result.in_name}**. Scores are higher = more OOD; metrics treat the "
+        "in-distribution set as positive.",
+        "## Settings",
+        markdown_table(
+            list(result.settings), ["value"], lambda k, _: _setting_text(result.settings[k]), "setting"
+        ),
+    ]
+    for metric in METRICS:
+        parts += [f"## {METRIC_TITLES[metric]}", _metric_table(result, metrics, metric)]
+    if result.images_per_second:
+        speed = result.images_per_second
+        parts += [
+            "## Throughput",
+            markdown_table(list(speed), ["images/s"], lambda m, _: f"{speed[m]:,.1f}", "method"),
+        ]
+    if notes:
+        parts += ["## Notes", "\n".join(f"- {note}" for note in notes)]
+
+    parts.append("## Figures")
+    if result.ood_sets:
+        parts.append("### ROC curves")
+    for ood_set in result.ood_sets:
+        name = f"roc_{safe_name(ood_set)}.png"
+        plot_roc(result, ood_set, out / name)
+        parts.append(f"![ROC {result.in_name} vs {ood_set}]({name})")
+    if result.methods:
+        parts.append("### Score histograms")
+    for method in result.methods:
+        name = f"hist_{safe_name(method)}.png"
+        plot_histograms(result, method, out / name)
+        parts.append(f"![score histograms of {method}]({name})")
+
+    report = out / "report.md"
+    report.write_text("\n\n".join(parts) + "\n")
+    return report
+
+
+def _inline(text: str) -> str:
+    """Escape HTML, then render images, links and bold: the inline Markdown ``write_report`` uses."""
+    text = html.escape(text, quote=True)
+    text = re.sub(r"!\[([^\]]*)\]\(([^)\s]+)\)", r'<img alt="\1" src="\2">', text)
+    text = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', text)
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+
+
+def _table_cells(line: str) -> list[str]:
+    cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+    return [_inline(c.strip().replace(r"\|", "|")) for c in cells]
+
+
+def markdown_to_html(markdown: str, title: str) -> str:
+    """Minimal Markdown → HTML page: headings, pipe tables, bullet lists, images, links, bold, paragraphs."""
+    body: list[str] = []
+    for block in re.split(r"\n\s*\n", markdown.strip()):
+        lines = block.splitlines()
+        heading = re.match(r"(#{1,6}) (.*)", lines[0])
+        if heading and len(lines) == 1:
+            level = len(heading.group(1))
+            body.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
+        elif all(line.lstrip().startswith("|") for line in lines) and len(lines) >= 2:
+            head = "".join(f"<th>{c}</th>" for c in _table_cells(lines[0]))
+            rows = [
+                "<tr>" + "".join(f"<td>{c}</td>" for c in _table_cells(line)) + "</tr>" for line in lines[2:]
+            ]
+            body.append(f"<table>\n<tr>{head}</tr>\n" + "\n".join(rows) + "\n</table>")
+        elif all(line.startswith("- ") for line in lines):
+            body.append("<ul>\n" + "\n".join(f"<li>{_inline(line[2:])}</li>" for line in lines) + "\n</ul>")
+        else:
+            body.append(f"<p>{_inline(' '.join(lines))}</p>")
+    return _page(title, "\n".join(body))
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n"
+        f"<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def _report_title(markdown: str, fallback: str) -> str:
+    return next((line[2:].strip() for line in markdown.splitlines() if line.startswith("# ")), fallback)
+
+
+def write_index(results_dir: str | Path) -> Path:
+    """Write ``results_dir/index.html`` linking every ``report.md`` below it (each rendered to HTML).
+
+    Reports are listed sorted by path, with their title (first ``# `` line) and directory; links are
+    relative, so the tree can be moved or served as static files.
+    """
+    root = Path(results_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for report in sorted(root.rglob("report.md")):
+        markdown = report.read_text()
+        directory = report.parent.relative_to(root).as_posix()
+        title = _report_title(markdown, directory)
+        page = report.with_suffix(".html")
+        page.write_text(markdown_to_html(markdown, title))
+        href = quote(page.relative_to(root).as_posix())
+        md_href = quote(report.relative_to(root).as_posix())
+        rows.append(
+            f'<tr><td><a href="{href}">{html.escape(title)}</a></td><td>{html.escape(directory)}</td>'
+            f'<td><a href="{md_href}">markdown</a></td></tr>'
+        )
+    if rows:
+        body = (
+            "<table>\n<tr><th>report</th><th>directory</th><th>source</th></tr>\n"
+            + "\n".join(rows)
+            + "\n</table>"
+        )
+    else:
+        body = "<p>No reports found.</p>"
+    index = root / "index.html"
+    index.write_text(_page("Evaluation reports", f"<h1>Evaluation reports</h1>\n{body}"))
+    return index

@@ -1,0 +1,42 @@
+"""Shared fixtures: tiny models that train in seconds, the shipped demo model, the shared data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from roseood.models import VAE
+
+SHARED_DATA = Path(os.environ.get("ROSEOOD_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+needs_shared_data = pytest.mark.skipif(
+    not (SHARED_DATA / "fashion_mnist_test.npz").exists(), reason="../shared/data is not present"
+)
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    """Tiny tensors run faster on one thread, and tests must not fight over the two CI cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def tiny_vae() -> VAE:
+    """A randomly initialised 1-channel VAE (ngf 4, latent 4) in eval mode with non-trivial BN stats."""
+    torch.manual_seed(0)
+    model = VAE(in_channels=1, ngf=4, nz=4)
+    model.train()
+    with torch.no_grad():
+        model.train_loss(torch.rand(32, 1, 32, 32))
+    return model.eval()
+
+
+@pytest.fixture
+def images() -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    return torch.rand(24, 1, 32, 32, generator=g)

@@ -1,0 +1,121 @@
+"""ROSE detector: aggregation, normalisation, save/load with model fingerprints, input validation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from roseood.detectors import NLL, ROSE, Detector, make_detector
+from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.models import VAE
+
+
+@pytest.fixture
+def fitted_rose(tiny_vae, images) -> ROSE:
+    return ROSE(tiny_vae, fisher="ekfac", damping=1e-6, batch_size=8).fit(images[:16], stats_images=images[16:])
+
+
+def test_score_is_max_of_relu_normalised_layer_scores(fitted_rose, images):
+    z = fitted_rose.normalized_layer_scores(images[:6])
+    expected = torch.relu(z).amax(1).numpy()
+    np.testing.assert_allclose(fitted_rose.score(images[:6]), expected)
+
+
+def test_p_norm_and_beta(tiny_vae, images):
+    det = ROSE(tiny_vae, fisher="diag", p=2.0, beta=0.5).fit(images[:16], stats_images=images[16:])
+    z = det.normalized_layer_scores(images[:5])
+    expected = torch.relu(z + 0.5).pow(2).sum(1).sqrt().numpy()
+    np.testing.assert_allclose(det.score(images[:5]), expected)
+
+
+def test_layer_statistics_are_standardised(fitted_rose, images):
+    z = fitted_rose.normalized_layer_scores(images[16:])
+    torch.testing.assert_close(z.mean(0), torch.zeros(z.shape[1], dtype=z.dtype), atol=1e-9, rtol=0)
+    torch.testing.assert_close(z.std(0), torch.ones(z.shape[1], dtype=z.dtype), atol=1e-9, rtol=0)
+
+
+def test_batching_does_not_change_scores(fitted_rose, images):
+    one = fitted_rose.score(images)
+    fitted_rose.batch_size = 5
+    np.testing.assert_allclose(fitted_rose.score(images), one, rtol=1e-5)
+
+
+def test_fit_holds_out_statistics_images_by_default(tiny_vae, images):
+    det = ROSE(tiny_vae, fisher="diag", stats_fraction=0.25).fit(images)
+    assert det.fishers_["encoder.conv0"].count == 18
+    assert det.score(images).shape == (24,)
+
+
+def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
+    path = tmp_path / "rose.pt"
+    fitted_rose.save(path)
+    loaded = Detector.load(path, tiny_vae)
+    assert isinstance(loaded, ROSE) and loaded.fisher_kind == "ekfac" and loaded.p == math.inf
+    np.testing.assert_allclose(loaded.score(images), fitted_rose.score(images))
+
+
+def test_loading_against_another_model_is_refused(fitted_rose, tmp_path):
+    path = tmp_path / "rose.pt"
+    fitted_rose.save(path)
+    other = VAE(in_channels=1, ngf=4, nz=4)
+    with pytest.raises(CheckpointError, match="fitted on model"):
+        Detector.load(path, other)
+    with pytest.raises(CheckpointError, match="holds a 'rose' detector"):
+        NLL.load(path, other)
+
+
+def test_corrupt_detector_file(tmp_path, tiny_vae):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a readable"):
+        Detector.load(bad, tiny_vae)
+    with pytest.raises(CheckpointError, match="no such file"):
+        Detector.load(tmp_path / "missing.pt", tiny_vae)
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (torch.rand(0, 1, 32, 32), "empty"),
+        (torch.rand(3, 3, 32, 32), "1-channel"),
+        (torch.rand(3, 1, 28, 28), "32×32"),
+        (torch.rand(3, 32, 32), "shape"),
+        (torch.full((3, 1, 32, 32), float("nan")), "NaN"),
+        (torch.rand(3, 1, 32, 32) * 255, r"\[0, 1\]"),
+    ],
+)
+def test_bad_images_are_clear_errors(fitted_rose, bad, match):
+    with pytest.raises(DataError, match=match):
+        fitted_rose.score(bad)
+
+
+def test_unfitted_and_bad_settings(tiny_vae, images):
+    with pytest.raises(RoseError, match="not fitted"):
+        ROSE(tiny_vae).score(images)
+    with pytest.raises(RoseError, match="unknown Fisher"):
+        ROSE(tiny_vae, fisher="full")
+    with pytest.raises(RoseError, match="unknown layer set"):
+        ROSE(tiny_vae, layers="middle")
+    with pytest.raises(RoseError, match="p must be"):
+        ROSE(tiny_vae, p=0.5)
+    with pytest.raises(DataError, match="at least 3"):
+        ROSE(tiny_vae).fit(images[:2])
+    with pytest.raises(RoseError, match="unknown method"):
+        make_detector("rose-magic", tiny_vae)
+
+
+def test_uint8_and_float_inputs_agree(fitted_rose):
+    u8 = np.random.default_rng(0).integers(0, 256, (4, 1, 32, 32), dtype=np.uint8)
+    np.testing.assert_allclose(fitted_rose.score(u8), fitted_rose.score(torch.from_numpy(u8).float() / 255))
+
+
+def test_nll_detector_matches_model(tiny_vae, images):
+    det = NLL(tiny_vae).fit(images)
+    torch.manual_seed(0)
+    s = det.score(images[:4])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        np.testing.assert_allclose(s, tiny_vae.nll(images[:4]).double().numpy(), rtol=1e-6)
