@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_models import ScaledSumModel, needs_vae_fingerprint, tiny_vae
+from fake_models import ScaledSumModel, tiny_vae
 from torch import Tensor, nn
 
 from roseood.detectors import DETECTORS, METHODS, Detector, LikelihoodRegret, make_detector
@@ -105,7 +105,6 @@ def test_detector_api() -> None:
     assert scores.shape == (5,) and scores.dtype == np.float64 and np.isfinite(scores).all()
 
 
-@needs_vae_fingerprint
 def test_save_load_round_trip(tmp_path: Path) -> None:
     model, x = tiny_vae(), _images(3)
     det = LikelihoodRegret(model, steps=2, k=3, batch_size=2).fit(x[:1])

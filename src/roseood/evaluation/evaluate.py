@@ -15,7 +15,7 @@ import torch
 
 from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images
-from roseood.detectors import Detector, make_detector
+from roseood.detectors import METHODS, Detector, make_detector
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import GenerativeModel
@@ -58,7 +58,9 @@ def _fit_source(spec: EvalSpec) -> str:
     name = spec.in_data.split(":")[0].lower().replace("-", "_")
     if name in DATASETS and "train" in DATASETS[name].splits:
         return f"{name}:train"
-    raise DataError(f"{spec.in_data!r} has no training split: name the images to fit on with --fit-data")
+    raise DataError(
+        f"{spec.in_data!r} is not a named dataset with a training split: name the images to fit on with --fit-data"
+    )
 
 
 def _load(
@@ -113,9 +115,11 @@ def evaluate(model: GenerativeModel, spec: EvalSpec, progress: bool = True) -> E
     every OOD set with the same images and seeds."""
     if not spec.methods:
         raise RoseError("no methods given")
-    fit_source = _fit_source(spec)
-    fit = _load(fit_source, spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+    unknown = [m for m in spec.methods if m not in METHODS]
+    if unknown:
+        raise RoseError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     test = _load(spec.in_data, spec.test_samples, spec.seed, model, spec)
+    fit = _load(_fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
     ood, missing = load_ood_sets(spec, model)
     settings = {
         "model": model.kind,

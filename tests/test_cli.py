@@ -1,0 +1,116 @@
+"""The rose command line end to end on tiny data: clear one-line errors, nothing overwritten."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from roseood.cli import main
+from roseood.models import VAE, load_model, save_model
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A data folder with tiny in-distribution and OOD sets, and a tiny saved VAE."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    blobs = (rng.random((1, 28, 28)) > 0.6) * 200
+    fm = np.clip(blobs + rng.integers(0, 40, (80, 28, 28)), 0, 255).astype(np.uint8)
+    np.savez_compressed(data / "fashion_mnist_train.npz", images=fm, labels=np.zeros(80, np.int64))
+    np.savez_compressed(data / "fashion_mnist_test.npz", images=fm[:30], labels=np.zeros(30, np.int64))
+    np.savez_compressed(data / "mnist_test.npz", images=255 - fm[:30], labels=np.zeros(30, np.int64))
+    torch.manual_seed(0)
+    vae = VAE(ngf=4, nz=4)
+    vae.train()
+    with torch.no_grad():
+        vae.train_loss(torch.rand(16, 1, 32, 32))
+    save_model(vae.eval(), tmp_path / "model.pt")
+    monkeypatch.setenv("ROSEOOD_DATA", str(data))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(*args: str) -> int:
+    return main(list(args))
+
+
+def test_evaluate_writes_json_and_report(workdir, capsys):
+    code = run(
+        "evaluate", "--model", "model.pt", "--ood", "mnist,noise,svhn", "--methods", "rose-ekfac,rose-diag,nll",
+        "--fit-samples", "30", "--stats-samples", "10", "--test-samples", "20", "--json", "out.json",
+        "--report", "rep", "--quiet",
+    )
+    assert code == 0
+    out = json.loads((workdir / "out.json").read_text())
+    assert set(out["results"]) == {"rose-ekfac", "rose-diag", "nll"}
+    assert set(out["results"]["nll"]) == {"mnist", "noise"}
+    assert set(out["results"]["nll"]["mnist"]) == {"auroc", "auprc", "fpr80", "fpr95"}
+    assert "svhn" in out["missing"]
+    assert out["settings"]["seed"] == 2021
+    report = (workdir / "rep" / "report.md").read_text()
+    assert "no data" in report and "roc_mnist.png" in report
+    assert "no data" in capsys.readouterr().out
+
+
+def test_fit_then_score_writes_csv(workdir):
+    assert run("fit", "--model", "model.pt", "--method", "rose-diag", "--fit-samples", "30", "--stats-samples",
+               "10", "--out", "det.pt") == 0
+    assert run("score", "--model", "model.pt", "--detector", "det.pt", "--data", "mnist", "--out", "s.csv") == 0
+    rows = (workdir / "s.csv").read_text().splitlines()
+    assert rows[0] == "index,label,score" and len(rows) == 31
+    folder = workdir / "imgs"
+    folder.mkdir()
+    from PIL import Image
+
+    for i in range(3):
+        Image.fromarray(np.full((40, 50, 3), 40 * i, np.uint8)).save(folder / f"{i}.png")
+    assert run("score", "--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv") == 0
+    assert len((workdir / "f.csv").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("evaluate", "--model", "missing.pt"), "no such file"),
+        (("evaluate", "--model", "model.pt", "--in", "imagenet"), "neither a known dataset"),
+        (("fit", "--model", "model.pt", "--in", "imagenet", "--out", "d.pt"), "--fit-data"),
+        (("evaluate", "--model", "model.pt", "--methods", "magic"), "unknown method"),
+        (("score", "--model", "model.pt", "--detector", "model.pt", "--data", "mnist", "--out", "x.csv"),
+         "expected a roseood-detector"),
+        (("evaluate", "--model", "model.pt", "--ood", "nothere.npz", "--fit-samples", "10"), "nothere"),
+    ],
+)
+def test_bad_input_is_one_clear_line(workdir, capsys, args, message):
+    assert run(*args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_detector_for_another_model_is_refused(workdir, capsys):
+    run("fit", "--model", "model.pt", "--method", "nll", "--fit-samples", "10", "--stats-samples", "2",
+        "--out", "det.pt")
+    save_model(VAE(ngf=4, nz=4), workdir / "other.pt")
+    assert run("score", "--model", "other.pt", "--detector", "det.pt", "--data", "mnist", "--out", "x.csv") == 2
+    assert "fitted on model" in capsys.readouterr().err
+    assert not (workdir / "x.csv").exists()
+
+
+def test_train_refuses_to_overwrite_and_resumes(workdir, capsys):
+    args = ("train", "vae", "--subset", "32", "--epochs", "1", "--ngf", "4", "--nz", "4", "--out", "t.pt")
+    assert run(*args) == 0
+    before = (workdir / "t.pt").read_bytes()
+    assert run(*args) == 2 and "--resume" in capsys.readouterr().err
+    assert (workdir / "t.pt").read_bytes() == before
+    longer = ("train", "vae", "--subset", "32", "--epochs", "2", "--ngf", "4", "--nz", "4", "--out", "t.pt")
+    assert run(*longer, "--resume") == 0
+    assert load_model(workdir / "t.pt").config()["ngf"] == 4
+
+
+def test_import_vae_refuses_to_overwrite(workdir, capsys):
+    (workdir / "exists.pt").write_bytes(b"keep")
+    assert run("import-vae", "--encoder", "a", "--decoder", "b", "--out", "exists.pt") == 2
+    assert (workdir / "exists.pt").read_bytes() == b"keep"
