@@ -74,8 +74,11 @@ def main() -> None:
         "ROSE-EKFAC (batched hooks)": timed(lambda: ekfac.score(x), args.repeats),
         "ROSE-EKFAC per-sample loop": timed(lambda: per_sample_loop_scores(ekfac, x), 1),
     }
-    print("settings:", {"model": model.config(), "batch": args.batch, "repeats": args.repeats,
-                        "fisher_fit_images": args.fit} | machine_description())
+    print(
+        "settings:",
+        {"model": model.config(), "batch": args.batch, "repeats": args.repeats, "fisher_fit_images": args.fit}
+        | machine_description(),
+    )
     base = t["forward-only NLL (z = mu)"]
     print(f"{'method':<30}{'images/s':>10}{'cost vs NLL':>14}")
     for name, sec in t.items():

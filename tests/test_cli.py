@@ -40,9 +40,24 @@ def run(*args: str) -> int:
 
 def test_evaluate_writes_json_and_report(workdir, capsys):
     code = run(
-        "evaluate", "--model", "model.pt", "--ood", "mnist,noise,svhn", "--methods", "rose-ekfac,rose-diag,nll",
-        "--fit-samples", "30", "--stats-samples", "10", "--test-samples", "20", "--json", "out.json",
-        "--report", "rep", "--quiet",
+        "evaluate",
+        "--model",
+        "model.pt",
+        "--ood",
+        "mnist,noise,svhn",
+        "--methods",
+        "rose-ekfac,rose-diag,nll",
+        "--fit-samples",
+        "30",
+        "--stats-samples",
+        "10",
+        "--test-samples",
+        "20",
+        "--json",
+        "out.json",
+        "--report",
+        "rep",
+        "--quiet",
     )
     assert code == 0
     out = json.loads((workdir / "out.json").read_text())
@@ -57,9 +72,25 @@ def test_evaluate_writes_json_and_report(workdir, capsys):
 
 
 def test_fit_then_score_writes_csv(workdir):
-    assert run("fit", "--model", "model.pt", "--method", "rose-diag", "--fit-samples", "30", "--stats-samples",
-               "10", "--out", "det.pt") == 0
-    assert run("score", "--model", "model.pt", "--detector", "det.pt", "--data", "mnist", "--out", "s.csv") == 0
+    assert (
+        run(
+            "fit",
+            "--model",
+            "model.pt",
+            "--method",
+            "rose-diag",
+            "--fit-samples",
+            "30",
+            "--stats-samples",
+            "10",
+            "--out",
+            "det.pt",
+        )
+        == 0
+    )
+    assert (
+        run("score", "--model", "model.pt", "--detector", "det.pt", "--data", "mnist", "--out", "s.csv") == 0
+    )
     rows = (workdir / "s.csv").read_text().splitlines()
     assert rows[0] == "index,label,score" and len(rows) == 31
     folder = workdir / "imgs"
@@ -68,7 +99,10 @@ def test_fit_then_score_writes_csv(workdir):
 
     for i in range(3):
         Image.fromarray(np.full((40, 50, 3), 40 * i, np.uint8)).save(folder / f"{i}.png")
-    assert run("score", "--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv") == 0
+    assert (
+        run("score", "--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv")
+        == 0
+    )
     assert len((workdir / "f.csv").read_text().splitlines()) == 4
 
 
@@ -79,8 +113,10 @@ def test_fit_then_score_writes_csv(workdir):
         (("evaluate", "--model", "model.pt", "--in", "imagenet"), "neither a known dataset"),
         (("fit", "--model", "model.pt", "--in", "imagenet", "--out", "d.pt"), "--fit-data"),
         (("evaluate", "--model", "model.pt", "--methods", "magic"), "unknown method"),
-        (("score", "--model", "model.pt", "--detector", "model.pt", "--data", "mnist", "--out", "x.csv"),
-         "expected a roseood-detector"),
+        (
+            ("score", "--model", "model.pt", "--detector", "model.pt", "--data", "mnist", "--out", "x.csv"),
+            "expected a roseood-detector",
+        ),
         (("evaluate", "--model", "model.pt", "--ood", "nothere.npz", "--fit-samples", "10"), "nothere"),
     ],
 )
@@ -91,10 +127,23 @@ def test_bad_input_is_one_clear_line(workdir, capsys, args, message):
 
 
 def test_detector_for_another_model_is_refused(workdir, capsys):
-    run("fit", "--model", "model.pt", "--method", "nll", "--fit-samples", "10", "--stats-samples", "2",
-        "--out", "det.pt")
+    run(
+        "fit",
+        "--model",
+        "model.pt",
+        "--method",
+        "nll",
+        "--fit-samples",
+        "10",
+        "--stats-samples",
+        "2",
+        "--out",
+        "det.pt",
+    )
     save_model(VAE(ngf=4, nz=4), workdir / "other.pt")
-    assert run("score", "--model", "other.pt", "--detector", "det.pt", "--data", "mnist", "--out", "x.csv") == 2
+    assert (
+        run("score", "--model", "other.pt", "--detector", "det.pt", "--data", "mnist", "--out", "x.csv") == 2
+    )
     assert "fitted on model" in capsys.readouterr().err
     assert not (workdir / "x.csv").exists()
 

@@ -84,7 +84,9 @@ def test_ekfac_equals_dense_when_the_fisher_is_diagonal_in_the_kronecker_basis()
     e, d = fitted("ekfac", [grads], 0.0), fitted("dense", [grads], 0.0)
     torch.testing.assert_close(e.quad(grads), d.quad(grads), rtol=1e-5, atol=0)  # float32 rotation
     # and over the in-distribution samples themselves the mean of sᵀF⁻¹s is the dimension (1)
-    torch.testing.assert_close(d.quad(grads).mean(), torch.tensor(1.0, dtype=torch.float64), rtol=1e-6, atol=0)
+    torch.testing.assert_close(
+        d.quad(grads).mean(), torch.tensor(1.0, dtype=torch.float64), rtol=1e-6, atol=0
+    )
 
 
 def test_factor_first_and_matrix_first_rotations_agree(layer_batches):

@@ -32,7 +32,13 @@ def test_resume_equals_an_uninterrupted_run(data, tmp_path):
     torch.manual_seed(0)
     full, _ = train(VAE(ngf=4, nz=4), data, cfg3, tmp_path / "full.pt", progress=False)
     torch.manual_seed(0)
-    train(VAE(ngf=4, nz=4), data, TrainConfig(epochs=2, batch_size=16, seed=1), tmp_path / "part.pt", progress=False)
+    train(
+        VAE(ngf=4, nz=4),
+        data,
+        TrainConfig(epochs=2, batch_size=16, seed=1),
+        tmp_path / "part.pt",
+        progress=False,
+    )
     resumed, history = train(VAE(ngf=4, nz=4), data, cfg3, tmp_path / "part.pt", resume=True, progress=False)
     assert len(history) == 3
     # the sampled latent noise uses the global RNG, so compare architecture and progress, not bits
@@ -46,7 +52,13 @@ def test_existing_output_and_mismatched_resume_are_refused(data, tmp_path):
     with pytest.raises(RoseError, match="exists"):
         train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", progress=False)
     with pytest.raises(CheckpointError, match="other settings"):
-        train(VAE(ngf=4, nz=4), data, TrainConfig(epochs=2, batch_size=32, lr=0.1), tmp_path / "m.pt", resume=True)
+        train(
+            VAE(ngf=4, nz=4),
+            data,
+            TrainConfig(epochs=2, batch_size=32, lr=0.1),
+            tmp_path / "m.pt",
+            resume=True,
+        )
 
 
 def test_glow_trains_with_adamax_warmup_and_clipping(data, tmp_path):
