@@ -40,16 +40,13 @@ def run_demo(fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021
     model = demo_model()
     images = demo_images()
     train = images["fashion_mnist_train"]
-    fit_samples = min(fit_samples, len(train) - 500)
-    fisher, stats = train[:fit_samples], train[fit_samples : fit_samples + 500]
+    n_stats = max(50, fit_samples // 4)
+    fit_samples = min(fit_samples, len(train) - n_stats)
+    fisher, stats = train[:fit_samples], train[fit_samples : fit_samples + n_stats]
     test_in, test_out = images["fashion_mnist_test"][:test_samples], images["mnist_test"][:test_samples]
     print(f"model: the ROSE authors' Fashion-MNIST VAE {model.config()}")
-    print(
-        f"data: {len(fisher)} Fashion-MNIST training images for the Fisher, {len(stats)} for layer statistics;"
-    )
-    print(
-        f"      {len(test_in)} Fashion-MNIST test images (in-distribution) vs {len(test_out)} MNIST test images"
-    )
+    print(f"data: {len(fisher)} Fashion-MNIST training images for the Fisher, {len(stats)} for layer stats;")
+    print(f"      {len(test_in)} Fashion-MNIST test images (in-distribution) vs {len(test_out)} MNIST ones")
     nll = NLL(model).fit(fisher)
     rose = ROSE(model, fisher="ekfac", progress=True).fit(fisher, stats_images=stats)
     auroc = {

@@ -22,7 +22,7 @@ def loop_grads(model: nn.Module, loss_fn, x: torch.Tensor, names: list[str]) -> 
         for n in names:
             ps = list(mods[n].parameters(recurse=False))
             flat = []
-            for p in ps:
+            for _ in ps:
                 g = grads[k]
                 k += 1
                 flat.append(g.reshape(g.shape[0], -1) if g.ndim > 1 else g[:, None])

@@ -20,7 +20,7 @@ def data() -> torch.Tensor:
 def test_vae_training_lowers_the_loss_and_writes_checkpoints(data, tmp_path):
     torch.manual_seed(0)
     cfg = TrainConfig(epochs=3, batch_size=16, lr=3e-3)
-    model, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", progress=False)
+    _, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", progress=False)
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert history[-1]["loss_nats"] < history[0]["loss_nats"]
     _, obj = load_checkpoint(tmp_path / "m.pt")

@@ -98,7 +98,7 @@ def test_import_of_the_authors_checkpoints_matches_the_shipped_model():
         AUTHORS / "fmnist_ngf16_nz100_seed1_netE.pth", AUTHORS / "fmnist_ngf16_nz100_seed1_netG.pth"
     )
     assert small.config() == {"in_channels": 1, "ngf": 16, "nz": 100, "image_size": 32}
-    with pytest.raises(CheckpointError, match="do not form one VAE|unexpected key"):
+    with pytest.raises(CheckpointError, match=r"do not form one VAE|unexpected key"):
         load_authors_vae(
             AUTHORS / "fmnist_ngf16_nz100_seed1_netE.pth", AUTHORS / "fmnist_ngf32_nz100_seed1_netG.pth"
         )

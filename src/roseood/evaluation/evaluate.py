@@ -59,7 +59,8 @@ def _fit_source(spec: EvalSpec) -> str:
     if name in DATASETS and "train" in DATASETS[name].splits:
         return f"{name}:train"
     raise DataError(
-        f"{spec.in_data!r} is not a named dataset with a training split: name the images to fit on with --fit-data"
+        f"{spec.in_data!r} is not a named dataset with a training split: "
+        "name the images to fit on with --fit-data"
     )
 
 
