@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roseood.errors import RoseError
 
@@ -80,26 +80,29 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
 
-def _spec(args: argparse.Namespace) -> EvalSpec:
+def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
     from roseood.evaluation.evaluate import EvalSpec
 
-    kwargs = {}
+    kwargs: dict[str, dict[str, Any]] = {m: {} for m in methods}
     if args.background:
         from roseood.models import load_model
 
         kwargs["lratio"] = {"background": load_model(args.background).to(args.device)}
+    for m in methods:
+        if m.startswith("rose") and args.layers:
+            kwargs[m]["layers"] = args.layers
     return EvalSpec(
         in_data=args.in_data,
-        ood=_csv(args.ood),
-        methods=_csv(args.methods),
+        ood=_csv(getattr(args, "ood", "")),
+        methods=methods,
         fit_data=args.fit_data,
         fit_samples=args.fit_samples,
         stats_samples=args.stats_samples,
-        test_samples=args.test_samples,
+        test_samples=getattr(args, "test_samples", 0),
         seed=args.seed,
         data_dir=args.data_dir,
         batch_size=args.batch_size,
-        brightness=args.brightness,
+        brightness=getattr(args, "brightness", 1.0),
         detector_kwargs=kwargs,
     )
 
@@ -126,7 +129,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from roseood.evaluation.evaluate import evaluate
 
     model = _model(args.model, args.device)
-    result = evaluate(model, _spec(args), progress=not args.quiet)
+    result = evaluate(model, _spec(args, _csv(args.methods)), progress=not args.quiet)
     print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
     print_table(result)
     if args.json:
@@ -139,30 +142,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
-    from roseood.data import load_images
-    from roseood.evaluation.evaluate import EvalSpec, fit_detector
+    from roseood.evaluation.evaluate import fit_detector, load_fit_images
 
     model = _model(args.model, args.device)
-    spec = EvalSpec(
-        in_data=args.in_data,
-        ood=[],
-        methods=[args.method],
-        fit_data=args.fit_data,
-        fit_samples=args.fit_samples,
-        stats_samples=args.stats_samples,
-        seed=args.seed,
-        data_dir=args.data_dir,
-        batch_size=args.batch_size,
-    )
-    from roseood.evaluation.evaluate import _fit_source
-
-    fit = load_images(
-        _fit_source(spec),
-        n=args.fit_samples + args.stats_samples,
-        seed=args.seed,
-        channels=model.in_channels,
-        data_dir=args.data_dir,
-    )
+    spec = _spec(args, [args.method])
+    fit = load_fit_images(spec, model)
     det = fit_detector(args.method, model, fit, spec, progress=True)
     det.save(args.out)
     print(f"wrote {args.out}: {args.method} fitted on {len(fit)} images of {fit.name}")
@@ -174,6 +158,12 @@ def cmd_score(args: argparse.Namespace) -> None:
 
     model = _model(args.model, args.device)
     det = Detector.load(args.detector, model)
+    if args.background:
+        from roseood.detectors import LikelihoodRatio
+        from roseood.models import load_model
+
+        if isinstance(det, LikelihoodRatio):
+            det.set_background(load_model(args.background).to(args.device))
     data = load_images(
         args.data,
         split=args.split,
@@ -275,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
             "--stats-samples", type=int, default=2000, help="further images for ROSE layer statistics"
         )
         p.add_argument("--background", help="background model checkpoint for the lratio method")
+        p.add_argument(
+            "--layers", help="ROSE layer set of the model (VAE: encoder, decoder, all; Glow: invconv, all)"
+        )
         _add_data_args(p)
 
     p = sub.add_parser("evaluate", help="fit detectors and compare them on in-distribution vs OOD sets")
@@ -305,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test")
     p.add_argument("--n", type=int, help="score a deterministic subset of this size")
     p.add_argument("--out", required=True, help="CSV file")
+    p.add_argument("--background", help="background model, for a saved lratio detector")
     _add_data_args(p)
     p.set_defaults(func=cmd_score)
 

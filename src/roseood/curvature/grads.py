@@ -114,11 +114,12 @@ def _weight_matrix_coords(m: nn.Module) -> Callable[[Tensor], Tensor]:
     wrapper = _WeightOf(m)
     params = {k: v.detach() for k, v in wrapper.named_parameters() if v.requires_grad}
     jac = torch.func.jacrev(lambda p: torch.func.functional_call(wrapper, p, ()))(params)
-    mats = [j.reshape(j.shape[0] * j.shape[1], -1) for j in jac.values()]
+    full = torch.cat([j.reshape(j.shape[0] * j.shape[1], -1) for j in jac.values()], 1)
+    # Entries that never reach W (e.g. the masked triangles of an LU factor) are not free parameters.
+    jacobian = full[:, full.abs().sum(0) > 0]
 
     def coords(g: Tensor) -> Tensor:
-        flat = g.flatten(1)
-        return torch.cat([flat @ j for j in mats], 1)
+        return g.flatten(1) @ jacobian
 
     return coords
 

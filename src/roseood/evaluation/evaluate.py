@@ -52,7 +52,8 @@ def machine_description() -> dict[str, Any]:
     }
 
 
-def _fit_source(spec: EvalSpec) -> str:
+def fit_source(spec: EvalSpec) -> str:
+    """Where detectors are fitted: ``--fit-data``, else the training split of the in-distribution set."""
     if spec.fit_data:
         return spec.fit_data
     name = spec.in_data.split(":")[0].lower().replace("-", "_")
@@ -76,6 +77,11 @@ def _load(
         data_dir=spec.data_dir,
         brightness=brightness,
     )
+
+
+def load_fit_images(spec: EvalSpec, model: GenerativeModel) -> ImageSet:
+    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples)."""
+    return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
 
 
 def load_ood_sets(spec: EvalSpec, model: GenerativeModel) -> tuple[dict[str, ImageSet], dict[str, str]]:
@@ -120,7 +126,7 @@ def evaluate(model: GenerativeModel, spec: EvalSpec, progress: bool = True) -> E
     if unknown:
         raise RoseError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     test = _load(spec.in_data, spec.test_samples, spec.seed, model, spec)
-    fit = _load(_fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+    fit = load_fit_images(spec, model)
     ood, missing = load_ood_sets(spec, model)
     settings = {
         "model": model.kind,
