@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -12,14 +11,6 @@ import torch
 
 from roseood.data.perturbations import dct, gaussian_blur, make_perturbation, random, svd
 from roseood.errors import RoseError
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _rank2_image() -> torch.Tensor:

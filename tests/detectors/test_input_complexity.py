@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +16,6 @@ from roseood.detectors import DETECTORS, METHODS, NLL, Detector, InputComplexity
 from roseood.detectors.compression import CODECS, compressed_bits, encode, to_uint8
 from roseood.errors import DataError, RoseError
 from roseood.models.glow import Glow
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _noise(n: int = 2, channels: int = 1) -> np.ndarray:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +15,6 @@ from roseood.errors import CheckpointError, DataError, RoseError
 
 SHARED = Path("/work/shared")
 VAES = SHARED / "models" / "rose-paper-vae"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _images(n: int = 4, channels: int = 1) -> torch.Tensor:

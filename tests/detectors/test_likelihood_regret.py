@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +17,6 @@ from roseood.models.glow import Glow
 from roseood.models.vae import VAE
 
 STEPS = 4
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _images(n: int = 3) -> Tensor:

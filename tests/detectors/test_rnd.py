@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,6 @@ from roseood.detectors import DETECTORS, METHODS, RND, Detector, make_detector
 from roseood.errors import DataError, RoseError
 
 TINY: dict[str, Any] = {"width": 4, "out_dim": 8, "extra": 1, "batch_size": 16}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _images(n: int = 32, channels: int = 1, seed: int = 0) -> torch.Tensor:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,15 +12,6 @@ from torch import nn
 
 from roseood.errors import DataError, RoseError
 from roseood.models.glow import ActNorm, Glow, GlowLevel, InvConv2d, ZeroConv2d
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors gain nothing from intra-op threads, and idle-spinning threads stall on a busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _tiny(channels: int = 1, size: int = 8, lu: bool = True, **kwargs: Any) -> Glow:

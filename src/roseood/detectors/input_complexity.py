@@ -20,7 +20,7 @@ from torch import Tensor
 
 from roseood.detectors.base import Detector
 from roseood.detectors.compression import CODECS, compressed_bits, to_uint8
-from roseood.detectors.likelihood_ratio import model_nll
+from roseood.detectors.nll import model_nll
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
 

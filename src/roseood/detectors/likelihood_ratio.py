@@ -20,17 +20,10 @@ from typing import Any
 from torch import Tensor
 
 from roseood.detectors.base import Detector
-from roseood.detectors.nll import NLL
+from roseood.detectors.nll import model_nll
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import model_fingerprint
-from roseood.models.vae import VAE
-
-
-def model_nll(model: GenerativeModel, x: Tensor, *, k: int, batch_size: int, progress: bool) -> Tensor:
-    """Per-image NLL in nats on CPU: IWAE with ``k`` samples for a VAE, the exact likelihood otherwise."""
-    k = k if isinstance(model, VAE) else 1
-    return NLL(model, k=k, batch_size=batch_size, progress=progress).nll(x)
 
 
 class LikelihoodRatio(Detector):

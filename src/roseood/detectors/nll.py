@@ -54,3 +54,9 @@ class NLL(Detector):
 
     def _score(self, x: Tensor) -> Tensor:
         return self.nll(x)
+
+
+def model_nll(model: GenerativeModel, x: Tensor, *, k: int, batch_size: int, progress: bool) -> Tensor:
+    """Per-image NLL in nats on CPU: IWAE with ``k`` samples for a VAE, the exact likelihood otherwise."""
+    k = k if isinstance(model, VAE) else 1
+    return NLL(model, k=k, batch_size=batch_size, progress=progress).nll(x)
