@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from roseood.cli import main
-from roseood.models import VAE, load_model, save_model
+from roseood.models import VAE, Glow, load_model, save_model
 
 
 @pytest.fixture
@@ -163,3 +163,36 @@ def test_import_vae_refuses_to_overwrite(workdir, capsys):
     (workdir / "exists.pt").write_bytes(b"keep")
     assert run("import-vae", "--encoder", "a", "--decoder", "b", "--out", "exists.pt") == 2
     assert (workdir / "exists.pt").read_bytes() == b"keep"
+
+
+def test_evaluate_works_for_glow_with_layer_sets(workdir):
+    torch.manual_seed(0)
+    glow = Glow(in_channels=1, image_size=32, levels=2, steps=2, hidden=8)
+    glow.train()
+    with torch.no_grad():
+        glow.train_loss(torch.rand(16, 1, 32, 32))
+    save_model(glow.eval(), workdir / "glow.pt")
+    code = run(
+        "evaluate",
+        "--model",
+        "glow.pt",
+        "--ood",
+        "mnist",
+        "--methods",
+        "rose-ekfac,rose-diag,nll",
+        "--layers",
+        "invconv",
+        "--fit-samples",
+        "20",
+        "--stats-samples",
+        "8",
+        "--test-samples",
+        "10",
+        "--json",
+        "g.json",
+        "--quiet",
+    )
+    assert code == 0
+    out = json.loads((workdir / "g.json").read_text())
+    assert out["settings"]["model"] == "glow" and set(out["results"]) == {"rose-ekfac", "rose-diag", "nll"}
+    assert run("evaluate", "--model", "glow.pt", "--ood", "mnist", "--layers", "encoder", "--quiet") == 2
