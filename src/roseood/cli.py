@@ -74,9 +74,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     )
     print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
     t0 = time.time()
-    model, history = train(model, data.images, cfg, args.out, resume=args.resume, device=args.device)
-    for h in history:
-        print(f"epoch {h['epoch']}: {h['bits_per_dim']:.4f} bits/dim ({h['seconds']:.0f} s)")
+    train(model, data.images, cfg, args.out, resume=args.resume, device=args.device)
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
 

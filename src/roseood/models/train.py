@@ -151,4 +151,9 @@ def train(
             "history": history,
         }
         save_model(model, checkpoint, train_state=state)
+        if progress:
+            h = history[-1]
+            tqdm.write(
+                f"epoch {h['epoch']}: {h['bits_per_dim']:.4f} bits/dim, {h['seconds']:.0f} s -> {checkpoint}"
+            )
     return model.eval(), history
