@@ -102,6 +102,11 @@ def load_ood_sets(spec: EvalSpec, model: GenerativeModel) -> tuple[dict[str, Ima
     return sets, missing
 
 
+def fisher_count(spec: EvalSpec, n_fit: int) -> int:
+    """How many of the ``n_fit`` fit images go to the Fisher; the rest (at most half) to ROSE statistics."""
+    return n_fit - min(spec.stats_samples, n_fit // 2)
+
+
 def fit_detector(
     method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec, progress: bool
 ) -> Detector:
@@ -109,7 +114,7 @@ def fit_detector(
     det = make_detector(
         method, model, batch_size=spec.batch_size, progress=progress, **spec.detector_kwargs.get(method, {})
     )
-    n_fisher = len(fit) - min(spec.stats_samples, len(fit) // 2)
+    n_fisher = fisher_count(spec, len(fit))
     if method.startswith("rose"):
         det.fit(fit.images[:n_fisher], stats_images=fit.images[n_fisher:])  # type: ignore[call-arg]
     else:
@@ -133,7 +138,7 @@ def evaluate(model: GenerativeModel, spec: EvalSpec, progress: bool = True) -> E
         "model_config": model.config(),
         "model_fingerprint": model_fingerprint(model),
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
-        "fit_data": f"{fit.name} ({len(fit)} images: {len(fit) - min(spec.stats_samples, len(fit) // 2)} "
+        "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
         f"for fitting, the rest for ROSE layer statistics)",
         "ood_sets": {k: f"{len(v)} images from {v.source}" for k, v in ood.items()},
         "methods": list(spec.methods),
