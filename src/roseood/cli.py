@@ -203,6 +203,34 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(fit_samples=args.fit_samples, test_samples=args.test_samples)
 
 
+def cmd_bench(args: argparse.Namespace) -> None:
+    from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
+
+    if args.list or not args.experiments:
+        print("experiments (rose bench NAME [NAME ...] or all):")
+        for name, exp in EXPERIMENTS.items():
+            print(f"  {name:<12} {exp.paper_ref:<20} {exp.title}")
+        return
+    names = list(EXPERIMENTS) if args.experiments == ["all"] else args.experiments
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown:
+        raise RoseError(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
+    ws = Workspace(
+        root=Path(args.out),
+        profile=get_profile(args.profile),
+        data_dir=args.data_dir,
+        device=args.device,
+        progress=not args.quiet,
+        models=tuple(_csv(args.models)),
+        datasets=tuple(_csv(args.datasets)),
+    )
+    for name in names:
+        t0 = time.time()
+        report = run_experiment(name, ws)
+        print(f"{name}: {report} ({(time.time() - t0) / 60:.1f} min)")
+    print(f"index: {ws.root / 'index.html'}")
+
+
 def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-dir", help="folder of dataset .npz files (default: $ROSEOOD_DATA or ~/.cache/roseood/data)"
@@ -299,6 +327,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--background", help="background model, for a saved lratio detector")
     _add_data_args(p)
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser(
+        "bench", help="regenerate the paper's tables and figures (reports with paper | ours | Δ)"
+    )
+    p.add_argument("experiments", nargs="*", help="experiment names, or all (see --list)")
+    p.add_argument("--list", action="store_true", help="list the experiments")
+    p.add_argument("--profile", default="cpu", help="smoke (seconds), cpu (this machine) or paper (GPU)")
+    p.add_argument("--out", default="results/bench", help="results folder (models are cached in OUT/cache)")
+    p.add_argument("--models", default="vae,glow", help="generative models to include")
+    p.add_argument("--datasets", default="fashion_mnist,cifar10", help="in-distribution sets to include")
+    p.add_argument("--data-dir")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("datasets", help="list the named datasets and whether their files are present")
     p.add_argument("--data-dir")

@@ -1,6 +1,14 @@
 """Image sets for OOD benchmarks: named sets, ``.npz`` files and image folders, preprocessed as the paper."""
 
-from roseood.data.loading import ImageSet, load_images
+from roseood.data.loading import ImageSet, load_images, take
 from roseood.data.registry import DATASETS, DatasetSpec, list_datasets, resolve_data_dir
 
-__all__ = ["DATASETS", "DatasetSpec", "ImageSet", "list_datasets", "load_images", "resolve_data_dir"]
+__all__ = [
+    "DATASETS",
+    "DatasetSpec",
+    "ImageSet",
+    "list_datasets",
+    "load_images",
+    "resolve_data_dir",
+    "take",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import zipfile
 from dataclasses import dataclass
@@ -126,7 +127,18 @@ def _named_file(spec: DatasetSpec, split: str, data_dir: Path, download: bool) -
 
 
 def _read_npz(path: Path) -> tuple[U8, Labels]:
-    """Read and validate ``images`` (and optional ``labels``) from an ``.npz`` archive."""
+    """Read and validate ``images`` (and optional ``labels``) from an ``.npz`` archive.
+
+    Decompressing a large archive takes seconds and benchmarks load the same files many times, so the
+    last few archives are kept in memory (keyed by path, size and mtime); callers get copies.
+    """
+    stat = path.stat()
+    images, labels = _read_npz_cached(path.resolve(), stat.st_size, stat.st_mtime_ns)
+    return images.copy(), labels.copy()
+
+
+@functools.lru_cache(maxsize=4)
+def _read_npz_cached(path: Path, size: int, mtime_ns: int) -> tuple[U8, Labels]:
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -211,3 +223,11 @@ def _load_folder(
         labels,
         str(folder),
     )
+
+
+def take(images: ImageSet, n: int, seed: int) -> ImageSet:
+    """A seeded random subset of ``n`` images (all of them when ``n >= len``), in the set's order."""
+    keep = _subsample(len(images), n, seed)
+    if keep is None:
+        return images
+    return ImageSet(images.name, images.images[keep], images.labels[keep], f"{n} of {images.source}")

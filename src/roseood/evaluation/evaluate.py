@@ -5,8 +5,10 @@ from __future__ import annotations
 import platform
 import sys
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,10 @@ import numpy as np
 import torch
 
 from roseood import __version__
-from roseood.data import DATASETS, ImageSet, load_images
-from roseood.detectors import METHODS, Detector, make_detector
+from roseood.data import DATASETS, ImageSet, load_images, take
+from roseood.detectors import METHODS, Detector, LikelihoodRatio, make_detector
 from roseood.errors import DataError, RoseError
+from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import model_fingerprint
@@ -38,6 +41,8 @@ class EvalSpec:
     batch_size: int = 64
     brightness: float = 1.0
     detector_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    test_limits: dict[str, int] = field(default_factory=dict)  # method -> fewer test images (slow methods)
+    overall_per_set: int = 1000  # images of each OOD set in "overall" (the paper: one thousand)
 
 
 def machine_description() -> dict[str, Any]:
@@ -84,22 +89,48 @@ def load_fit_images(spec: EvalSpec, model: GenerativeModel) -> ImageSet:
     return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
 
 
+OVERALL = "overall"
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _set_seed(spec: EvalSpec, source: str) -> int:
+    """Each OOD set's subsampling seed depends on its name, not its position, so the same set gets the
+    same images in every run (and cached scores are reused across experiments)."""
+    return spec.seed + 1 + zlib.crc32(source.encode()) % 100_000
+
+
 def load_ood_sets(spec: EvalSpec, model: GenerativeModel) -> tuple[dict[str, ImageSet], dict[str, str]]:
-    """Load every OOD set; named sets whose files are absent become 'no data' entries, not errors."""
+    """Load every OOD set but ``overall``; named sets whose files are absent become 'no data' entries."""
     sets: dict[str, ImageSet] = {}
     missing: dict[str, str] = {}
-    for i, source in enumerate(spec.ood):
+    for source in spec.ood:
+        if source == OVERALL:
+            continue
         named = source.split(":")[0].lower().replace("-", "_") in DATASETS
         try:
-            sets[source] = _load(source, spec.test_samples, spec.seed + 1 + i, model, spec, spec.brightness)
+            sets[source] = _load(
+                source, spec.test_samples, _set_seed(spec, source), model, spec, spec.brightness
+            )
         except DataError as exc:
             if not named:
                 raise
             missing[source] = str(exc)
-            print(f"warning: {source}: no data ({exc})", file=sys.stderr)
+            if (source, str(exc)) not in _WARNED:  # once per process, not once per method or brightness
+                _WARNED.add((source, str(exc)))
+                print(f"warning: {source}: no data ({exc})", file=sys.stderr)
     if not sets:
         raise DataError("none of the OOD sets could be loaded: " + "; ".join(missing.values()))
     return sets, missing
+
+
+def overall_scores(
+    scores: dict[str, np.ndarray], members: Sequence[str], per_set: int, seed: int
+) -> np.ndarray:
+    """The paper's "overall" OOD set (Section 5.1), scored without rescoring: ``per_set`` random images'
+    scores of each member set, concatenated."""
+    rng = np.random.default_rng(seed)
+    parts = [scores[m][rng.permutation(len(scores[m]))[:per_set]] for m in members]
+    return np.concatenate(parts)
 
 
 def fisher_count(spec: EvalSpec, n_fit: int) -> int:
@@ -107,13 +138,16 @@ def fisher_count(spec: EvalSpec, n_fit: int) -> int:
     return n_fit - min(spec.stats_samples, n_fit // 2)
 
 
+def _make(method: str, model: GenerativeModel, spec: EvalSpec, progress: bool) -> Detector:
+    kwargs = spec.detector_kwargs.get(method, {})
+    return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
+
+
 def fit_detector(
     method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec, progress: bool
 ) -> Detector:
     """Build and fit one detector; ROSE gets its layer statistics from the held-out tail of ``fit``."""
-    det = make_detector(
-        method, model, batch_size=spec.batch_size, progress=progress, **spec.detector_kwargs.get(method, {})
-    )
+    det = _make(method, model, spec, progress)
     n_fisher = fisher_count(spec, len(fit))
     if method.startswith("rose"):
         det.fit(fit.images[:n_fisher], stats_images=fit.images[n_fisher:])  # type: ignore[call-arg]
@@ -122,9 +156,83 @@ def fit_detector(
     return det
 
 
-def evaluate(model: GenerativeModel, spec: EvalSpec, progress: bool = True) -> EvaluationResult:
+def _fit_key(method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec) -> dict[str, Any]:
+    """Everything that determines a fitted detector, for the result cache."""
+    kwargs = spec.detector_kwargs.get(method, {})
+    background = kwargs.get("background")
+    return {
+        "model": model_fingerprint(model),
+        "background": model_fingerprint(background) if background is not None else None,
+        "method": method,
+        "params": _make(method, model, spec, False).params(),
+        "fit_images": array_digest(fit.images),
+        "n_fisher": fisher_count(spec, len(fit)),
+        "seed": spec.seed,
+    }
+
+
+@dataclass
+class _MethodRun:
+    """One method's detector, fitted (or loaded from the cache) only when a score is actually missing."""
+
+    method: str
+    model: GenerativeModel
+    fit: ImageSet
+    spec: EvalSpec
+    progress: bool
+    cache: ResultCache | None
+    _det: Detector | None = None
+
+    @cached_property
+    def key(self) -> dict[str, Any]:
+        return _fit_key(self.method, self.model, self.fit, self.spec)
+
+    def detector(self) -> Detector:
+        if self._det is None:
+            torch.manual_seed(self.spec.seed)
+            if self.cache is None:
+                self._det = self._build()
+            else:
+                self._det = self.cache.detector(cache_key(self.key), self._load, self._build)
+        return self._det
+
+    def _build(self) -> Detector:
+        return fit_detector(self.method, self.model, self.fit, self.spec, self.progress)
+
+    def _load(self, path: Path) -> Detector:
+        det = Detector.load(path, self.model)
+        background = self.spec.detector_kwargs.get(self.method, {}).get("background")
+        if isinstance(det, LikelihoodRatio) and background is not None:
+            det.set_background(background)
+        return det
+
+    def score(self, images: np.ndarray) -> tuple[np.ndarray, float]:
+        """Scores of ``images`` and the seconds they took (cached: the seconds of the original run)."""
+
+        def compute() -> np.ndarray:
+            det = self.detector()
+            torch.manual_seed(self.spec.seed)
+            t0 = time.perf_counter()
+            values = det.score(images)
+            return np.append(values, time.perf_counter() - t0)
+
+        if self.cache is None:
+            out = compute()
+        else:
+            out = self.cache.scores(cache_key(self.key | {"images": array_digest(images)}), compute)
+        return out[:-1], float(out[-1])
+
+
+def evaluate(
+    model: GenerativeModel, spec: EvalSpec, progress: bool = True, cache: ResultCache | None = None
+) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
-    every OOD set with the same images and seeds."""
+    every OOD set with the same images and seeds.
+
+    ``spec.test_limits`` gives slow methods a seeded subset of each test set. With a ``cache``,
+    fitted detectors and scores are stored as they are made and reused, so a re-run after an
+    interruption only computes what is missing.
+    """
     if not spec.methods:
         raise RoseError("no methods given")
     unknown = [m for m in spec.methods if m not in METHODS]
@@ -133,6 +241,9 @@ def evaluate(model: GenerativeModel, spec: EvalSpec, progress: bool = True) -> E
     test = _load(spec.in_data, spec.test_samples, spec.seed, model, spec)
     fit = load_fit_images(spec, model)
     ood, missing = load_ood_sets(spec, model)
+    ood_sets = {k: f"{len(v)} images from {v.source}" for k, v in ood.items()}
+    if OVERALL in spec.ood:
+        ood_sets[OVERALL] = f"{spec.overall_per_set} random images of each of: {', '.join(ood)}"
     settings = {
         "model": model.kind,
         "model_config": model.config(),
@@ -140,20 +251,25 @@ def evaluate(model: GenerativeModel, spec: EvalSpec, progress: bool = True) -> E
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
         "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
         f"for fitting, the rest for ROSE layer statistics)",
-        "ood_sets": {k: f"{len(v)} images from {v.source}" for k, v in ood.items()},
+        "ood_sets": ood_sets,
         "methods": list(spec.methods),
         "seed": spec.seed,
         "brightness": spec.brightness,
         "machine": machine_description(),
     }
+    if spec.test_limits:
+        settings["test_limits"] = {m: f"at most {n} images per set" for m, n in spec.test_limits.items()}
     result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=missing)
     for method in spec.methods:
-        torch.manual_seed(spec.seed)
-        det = fit_detector(method, model, fit, spec, progress)
-        t0 = time.perf_counter()
-        scores = {spec.in_data: det.score(test.images)}
-        result.images_per_second[method] = len(test) / (time.perf_counter() - t0)
-        for name, s in ood.items():
-            scores[name] = det.score(s.images)
-        result.scores[method] = {k: np.asarray(v) for k, v in scores.items()}
+        run = _MethodRun(method, model, fit, spec, progress, cache)
+        limit = spec.test_limits.get(method)
+        scores = {}
+        for name, images in {spec.in_data: test, **ood}.items():
+            subset = take(images, limit, spec.seed) if limit else images
+            scores[name], seconds = run.score(subset.images)
+            if name == spec.in_data:
+                result.images_per_second[method] = len(subset) / max(seconds, 1e-9)
+        if OVERALL in spec.ood:
+            scores[OVERALL] = overall_scores(scores, list(ood), spec.overall_per_set, spec.seed)
+        result.scores[method] = scores
     return result

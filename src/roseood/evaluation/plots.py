@@ -195,3 +195,24 @@ def plot_box(
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
+
+
+def plot_scatter(
+    points: Mapping[str, tuple[float, float]],
+    path: str | Path,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    xscale: str = "log",
+) -> Path:
+    """One labelled point per entry (e.g. a method's images/s vs its AUROC, the paper's Figure 4)."""
+    fig, ax = _figure()
+    for i, (name, (x, y)) in enumerate(points.items()):
+        ax.scatter([x], [y], s=40, color=f"C{i % 10}", zorder=3)
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    if not points:
+        _no_data(ax, "no points")
+    ax.set_xscale(xscale)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)

@@ -36,21 +36,24 @@ _CSS = (
 )
 
 
-def markdown_table(
-    rows: list[str], cols: list[str], cell: Callable[[str, str], str], corner: str = ""
-) -> str:
-    """GitHub-flavoured Markdown table: one line per row, ``cell(row, col)`` for each value.
+def markdown_rows(header: list[str], rows: list[list[str]]) -> str:
+    """GitHub-flavoured Markdown table from a header and rows of cell strings.
 
-    The first column holds the row labels under the header ``corner``. Pipes are escaped and line
-    breaks flattened so that names or reasons containing them cannot break the table.
+    Pipes are escaped and line breaks flattened so that names or reasons containing them cannot
+    break the table.
     """
 
     def line(items: list[str]) -> str:
         return "| " + " | ".join(item.replace("|", r"\|").replace("\n", " ") for item in items) + " |"
 
-    lines = [line([corner, *cols]), "|" + "---|" * (len(cols) + 1)]
-    lines += [line([row, *(cell(row, col) for col in cols)]) for row in rows]
-    return "\n".join(lines)
+    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
+
+
+def markdown_table(
+    rows: list[str], cols: list[str], cell: Callable[[str, str], str], corner: str = ""
+) -> str:
+    """Markdown table with row labels in the first column (header ``corner``), ``cell(row, col)`` after."""
+    return markdown_rows([corner, *cols], [[row, *(cell(row, col) for col in cols)] for row in rows])
 
 
 def safe_name(name: str) -> str:

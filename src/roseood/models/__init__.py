@@ -1,15 +1,17 @@
-"""Generative models with per-sample log-likelihoods: the paper's VAE and Glow, plus checkpoint I/O."""
+"""Models ROSE can analyse: the paper's VAE and Glow, the Figure 6 classifiers, plus checkpoint I/O."""
 
 from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import load_checkpoint, load_model, model_fingerprint, save_model
+from roseood.models.classifier import Classifier, train_classifier
 from roseood.models.glow import Glow
 from roseood.models.vae import VAE, load_authors_vae
 
-MODEL_KINDS: dict[str, type[GenerativeModel]] = {"vae": VAE, "glow": Glow}
+MODEL_KINDS: dict[str, type[GenerativeModel]] = {"vae": VAE, "glow": Glow, "classifier": Classifier}
 
 __all__ = [
     "MODEL_KINDS",
     "VAE",
+    "Classifier",
     "GenerativeModel",
     "Glow",
     "load_authors_vae",
@@ -17,4 +19,5 @@ __all__ = [
     "load_model",
     "model_fingerprint",
     "save_model",
+    "train_classifier",
 ]

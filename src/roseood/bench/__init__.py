@@ -1,0 +1,42 @@
+"""``rose bench``: the ROSE paper's tables and figures, one command each, with its numbers beside ours."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from roseood.bench.experiments import EXPERIMENTS, Experiment
+from roseood.bench.profiles import PROFILES, Profile, get_profile
+from roseood.bench.report import BenchReport
+from roseood.bench.workspace import Workspace
+from roseood.errors import RoseError
+from roseood.evaluation.report import write_index
+
+
+def run_experiment(name: str, ws: Workspace) -> Path:
+    """Run one experiment into ``{root}/{profile}/{name}``, refresh the folder's ``index.html`` and
+    return the report path. Finished models, detectors and scores in ``{root}/cache`` are reused."""
+    if name not in EXPERIMENTS:
+        raise RoseError(f"unknown experiment {name!r}; `rose bench --list` shows them")
+    exp = EXPERIMENTS[name]
+    out = ws.root / ws.profile.name / name
+    out.mkdir(parents=True, exist_ok=True)
+    report = BenchReport(name=name, title=f"{exp.paper_ref}: {exp.title}", paper_ref=exp.paper_ref)
+    ws.trained.clear()  # the report lists the models this experiment used
+    t0 = time.time()
+    exp.run(ws, out, report)
+    path = report.write(out, ws, time.time() - t0)
+    write_index(ws.root)
+    return path
+
+
+__all__ = [
+    "EXPERIMENTS",
+    "PROFILES",
+    "BenchReport",
+    "Experiment",
+    "Profile",
+    "Workspace",
+    "get_profile",
+    "run_experiment",
+]

@@ -1,0 +1,133 @@
+"""Benchmark reports: our numbers beside the paper's, with the difference, the settings and the figures.
+
+A ``BenchReport`` collects Markdown sections while an experiment runs and writes ``report.md`` and
+``results.json`` into the experiment's folder; its header states the profile (and what it cuts), the
+wall time, the models trained, seeds, versions and machine, so every number travels with its context.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from roseood.bench.workspace import Workspace
+from roseood.evaluation.evaluate import machine_description
+from roseood.evaluation.report import markdown_rows
+
+DELTA_FLAG = 0.05  # |ours − paper| above this is marked in tables
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compared number: row labels, ours (None: not measured, with ``why``) and the paper's."""
+
+    labels: tuple[str, ...]
+    ours: float | None
+    paper: float | None
+    why: str = ""
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
+def comparison_table(headers: tuple[str, ...], rows: list[Row]) -> str:
+    """Markdown table ``labels… | paper | ours | Δ``; Δ beyond ``DELTA_FLAG`` is bold, a missing
+    measurement says why (e.g. "no data")."""
+
+    def cells(row: Row) -> list[str]:
+        ours = _fmt(row.ours) if row.ours is not None else (row.why or "–")
+        if row.ours is None or row.paper is None:
+            delta = "–"
+        else:
+            d = row.ours - row.paper
+            delta = f"**{d:+.3f}**" if abs(d) > DELTA_FLAG else f"{d:+.3f}"
+        return [*row.labels, _fmt(row.paper), ours, delta]
+
+    return markdown_rows([*headers, "paper", "ours", "Δ"], [cells(r) for r in rows])
+
+
+@dataclass
+class BenchReport:
+    """Sections and machine-readable results of one experiment run."""
+
+    name: str
+    title: str
+    paper_ref: str
+    parts: list[str] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+    def section(self, heading: str, *body: str) -> None:
+        self.parts += [f"## {heading}", *body]
+
+    def compare(self, heading: str, headers: tuple[str, ...], rows: list[Row], caption: str = "") -> None:
+        """A paper | ours | Δ table; the rows also go to ``results.json``."""
+        self.rows += rows
+        self.section(heading, *([caption] if caption else []), comparison_table(headers, rows))
+
+    def figure(self, path: Path, caption: str, out: Path) -> None:
+        self.parts += [f"![{caption}]({path.relative_to(out).as_posix()})", f"*{caption}*"]
+
+    def write(self, out: Path, ws: Workspace, wall_seconds: float) -> Path:
+        """Write ``report.md`` (header, then the sections) and ``results.json`` into ``out``."""
+        out.mkdir(parents=True, exist_ok=True)
+        flagged = [r for r in self.rows if r.ours is not None and r.paper is not None]
+        far = [r for r in flagged if abs(r.ours - r.paper) > DELTA_FLAG]  # type: ignore[operator]
+        p = ws.profile
+        header = [
+            f"# {self.title}",
+            f"Reproduces {self.paper_ref} of the ROSE paper. Profile **{p.name}** — cuts: {p.cuts}. "
+            f"Wall time {wall_seconds / 60:.1f} min (cached models, detectors and scores are reused, so a "
+            "re-run is faster). Δ = ours − paper; bold when |Δ| > "
+            f"{DELTA_FLAG}: {len(far)} of {len(flagged)} compared numbers.",
+            "## Run",
+            markdown_rows(
+                ["setting", "value"],
+                [
+                    ["fit images (Fisher / detector fit)", str(p.fit_samples)],
+                    ["ROSE layer-statistics images", str(p.stats_samples)],
+                    ["test images per set (VAE / Glow)", f"{p.test_samples} / {p.glow_test_samples}"],
+                    [
+                        "fewer test images for slow methods",
+                        ", ".join(f"{m}: {n}" for m, n in p.test_limits.items()) or "none",
+                    ],
+                    ["'overall' images per OOD set", str(p.overall_per_set)],
+                    ["seeds", "training 0; evaluation 2021 (+ a per-set offset derived from the set's name)"],
+                    ["machine", ", ".join(f"{k} {v}" for k, v in machine_description().items())],
+                ],
+            ),
+            "### Models",
+            markdown_rows(
+                ["model", "epochs", "training images", "this run"],
+                [
+                    [
+                        name,
+                        str(t["epochs"]),
+                        str(t["images"]),
+                        "reused from cache" if t.get("reused") else f"trained {t['train_seconds']} s",
+                    ]
+                    for name, t in ws.trained.items()
+                ],
+            )
+            if ws.trained
+            else "No trained models (this experiment needs none).",
+        ]
+        (out / "report.md").write_text("\n\n".join(header + self.parts) + "\n")
+        payload = {
+            "experiment": self.name,
+            "title": self.title,
+            "profile": p.settings(),
+            "wall_seconds": wall_seconds,
+            "models": ws.trained,
+            "machine": machine_description(),
+            "results": self.results,
+            "comparison": [
+                {"labels": list(r.labels), "ours": r.ours, "paper": r.paper, "why": r.why} for r in self.rows
+            ],
+        }
+        (out / "results.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+        return out / "report.md"

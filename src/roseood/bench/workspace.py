@@ -1,0 +1,195 @@
+"""Where a benchmark run keeps what it makes: trained models, fitted detectors and scores, all reused.
+
+Models are named by everything that defines them except the epoch count (a longer run resumes a
+shorter one), trained with per-epoch atomic checkpoints, and shared by every experiment of a results
+folder. Detectors and scores go to a content-addressed ``ResultCache``. Re-running an interrupted
+experiment therefore redoes only what had not finished.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from roseood.bench.profiles import BACKGROUND, PAPER_GLOW_WEIGHT_DECAY, PAPER_VAE, Profile
+from roseood.data import load_images
+from roseood.errors import RoseError
+from roseood.evaluation.cache import ResultCache
+from roseood.evaluation.evaluate import EvalSpec, evaluate
+from roseood.evaluation.result import EvaluationResult
+from roseood.models import VAE, Glow, load_checkpoint
+from roseood.models.base import GenerativeModel
+from roseood.models.classifier import Classifier, train_classifier
+from roseood.models.train import TrainConfig, train
+
+CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """A model to train: kind, data, architecture and training settings (epochs may grow on resume)."""
+
+    kind: str  # vae | glow | classifier
+    data: str  # fashion_mnist | cifar10
+    arch: tuple[tuple[str, Any], ...]
+    subset: int | None
+    epochs: int
+    perturb: str | None = None
+    weight_decay: float = 0.0
+    seed: int = 0
+
+    @property
+    def channels(self) -> int:
+        return CHANNELS[self.data]
+
+    @property
+    def name(self) -> str:
+        """File stem, e.g. ``vae-cifar10-c3-ngf64-nz200-n20000-s0`` (epochs excluded: they can grow)."""
+        parts = [self.kind, self.data, f"c{self.channels}", *(f"{k}{v}" for k, v in self.arch)]
+        parts.append(f"n{self.subset}" if self.subset else "nall")
+        if self.perturb:
+            parts.append(self.perturb.replace(":", ""))
+        if self.weight_decay:
+            parts.append(f"wd{self.weight_decay:g}")
+        return "-".join([*parts, f"s{self.seed}"])
+
+    def build(self) -> GenerativeModel:
+        arch = dict(self.arch)
+        if self.kind == "vae":
+            return VAE(in_channels=self.channels, **arch)
+        if self.kind == "glow":
+            return Glow(in_channels=self.channels, **arch)
+        if self.kind == "classifier":
+            return Classifier(in_channels=self.channels, **arch)
+        raise RoseError(f"unknown model kind {self.kind!r}")
+
+
+@dataclass
+class Workspace:
+    """A results folder's shared cache plus the run's profile, data folder, device and progress setting."""
+
+    root: Path
+    profile: Profile
+    data_dir: str | Path | None = None
+    device: str = "cpu"
+    progress: bool = True
+    models: tuple[str, ...] = ("vae", "glow")  # which generative models experiments loop over
+    datasets: tuple[str, ...] = ("fashion_mnist", "cifar10")  # which in-distribution sets
+    trained: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe name -> training summary
+
+    def select_models(self, available: tuple[str, ...]) -> list[str]:
+        return [m for m in available if m in self.models]
+
+    def select_data(self) -> list[str]:
+        return [d for d in CHANNELS if d in self.datasets]
+
+    @property
+    def cache(self) -> ResultCache:
+        return ResultCache(self.root / "cache")
+
+    # -- models ------------------------------------------------------------------------------------
+    def vae(self, data: str, capacity: float = 1.0) -> ModelRecipe:
+        """The paper's VAE for ``data`` at ``capacity`` × its width (Table 3), sized by the profile."""
+        base = PAPER_VAE[data]
+        width = max(2, round(base["ngf"] * capacity * self.profile.vae_width))
+        nz = max(4, round(base["nz"] * self.profile.vae_width))
+        subset, epochs = self.profile.vae_train[data]
+        return ModelRecipe("vae", data, (("ngf", width), ("nz", nz)), subset, epochs)
+
+    def glow(self, data: str) -> ModelRecipe:
+        subset, epochs = self.profile.glow_train[data]
+        arch = tuple(self.profile.glow[data].items())
+        return ModelRecipe("glow", data, arch, subset, epochs, weight_decay=PAPER_GLOW_WEIGHT_DECAY[data])
+
+    def background(self, main: ModelRecipe, perturb: str | None = None) -> ModelRecipe:
+        """Likelihood-Ratio background of ``main``: same architecture, trained on perturbed images
+        (``perturb`` or the paper's choice for that model and data, Appendix B.3)."""
+        default, decay = BACKGROUND[(main.kind, main.data)]
+        subset, epochs = self.profile.background_train[main.data]
+        return ModelRecipe(main.kind, main.data, main.arch, subset, epochs, perturb or default, decay)
+
+    def classifier(self, arch: str) -> ModelRecipe:
+        subset, epochs = self.profile.classifier_train
+        return ModelRecipe(
+            "classifier",
+            "fashion_mnist",
+            (("arch", arch), ("width", self.profile.classifier_width)),
+            subset,
+            epochs,
+        )
+
+    def model(self, recipe: ModelRecipe) -> GenerativeModel:
+        """The trained model of ``recipe``: loaded when its checkpoint has every epoch, else trained
+        (resuming from the last finished epoch)."""
+        path = self.root / "cache" / "models" / f"{recipe.name}.pt"
+        if path.exists():
+            model, obj = load_checkpoint(path)
+            done = obj.get("train_state", {}).get("epoch", 0)
+            if done >= recipe.epochs:
+                self.trained[recipe.name] = {"epochs": done, "images": recipe.subset or "all", "reused": True}
+                return model.to(self.device).eval()
+        data = load_images(
+            f"{recipe.data}:train",
+            n=recipe.subset,
+            seed=recipe.seed,
+            channels=recipe.channels,
+            data_dir=self.data_dir,
+        )
+        model = recipe.build()
+        t0 = time.time()
+        if isinstance(model, Classifier):
+            train_classifier(
+                model,
+                data.images,
+                data.labels,
+                epochs=recipe.epochs,
+                batch_size=self.profile.batch_size,
+                checkpoint=path,
+                resume=True,
+                progress=self.progress,
+                device=self.device,
+                seed=recipe.seed,
+            )
+        else:
+            cfg = TrainConfig.for_model(
+                recipe.kind,
+                epochs=recipe.epochs,
+                batch_size=self.profile.batch_size,
+                perturb=recipe.perturb,
+                weight_decay=recipe.weight_decay or None,
+                seed=recipe.seed,
+            )
+            train(model, data.images, cfg, path, resume=True, progress=self.progress, device=self.device)
+        self.trained[recipe.name] = {
+            "epochs": recipe.epochs,
+            "images": len(data),
+            "train_seconds": round(time.time() - t0, 1),
+        }
+        model, _ = load_checkpoint(path)
+        return model.to(self.device).eval()
+
+    # -- evaluation --------------------------------------------------------------------------------
+    def spec(
+        self, model: GenerativeModel, in_data: str, ood: list[str], methods: list[str], **kw: Any
+    ) -> EvalSpec:
+        """An ``EvalSpec`` sized by the profile (Glow gets the paper's smaller test sets)."""
+        p = self.profile
+        test = p.glow_test_samples if model.kind == "glow" else p.test_samples
+        options: dict[str, Any] = {
+            "fit_samples": p.fit_samples,
+            "stats_samples": p.stats_samples,
+            "test_samples": test,
+            "data_dir": self.data_dir,
+            "batch_size": p.batch_size,
+            "test_limits": dict(p.test_limits),
+            "overall_per_set": p.overall_per_set,
+        }
+        return EvalSpec(in_data=in_data, ood=ood, methods=methods, **(options | kw))
+
+    def evaluate(self, model: GenerativeModel, spec: EvalSpec) -> EvaluationResult:
+        torch.manual_seed(spec.seed)
+        return evaluate(model, spec, progress=self.progress, cache=self.cache)
