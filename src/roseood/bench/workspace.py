@@ -40,6 +40,8 @@ class ModelRecipe:
     epochs: int
     perturb: str | None = None
     weight_decay: float = 0.0
+    warmup: int = 0  # learning-rate warm-up steps
+    grad_clip: float = 0.0  # max gradient norm (0: none)
     seed: int = 0
 
     @property
@@ -55,6 +57,8 @@ class ModelRecipe:
             parts.append(self.perturb.replace(":", ""))
         if self.weight_decay:
             parts.append(f"wd{self.weight_decay:g}")
+        if self.warmup or self.grad_clip:
+            parts.append(f"warm{self.warmup}-clip{self.grad_clip:g}")
         return "-".join([*parts, f"s{self.seed}"])
 
     def build(self) -> GenerativeModel:
@@ -101,16 +105,28 @@ class Workspace:
         return ModelRecipe("vae", data, (("ngf", width), ("nz", nz)), subset, epochs)
 
     def glow(self, data: str) -> ModelRecipe:
+        """Glow for ``data``: learning-rate warm-up and gradient clipping keep early training stable."""
         subset, epochs = self.profile.glow_train[data]
         arch = tuple(self.profile.glow[data].items())
-        return ModelRecipe("glow", data, arch, subset, epochs, weight_decay=PAPER_GLOW_WEIGHT_DECAY[data])
+        decay = PAPER_GLOW_WEIGHT_DECAY[data]
+        return ModelRecipe("glow", data, arch, subset, epochs, weight_decay=decay, warmup=200, grad_clip=50.0)
 
     def background(self, main: ModelRecipe, perturb: str | None = None) -> ModelRecipe:
         """Likelihood-Ratio background of ``main``: same architecture, trained on perturbed images
         (``perturb`` or the paper's choice for that model and data, Appendix B.3)."""
         default, decay = BACKGROUND[(main.kind, main.data)]
         subset, epochs = self.profile.background_train[main.data]
-        return ModelRecipe(main.kind, main.data, main.arch, subset, epochs, perturb or default, decay)
+        return ModelRecipe(
+            main.kind,
+            main.data,
+            main.arch,
+            subset,
+            epochs,
+            perturb or default,
+            decay,
+            main.warmup,
+            main.grad_clip,
+        )
 
     def classifier(self, arch: str) -> ModelRecipe:
         subset, epochs = self.profile.classifier_train
@@ -161,6 +177,8 @@ class Workspace:
                 batch_size=self.profile.batch_size,
                 perturb=recipe.perturb,
                 weight_decay=recipe.weight_decay or None,
+                warmup_steps=recipe.warmup or None,
+                grad_clip=recipe.grad_clip or None,
                 seed=recipe.seed,
             )
             train(model, data.images, cfg, path, resume=True, progress=self.progress, device=self.device)

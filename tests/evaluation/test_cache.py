@@ -1,0 +1,90 @@
+"""The result cache: evaluations resume without refitting, per-method test limits, the "overall" set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roseood.evaluation import evaluate as evaluate_module
+from roseood.evaluation.cache import ResultCache, array_digest, cache_key
+from roseood.evaluation.evaluate import OVERALL, EvalSpec, evaluate, overall_scores
+from roseood.models import VAE
+
+
+def _npz(path: Path, n: int, seed: int, bright: int) -> str:
+    rng = np.random.default_rng(seed)
+    images = np.clip(rng.normal(bright, 30, (n, 28, 28)), 0, 255).astype(np.uint8)
+    np.savez_compressed(path, images=images)
+    return str(path)
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> EvalSpec:
+    return EvalSpec(
+        in_data=_npz(tmp_path / "in.npz", 20, 0, 60),
+        fit_data=_npz(tmp_path / "fit.npz", 40, 1, 60),
+        ood=[_npz(tmp_path / "a.npz", 16, 2, 200), _npz(tmp_path / "b.npz", 12, 3, 120), OVERALL],
+        methods=["nll", "rose-diag"],
+        fit_samples=30,
+        stats_samples=10,
+        test_samples=20,
+        overall_per_set=10,
+        batch_size=8,
+    )
+
+
+def test_scores_are_computed_once_and_a_corrupt_file_is_recomputed(tmp_path: Path) -> None:
+    cache = ResultCache(tmp_path)
+    calls = []
+
+    def compute() -> np.ndarray:
+        calls.append(1)
+        return np.arange(3.0)
+
+    key = cache_key({"a": 1, "images": array_digest(np.zeros((2, 2), np.uint8))})
+    assert cache.scores(key, compute).tolist() == [0, 1, 2]
+    assert cache.scores(key, compute).tolist() == [0, 1, 2] and len(calls) == 1
+    (tmp_path / "scores" / f"{key}.npy").write_bytes(b"garbage")
+    assert cache.scores(key, compute).tolist() == [0, 1, 2] and len(calls) == 2
+    assert cache_key({"a": 1}) != cache_key({"a": 2})
+    assert array_digest(np.zeros(3, np.uint8)) != array_digest(np.ones(3, np.uint8))
+
+
+def test_evaluate_resumes_from_the_cache_without_refitting(
+    tiny_vae: VAE, spec: EvalSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = ResultCache(tmp_path / "cache")
+    first = evaluate(tiny_vae, spec, progress=False, cache=cache)
+    fits = []
+    original = evaluate_module.fit_detector
+    monkeypatch.setattr(evaluate_module, "fit_detector", lambda *a, **k: fits.append(1) or original(*a, **k))
+    again = evaluate(tiny_vae, spec, progress=False, cache=cache)
+    assert fits == []
+    for method in spec.methods:
+        for name, values in first.scores[method].items():
+            np.testing.assert_array_equal(again.scores[method][name], values)
+    # A lost score file is recomputed from the stored detector, still without refitting.
+    next((tmp_path / "cache" / "scores").glob("*.npy")).unlink()
+    evaluate(tiny_vae, spec, progress=False, cache=cache)
+    assert fits == []
+
+
+def test_overall_mixes_every_loaded_set_and_limits_cut_slow_methods(tiny_vae: VAE, spec: EvalSpec) -> None:
+    spec.test_limits = {"nll": 5}
+    result = evaluate(tiny_vae, spec, progress=False)
+    a, b = spec.ood[0], spec.ood[1]
+    rose = result.scores["rose-diag"]
+    assert len(rose[a]) == 16 and len(rose[b]) == 12 and len(rose[OVERALL]) == 20  # 10 of each
+    assert set(rose[OVERALL]) <= set(rose[a]) | set(rose[b])
+    assert all(len(v) == 5 for v in result.scores["nll"].values() if v is not result.scores["nll"][OVERALL])
+    assert len(result.scores["nll"][OVERALL]) == 10
+    assert "10 random images of each of" in result.settings["ood_sets"][OVERALL]
+    assert "nll" in result.settings["test_limits"]
+
+
+def test_overall_scores_takes_per_set_from_each_member() -> None:
+    scores = {"a": np.arange(5.0), "b": np.arange(100.0, 103.0)}
+    mixed = overall_scores(scores, ["a", "b"], per_set=4, seed=0)
+    assert len(mixed) == 7 and set(mixed[:4]) <= set(scores["a"]) and set(mixed[4:]) == set(scores["b"])
