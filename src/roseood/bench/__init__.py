@@ -23,6 +23,7 @@ def run_experiment(name: str, ws: Workspace) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     report = BenchReport(name=name, title=f"{exp.paper_ref}: {exp.title}", paper_ref=exp.paper_ref)
     ws.trained.clear()  # the report lists the models this experiment used
+    ws.experiment = name
     t0 = time.time()
     exp.run(ws, out, report)
     path = report.write(out, ws, time.time() - t0)

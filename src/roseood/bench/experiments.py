@@ -77,7 +77,7 @@ def evaluate_variants(
     result's methods are the variant labels."""
     merged: EvaluationResult | None = None
     for label, (method, given) in variants.items():
-        kwargs = ws.profile.detector_kwargs.get(method.split("-")[0], {}) | given
+        kwargs = ws.detector_kwargs(method) | given
         res = ws.evaluate(
             model, ws.spec(model, in_data, ood, [method], detector_kwargs={method: kwargs}, **spec)
         )

@@ -55,7 +55,9 @@ class Profile:
     fisher_stats_samples: int = 2000
     fisher_test_samples: int = 1000
     brightness: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)
-    detector_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> overrides
+    detector_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # method family -> overrides
+    # experiment -> EvalSpec fields (test_samples, test_limits) and "detector_kwargs" that replace the above
+    experiment_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch_size: int = 64
 
     def settings(self) -> dict[str, Any]:
@@ -74,10 +76,12 @@ PROFILES: dict[str, Profile] = {
             name="cpu",
             cuts=(
                 "VAEs train 1 epoch on 60k Fashion-MNIST images or 3 epochs on 20k CIFAR-10 images "
-                "(paper: 100 epochs), backgrounds 2 epochs on 10k images; Glows are smaller (see glow) "
-                "and train 2 epochs on 10k images (paper: 50 on all); classifiers 2 epochs on 20k; "
-                "2000 test images per set (paper: 5000 VAE / 1000 Glow); Likelihood Regret on 30, "
-                "Likelihood Ratio and Input Complexity on 500 per set; Figure 5: at most 5000 Fisher images"
+                "(paper: 100 epochs); backgrounds 2 (Fashion-MNIST) or 1 (CIFAR-10) epochs on 10k images; "
+                "Glows are smaller (see glow) and train 2 epochs on 10k images (paper: 50 on all); "
+                "classifiers 2 epochs on 20k; 2000 test images per set (paper: 5000 VAE / 1000 Glow); "
+                "Likelihood Regret on 30, Likelihood Ratio and Input Complexity on 500 per set; "
+                "Figure 5: at most 2000 Fisher images, 200 test images per set, 500 statistics images; "
+                "brightness sweep: 300 test images per set, Likelihood Ratio on 150 with 5 IWAE samples"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
@@ -85,15 +89,22 @@ PROFILES: dict[str, Profile] = {
             },
             vae_train={"fashion_mnist": (None, 1), "cifar10": (20000, 3)},
             glow_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 2)},
-            background_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 2)},
+            background_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 1)},
             classifier_train=(20000, 2),
             classifier_width=16,
             test_samples=2000,
             glow_test_samples=1000,
             test_limits={"lr": 30, "lratio": 500, "ic-png": 500, "ic-jp2": 500},
-            fisher_sizes=(10, 100, 1000, 5000),
-            fisher_stats_samples=1000,
-            fisher_test_samples=500,
+            experiment_overrides={
+                "brightness": {
+                    "test_samples": 300,
+                    "test_limits": {"lratio": 150},
+                    "detector_kwargs": {"lratio": {"k": 5}},
+                }
+            },
+            fisher_sizes=(10, 100, 1000, 2000),
+            fisher_stats_samples=500,
+            fisher_test_samples=200,
             overall_per_set=1000,
         ),
         Profile(
@@ -109,12 +120,12 @@ PROFILES: dict[str, Profile] = {
             background_train={"fashion_mnist": (64, 1), "cifar10": (64, 1)},
             classifier_train=(128, 1),
             classifier_width=4,
-            fit_samples=48,
+            fit_samples=32,
             stats_samples=16,
-            test_samples=24,
-            glow_test_samples=24,
+            test_samples=16,
+            glow_test_samples=16,
             overall_per_set=8,
-            test_limits={"lr": 4, "lratio": 12},
+            test_limits={"lr": 4, "lratio": 8, "ic-png": 8, "ic-jp2": 8},
             fisher_sizes=(4, 16),
             fisher_repeats=2,
             fisher_stats_samples=16,

@@ -82,8 +82,12 @@ class BenchReport:
             f"# {self.title}",
             f"Reproduces {self.paper_ref} of the ROSE paper. Profile **{p.name}** — cuts: {p.cuts}. "
             f"Wall time {wall_seconds / 60:.1f} min (cached models, detectors and scores are reused, so a "
-            "re-run is faster). Δ = ours − paper; bold when |Δ| > "
-            f"{DELTA_FLAG}: {len(far)} of {len(flagged)} compared numbers.",
+            "re-run is faster). "
+            + (
+                f"Δ = ours − paper; bold when |Δ| > {DELTA_FLAG}: {len(far)} of {len(flagged)} numbers."
+                if flagged
+                else "The paper prints no numbers for this; compare the figures with the paper's."
+            ),
             "## Run",
             markdown_rows(
                 ["setting", "value"],
@@ -96,6 +100,14 @@ class BenchReport:
                         ", ".join(f"{m}: {n}" for m, n in p.test_limits.items()) or "none",
                     ],
                     ["'overall' images per OOD set", str(p.overall_per_set)],
+                    [
+                        "detector settings changed by the profile",
+                        json.dumps(p.detector_kwargs) if p.detector_kwargs else "none",
+                    ],
+                    [
+                        "this experiment's own overrides",
+                        json.dumps(p.experiment_overrides.get(self.name, {})) or "none",
+                    ],
                     ["seeds", "training 0; evaluation 2021 (+ a per-set offset derived from the set's name)"],
                     ["machine", ", ".join(f"{k} {v}" for k, v in machine_description().items())],
                 ],

@@ -84,6 +84,7 @@ class Workspace:
     models: tuple[str, ...] = ("vae", "glow")  # which generative models experiments loop over
     datasets: tuple[str, ...] = ("fashion_mnist", "cifar10")  # which in-distribution sets
     trained: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe name -> training summary
+    experiment: str = ""  # the experiment running now; selects the profile's experiment_overrides
 
     def select_models(self, available: tuple[str, ...]) -> list[str]:
         return [m for m in available if m in self.models]
@@ -206,7 +207,18 @@ class Workspace:
             "test_limits": dict(p.test_limits),
             "overall_per_set": p.overall_per_set,
         }
-        return EvalSpec(in_data=in_data, ood=ood, methods=methods, **(options | kw))
+        overrides = {
+            k: v
+            for k, v in self.profile.experiment_overrides.get(self.experiment, {}).items()
+            if k != "detector_kwargs"
+        }
+        return EvalSpec(in_data=in_data, ood=ood, methods=methods, **(options | overrides | kw))
+
+    def detector_kwargs(self, method: str) -> dict[str, Any]:
+        """The profile's keyword overrides for ``method`` (by family: "lr", "lratio", "ic", "rnd", …)."""
+        family = method.split("-")[0]
+        special = self.profile.experiment_overrides.get(self.experiment, {}).get("detector_kwargs", {})
+        return self.profile.detector_kwargs.get(family, {}) | special.get(family, {})
 
     def evaluate(self, model: GenerativeModel, spec: EvalSpec) -> EvaluationResult:
         torch.manual_seed(spec.seed)

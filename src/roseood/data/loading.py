@@ -130,14 +130,14 @@ def _read_npz(path: Path) -> tuple[U8, Labels]:
     """Read and validate ``images`` (and optional ``labels``) from an ``.npz`` archive.
 
     Decompressing a large archive takes seconds and benchmarks load the same files many times, so the
-    last few archives are kept in memory (keyed by path, size and mtime); callers get copies.
+    last 16 archives are kept in memory (keyed by path, size and mtime); callers get copies.
     """
     stat = path.stat()
     images, labels = _read_npz_cached(path.resolve(), stat.st_size, stat.st_mtime_ns)
     return images.copy(), labels.copy()
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=16)
 def _read_npz_cached(path: Path, size: int, mtime_ns: int) -> tuple[U8, Labels]:
     try:
         archive = np.load(path, allow_pickle=False)

@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from roseood.evaluation.metrics import roc_points
 from roseood.evaluation.result import EvaluationResult
@@ -177,7 +178,9 @@ def plot_lines(
     ax.set_xscale(xscale)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
-    if series:
+    if len(series) > 5:  # many lines: keep the legend off the data
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    elif series:
         ax.legend(fontsize=9)
     return _save(fig, path)
 
@@ -213,6 +216,9 @@ def plot_scatter(
     if not points:
         _no_data(ax, "no points")
     ax.set_xscale(xscale)
+    if xscale == "log":  # plain numbers at 1, 2, 5 × 10^k instead of 2×10^1
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     return _save(fig, path)
