@@ -79,7 +79,7 @@ PROFILES: dict[str, Profile] = {
                 "(paper: 100 epochs); backgrounds 2 (Fashion-MNIST) or 1 (CIFAR-10) epochs on 10k images; "
                 "Glows are smaller (see glow) and train 2 epochs on 10k images (paper: 50 on all); "
                 "classifiers 2 epochs on 20k; 2000 test images per set (paper: 5000 VAE / 1000 Glow); "
-                "Likelihood Regret on 30, Likelihood Ratio and Input Complexity on 500 per set; "
+                "Likelihood Regret on 30, Likelihood Ratio and Input Complexity on 200 per set; "
                 "Figure 5: at most 2000 Fisher images, 200 test images per set, 500 statistics images; "
                 "brightness sweep: 300 test images per set, Likelihood Ratio on 150 with 5 IWAE samples"
             ),
@@ -94,7 +94,7 @@ PROFILES: dict[str, Profile] = {
             classifier_width=16,
             test_samples=2000,
             glow_test_samples=1000,
-            test_limits={"lr": 30, "lratio": 500, "ic-png": 500, "ic-jp2": 500},
+            test_limits={"lr": 30, "lratio": 200, "ic-png": 200, "ic-jp2": 200},
             experiment_overrides={
                 "brightness": {
                     "test_samples": 300,
