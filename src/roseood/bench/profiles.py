@@ -81,7 +81,8 @@ PROFILES: dict[str, Profile] = {
                 "classifiers 2 epochs on 20k; 2000 test images per set (paper: 5000 VAE / 1000 Glow); "
                 "Likelihood Regret on 30, Likelihood Ratio and Input Complexity on 200 per set; "
                 "Figure 5: at most 2000 Fisher images, 200 test images per set, 500 statistics images; "
-                "brightness sweep: 300 test images per set, Likelihood Ratio on 150 with 5 IWAE samples"
+                "brightness sweep: detectors fitted on 2000 (+500 statistics) images, 300 test images per "
+                "set, Likelihood Ratio on 100 with 5 IWAE samples"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
@@ -97,8 +98,10 @@ PROFILES: dict[str, Profile] = {
             test_limits={"lr": 30, "lratio": 200, "ic-png": 200, "ic-jp2": 200},
             experiment_overrides={
                 "brightness": {
+                    "fit_samples": 2000,
+                    "stats_samples": 500,
                     "test_samples": 300,
-                    "test_limits": {"lratio": 150},
+                    "test_limits": {"lratio": 100},
                     "detector_kwargs": {"lratio": {"k": 5}},
                 }
             },
