@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import SHARED_DATA, needs_shared_data
 
 from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
-from roseood.bench.report import Row, comparison_table
+from roseood.bench.report import Row, comparison_table, overview_grid
 from roseood.cli import main
 from roseood.errors import RoseError
 
@@ -101,6 +101,18 @@ def test_comparison_table_marks_large_differences_and_missing_data() -> None:
     assert "**-0.095**" in lines[2]
     assert "no data" in lines[3] and lines[3].endswith("| – |")
     assert lines[4] == "| x | y | – | 0.500 | – |"
+
+
+def test_overview_grid_lays_out_rows_like_the_paper() -> None:
+    rows = [
+        Row(("mnist", "rose"), 0.9, 0.995),
+        Row(("mnist", "nll"), 0.2, None),
+        Row(("svhn", "rose"), None, 1.0, "no data"),
+    ]
+    lines = overview_grid(("OOD set", "method"), rows).splitlines()
+    assert lines[0] == "| OOD set / method: ours (paper) | rose | nll |"
+    assert lines[2] == "| mnist | 0.900 (0.995) | 0.200 (–) |"
+    assert lines[3] == "| svhn | no data |  |"
 
 
 def test_list_and_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:

@@ -50,6 +50,18 @@ def comparison_table(headers: tuple[str, ...], rows: list[Row]) -> str:
     return markdown_rows([*headers, "paper", "ours", "Δ"], [cells(r) for r in rows])
 
 
+def overview_grid(headers: tuple[str, str], rows: list[Row]) -> str:
+    """The same numbers as a grid like the paper's tables: first label down, second across, each cell
+    "ours (paper)"."""
+    down = list(dict.fromkeys(r.labels[0] for r in rows))
+    across = list(dict.fromkeys(r.labels[1] for r in rows))
+    cells = {
+        r.labels: (r.why or "–") if r.ours is None else f"{_fmt(r.ours)} ({_fmt(r.paper)})" for r in rows
+    }
+    grid = [[d, *(cells.get((d, a), "") for a in across)] for d in down]
+    return markdown_rows([f"{headers[0]} / {headers[1]}: ours (paper)", *across], grid)
+
+
 @dataclass
 class BenchReport:
     """Sections and machine-readable results of one experiment run."""
@@ -65,9 +77,13 @@ class BenchReport:
         self.parts += [f"## {heading}", *body]
 
     def compare(self, heading: str, headers: tuple[str, ...], rows: list[Row], caption: str = "") -> None:
-        """A paper | ours | Δ table; the rows also go to ``results.json``."""
+        """A paper | ours | Δ table (preceded, for two-label rows, by a compact grid in the paper's
+        layout); the rows also go to ``results.json``."""
         self.rows += rows
-        self.section(heading, *([caption] if caption else []), comparison_table(headers, rows))
+        body = [caption] if caption else []
+        if len(headers) == 2 and rows:
+            body.append(overview_grid(headers, rows))
+        self.section(heading, *body, comparison_table(headers, rows))
 
     def figure(self, path: Path, caption: str, out: Path) -> None:
         self.parts += [f"![{caption}]({path.relative_to(out).as_posix()})", f"*{caption}*"]
