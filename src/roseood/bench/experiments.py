@@ -480,7 +480,8 @@ def run_figure5(ws: Workspace, out: Path, rep: BenchReport) -> None:
     rep.section(
         f"AUROC (mean ± std over {p.fisher_repeats} repeats)",
         f"{len(test)} in-distribution test images, {p.fisher_test_samples} per OOD set, overall = "
-        f"{p.overall_per_set} per set; {len(stats)} fixed images for the layer statistics.",
+        f"{min(p.overall_per_set, p.fisher_test_samples)} of each; {len(stats)} fixed images for the "
+        "layer statistics.",
         markdown_rows(header, lines),
     )
     rep.results["auroc"] = {str(n): v for n, v in per_set.items()}
