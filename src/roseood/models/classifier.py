@@ -21,9 +21,10 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from roseood.data.tensors import as_image_tensor
-from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel
-from roseood.models.checkpoint import load_checkpoint, save_model
+from roseood.models.checkpoint import save_model
+from roseood.models.train import restore_training
 
 # Standard VGG configurations (Simonyan & Zisserman 2015): convolutions per stage; every stage ends in a
 # 2×2 max-pool and has 64, 128, 256, 512, 512 channels at width 64.
@@ -223,17 +224,7 @@ def train_classifier(
     history: list[dict[str, float]] = []
     start_epoch = 0
     if resume and checkpoint.exists():
-        stored, obj = load_checkpoint(checkpoint)
-        ts = obj.get("train_state")
-        if ts is None:
-            raise CheckpointError(f"{checkpoint}: has no training state to resume from")
-        if ts.get("settings") != settings or stored.kind != model.kind or stored.config() != model.config():
-            raise CheckpointError(
-                f"{checkpoint}: was trained with other settings (only epochs may change on resume)"
-            )
-        model.load_state_dict(stored.state_dict())
-        opt.load_state_dict(ts["optimizer"])
-        gen.set_state(ts["generator"])
+        ts = restore_training(checkpoint, model, opt, gen, "settings", settings)
         start_epoch, history = ts["epoch"], ts["history"]
     elif checkpoint.exists():
         raise RoseError(f"{checkpoint} exists; pass resume=True to continue it or choose another output")

@@ -64,6 +64,30 @@ def _lr(cfg: TrainConfig, epoch: int, step: int) -> float:
     return lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else lr
 
 
+def restore_training(
+    checkpoint: Path,
+    model: GenerativeModel,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    key: str,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """Load weights, optimiser and RNG state of a run to resume into ``model``, ``opt`` and ``gen``; return
+    the stored training state. Refuses a checkpoint of another architecture or whose ``train_state[key]``
+    differs from ``settings`` in anything but ``epochs``."""
+    stored, obj = load_checkpoint(checkpoint)
+    ts = obj.get("train_state")
+    if ts is None:
+        raise CheckpointError(f"{checkpoint}: has no training state to resume from")
+    same = ts.get(key, {}) | {"epochs": None} == settings | {"epochs": None}
+    if not same or stored.kind != model.kind or stored.config() != model.config():
+        raise CheckpointError(f"{checkpoint}: was trained with other settings (only the epochs may change)")
+    model.load_state_dict(stored.state_dict())
+    opt.load_state_dict(ts["optimizer"])
+    gen.set_state(ts["generator"])
+    return ts
+
+
 def train(
     model: GenerativeModel,
     images: Tensor | np.ndarray,
@@ -87,18 +111,7 @@ def train(
     history: list[dict[str, float]] = []
     start_epoch, step = 0, 0
     if resume and checkpoint.exists():
-        stored, obj = load_checkpoint(checkpoint)
-        ts = obj.get("train_state")
-        if ts is None:
-            raise CheckpointError(f"{checkpoint}: has no training state to resume from")
-        same = ts["config"] | {"epochs": cfg.epochs} == asdict(cfg)
-        if not same or stored.config() != model.config():
-            raise CheckpointError(
-                f"{checkpoint}: was trained with other settings (only --epochs may change on --resume)"
-            )
-        model.load_state_dict(stored.state_dict())
-        opt.load_state_dict(ts["optimizer"])
-        gen.set_state(ts["generator"])
+        ts = restore_training(checkpoint, model, opt, gen, "config", asdict(cfg))
         start_epoch, step, history = ts["epoch"], ts["step"], ts["history"]
     elif checkpoint.exists() and not resume:
         raise RoseError(f"{checkpoint} exists; pass --resume to continue it or choose another output")
