@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from roseood.bench.experiments import EXPERIMENTS, Experiment
+from roseood.bench.experiments import EXPERIMENTS, Experiment, experiment_table
 from roseood.bench.profiles import PROFILES, Profile, get_profile
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
@@ -38,6 +38,7 @@ __all__ = [
     "Experiment",
     "Profile",
     "Workspace",
+    "experiment_table",
     "get_profile",
     "run_experiment",
 ]

@@ -34,6 +34,11 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
+def ours_paper(ours: float | None, paper: float | None) -> str:
+    """One grid cell, "ours (paper)"."""
+    return f"{_fmt(ours)} ({_fmt(paper)})"
+
+
 def comparison_table(headers: tuple[str, ...], rows: list[Row]) -> str:
     """Markdown table ``labels… | paper | ours | Δ``; Δ beyond ``DELTA_FLAG`` is bold, a missing
     measurement says why (e.g. "no data")."""
@@ -55,9 +60,7 @@ def overview_grid(headers: tuple[str, str], rows: list[Row]) -> str:
     "ours (paper)"."""
     down = list(dict.fromkeys(r.labels[0] for r in rows))
     across = list(dict.fromkeys(r.labels[1] for r in rows))
-    cells = {
-        r.labels: (r.why or "–") if r.ours is None else f"{_fmt(r.ours)} ({_fmt(r.paper)})" for r in rows
-    }
+    cells = {r.labels: (r.why or "–") if r.ours is None else ours_paper(r.ours, r.paper) for r in rows}
     grid = [[d, *(cells.get((d, a), "") for a in across)] for d in down]
     return markdown_rows([f"{headers[0]} / {headers[1]}: ours (paper)", *across], grid)
 

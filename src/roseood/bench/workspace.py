@@ -9,6 +9,7 @@ experiment therefore redoes only what had not finished.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from roseood.bench.profiles import BACKGROUND, PAPER_GLOW_WEIGHT_DECAY, PAPER_VA
 from roseood.data import load_images
 from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
-from roseood.evaluation.evaluate import EvalSpec, evaluate
+from roseood.evaluation.evaluate import EvalSpec, evaluate, sweep
 from roseood.evaluation.result import EvaluationResult
 from roseood.models import VAE, Glow, load_checkpoint
 from roseood.models.base import GenerativeModel
@@ -221,5 +222,13 @@ class Workspace:
         return self.profile.detector_kwargs.get(family, {}) | special.get(family, {})
 
     def evaluate(self, model: GenerativeModel, spec: EvalSpec) -> EvaluationResult:
+        """``roseood.evaluation.evaluate`` with this workspace's result cache and progress setting."""
         torch.manual_seed(spec.seed)
         return evaluate(model, spec, progress=self.progress, cache=self.cache)
+
+    def sweep(
+        self, model: GenerativeModel, spec: EvalSpec, field: str, values: Sequence[Any], repeats: int = 1
+    ) -> dict[Any, list[EvaluationResult]]:
+        """``roseood.evaluation.sweep`` with this workspace's result cache and progress setting."""
+        torch.manual_seed(spec.seed)
+        return sweep(model, spec, field, values, repeats, progress=self.progress, cache=self.cache)

@@ -1,5 +1,6 @@
 """OOD detectors behind one contract (``fit``/``score``/``save``/``load``): ROSE and the paper's baselines."""
 
+import inspect
 from typing import Any
 
 from roseood.detectors.base import Detector
@@ -43,6 +44,20 @@ def make_detector(method: str, model: GenerativeModel | None, **overrides: Any) 
     return cls(model, **(kwargs | overrides))
 
 
+def method_params(method: str, **overrides: Any) -> dict[str, Any]:
+    """The keyword arguments ``make_detector(method, model, **overrides)`` builds with, defaults filled in:
+    what identifies an unfitted detector (for cache keys), found without building one."""
+    if method not in METHODS:
+        raise RoseError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    cls, kwargs = METHODS[method]
+    try:
+        bound = inspect.signature(cls).bind_partial(**(kwargs | overrides))
+    except TypeError as exc:
+        raise RoseError(f"{method}: {exc}") from None
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k not in ("model", "progress")}
+
+
 __all__ = [
     "DETECTORS",
     "METHODS",
@@ -54,4 +69,5 @@ __all__ = [
     "LikelihoodRatio",
     "LikelihoodRegret",
     "make_detector",
+    "method_params",
 ]

@@ -120,15 +120,18 @@ class ROSE(Detector):
 
     def fit_stats(self, x: Tensor) -> None:
         """In-distribution mean and std of every layer score (for z-normalisation)."""
-        raw = self.layer_scores(x, desc="ROSE layer statistics")
+        raw = self._layer_scores(x, desc="ROSE layer statistics")
         self.mean_ = raw.mean(0)
         self.std_ = raw.std(0).clamp_min(1e-12)
 
     def layer_scores(self, images: Tensor | np.ndarray, desc: str = "ROSE scoring") -> Tensor:
         """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, layers), float64."""
+        return self._layer_scores(self._check(images), desc)
+
+    def _layer_scores(self, x: Tensor, desc: str = "ROSE scoring") -> Tensor:
+        """``layer_scores`` of already validated images (each public call validates once)."""
         if not self.fishers_:
             raise RoseError("ROSE detector is not fitted: call fit() or load() first")
-        x = self._check(images)
         out = []
         for batch in iter_batches(x, self.batch_size, desc if self.progress else None):
             grads = self._layer_grads(batch)
@@ -137,11 +140,14 @@ class ROSE(Detector):
 
     def normalized_layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
         """Layer scores z-normalised with the in-distribution statistics, (N, layers)."""
+        return self._normalized(self._check(images))
+
+    def _normalized(self, x: Tensor) -> Tensor:
         assert self.mean_ is not None and self.std_ is not None
-        return (self.layer_scores(images) - self.mean_) / self.std_
+        return (self._layer_scores(x) - self.mean_) / self.std_
 
     def _score(self, x: Tensor) -> Tensor:
-        z = self.normalized_layer_scores(x)
+        z = self._normalized(x)
         beta = torch.as_tensor(self.beta, dtype=z.dtype)
         r = torch.relu(z + beta)
         return r.amax(1) if math.isinf(self.p) else r.pow(self.p).sum(1).pow(1.0 / self.p)

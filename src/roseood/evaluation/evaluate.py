@@ -5,9 +5,10 @@ from __future__ import annotations
 import platform
 import sys
 import time
+import warnings
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,14 @@ import torch
 
 from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images, take
-from roseood.detectors import METHODS, Detector, LikelihoodRatio, make_detector
+from roseood.detectors import (
+    METHODS,
+    ROSE,
+    Detector,
+    LikelihoodRatio,
+    make_detector,
+    method_params,
+)
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
@@ -27,7 +35,13 @@ from roseood.models.checkpoint import model_fingerprint
 
 @dataclass
 class EvalSpec:
-    """What to evaluate. ``fit_data`` defaults to the training split of the in-distribution set."""
+    """What to evaluate. ``fit_data`` defaults to the training split of the in-distribution set.
+
+    ``layerwise``: ROSE methods return raw per-layer scores ``(N, layers)`` instead of one score per image
+    (the paper's Figure 6). ``fit_draw``: the Fisher gets ``fit_samples`` images drawn at random (draw
+    number ``fit_draw``) from the whole fit set while the ``stats_samples`` statistics images stay fixed
+    (Figure 5's repeats; see ``sweep``).
+    """
 
     in_data: str
     ood: Sequence[str]
@@ -43,6 +57,8 @@ class EvalSpec:
     detector_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     test_limits: dict[str, int] = field(default_factory=dict)  # method -> fewer test images (slow methods)
     overall_per_set: int = 1000  # images of each OOD set in "overall" (the paper: one thousand)
+    layerwise: bool = False
+    fit_draw: int | None = None
 
 
 def machine_description() -> dict[str, Any]:
@@ -71,7 +87,7 @@ def fit_source(spec: EvalSpec) -> str:
 
 
 def _load(
-    source: str, n: int, seed: int, model: GenerativeModel, spec: EvalSpec, brightness: float = 1.0
+    source: str, n: int | None, seed: int, model: GenerativeModel, spec: EvalSpec, brightness: float = 1.0
 ) -> ImageSet:
     return load_images(
         source,
@@ -84,19 +100,29 @@ def _load(
     )
 
 
+def derived_seed(spec: EvalSpec, name: str) -> int:
+    """The one seed policy: a seed for the named draw (an OOD set, a Fisher draw) from ``spec.seed`` and
+    the name, not a position, so the same set gets the same images in every run and experiment (and
+    cached scores are reused)."""
+    return spec.seed + 1 + zlib.crc32(name.encode()) % 100_000
+
+
 def load_fit_images(spec: EvalSpec, model: GenerativeModel) -> ImageSet:
     """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples)."""
-    return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+    if spec.fit_draw is None:
+        return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+    pool = _load(fit_source(spec), None, spec.seed, model, spec)
+    order = np.random.default_rng(derived_seed(spec, "statistics")).permutation(len(pool))
+    stats, rest = order[: spec.stats_samples], order[spec.stats_samples :]
+    if spec.fit_samples > len(rest):
+        raise DataError(f"{pool.name} has {len(rest)} images beside the statistics, not {spec.fit_samples}")
+    draw = np.random.default_rng(derived_seed(spec, f"fit_draw:{spec.fit_draw}"))
+    keep = np.concatenate([rest[draw.choice(len(rest), spec.fit_samples, replace=False)], stats])
+    source = f"draw {spec.fit_draw} of {spec.fit_samples} (+ {spec.stats_samples} fixed) of {pool.source}"
+    return ImageSet(pool.name, pool.images[keep], pool.labels[keep], source)
 
 
 OVERALL = "overall"
-_WARNED: set[tuple[str, str]] = set()
-
-
-def _set_seed(spec: EvalSpec, source: str) -> int:
-    """Each OOD set's subsampling seed depends on its name, not its position, so the same set gets the
-    same images in every run (and cached scores are reused across experiments)."""
-    return spec.seed + 1 + zlib.crc32(source.encode()) % 100_000
 
 
 def load_ood_sets(spec: EvalSpec, model: GenerativeModel) -> tuple[dict[str, ImageSet], dict[str, str]]:
@@ -109,15 +135,13 @@ def load_ood_sets(spec: EvalSpec, model: GenerativeModel) -> tuple[dict[str, Ima
         named = source.split(":")[0].lower().replace("-", "_") in DATASETS
         try:
             sets[source] = _load(
-                source, spec.test_samples, _set_seed(spec, source), model, spec, spec.brightness
+                source, spec.test_samples, derived_seed(spec, source), model, spec, spec.brightness
             )
         except DataError as exc:
             if not named:
                 raise
             missing[source] = str(exc)
-            if (source, str(exc)) not in _WARNED:  # once per process, not once per method or brightness
-                _WARNED.add((source, str(exc)))
-                print(f"warning: {source}: no data ({exc})", file=sys.stderr)
+            warnings.warn(f"{source}: no data ({exc})", stacklevel=3)  # shown once per message
     if not sets:
         raise DataError("none of the OOD sets could be loaded: " + "; ".join(missing.values()))
     return sets, missing
@@ -135,6 +159,8 @@ def overall_scores(
 
 def fisher_count(spec: EvalSpec, n_fit: int) -> int:
     """How many of the ``n_fit`` fit images go to the Fisher; the rest (at most half) to ROSE statistics."""
+    if spec.fit_draw is not None:
+        return spec.fit_samples
     return n_fit - min(spec.stats_samples, n_fit // 2)
 
 
@@ -157,14 +183,14 @@ def fit_detector(
 
 
 def _fit_key(method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec) -> dict[str, Any]:
-    """Everything that determines a fitted detector, for the result cache."""
-    kwargs = spec.detector_kwargs.get(method, {})
-    background = kwargs.get("background")
+    """Everything that determines a fitted detector, for the result cache (without building one)."""
+    params = method_params(method, batch_size=spec.batch_size, **spec.detector_kwargs.get(method, {}))
     return {
         "model": model_fingerprint(model),
-        "background": model_fingerprint(background) if background is not None else None,
         "method": method,
-        "params": _make(method, model, spec, False).params(),
+        "params": {
+            k: model_fingerprint(v) if isinstance(v, GenerativeModel) else v for k, v in params.items()
+        },
         "fit_images": array_digest(fit.images),
         "n_fisher": fisher_count(spec, len(fit)),
         "seed": spec.seed,
@@ -207,20 +233,26 @@ class _MethodRun:
         return det
 
     def score(self, images: np.ndarray) -> tuple[np.ndarray, float]:
-        """Scores of ``images`` and the seconds they took (cached: the seconds of the original run)."""
+        """Scores of ``images`` (per layer with ``spec.layerwise``) and the seconds they took (cached: the
+        seconds of the original run)."""
+        layerwise = self.spec.layerwise
 
         def compute() -> np.ndarray:
             det = self.detector()
             torch.manual_seed(self.spec.seed)
             t0 = time.perf_counter()
-            values = det.score(images)
+            values = (
+                det.layer_scores(images).numpy() if isinstance(det, ROSE) and layerwise else det.score(images)
+            )
             return np.append(values, time.perf_counter() - t0)
 
         if self.cache is None:
             out = compute()
         else:
-            out = self.cache.scores(cache_key(self.key | {"images": array_digest(images)}), compute)
-        return out[:-1], float(out[-1])
+            key = self.key | {"images": array_digest(images)} | ({"layerwise": True} if layerwise else {})
+            out = self.cache.scores(cache_key(key), compute)
+        values = out[:-1].reshape(len(images), -1) if layerwise else out[:-1]
+        return values, float(out[-1])
 
 
 def evaluate(
@@ -238,6 +270,8 @@ def evaluate(
     unknown = [m for m in spec.methods if m not in METHODS]
     if unknown:
         raise RoseError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    if spec.layerwise and not all(METHODS[m][0] is ROSE for m in spec.methods):
+        raise RoseError("layer-wise scores exist for ROSE methods only")
     test = _load(spec.in_data, spec.test_samples, spec.seed, model, spec)
     fit = load_fit_images(spec, model)
     ood, missing = load_ood_sets(spec, model)
@@ -273,3 +307,21 @@ def evaluate(
             scores[OVERALL] = overall_scores(scores, list(ood), spec.overall_per_set, spec.seed)
         result.scores[method] = scores
     return result
+
+
+def sweep(
+    model: GenerativeModel,
+    spec: EvalSpec,
+    field_name: str,
+    values: Sequence[Any],
+    repeats: int = 1,
+    progress: bool = True,
+    cache: ResultCache | None = None,
+) -> dict[Any, list[EvaluationResult]]:
+    """``evaluate`` with ``spec.<field_name>`` set to each of ``values``; with ``repeats`` > 1, each value
+    is run with ``fit_draw`` 0 … repeats − 1 (fresh random Fisher images, same statistics and test sets)."""
+    draws = range(repeats) if repeats > 1 else [spec.fit_draw]
+    return {
+        v: [evaluate(model, replace(spec, **{field_name: v, "fit_draw": d}), progress, cache) for d in draws]
+        for v in values
+    }

@@ -39,6 +39,16 @@ class EvaluationResult:
             for m, per in self.scores.items()
         }
 
+    def layer_metrics(self, method: str, metric: str = "auroc") -> dict[str, list[float]]:
+        """For layer-wise scores ``(N, layers)`` (``EvalSpec.layerwise``): ``[ood_set][layer]`` metric."""
+        per = self.scores[method]
+        s_in = per[self.in_name]
+        return {
+            s: [ood_metrics(s_in[:, j], v[:, j])[metric] for j in range(s_in.shape[1])]
+            for s, v in per.items()
+            if s != self.in_name
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "settings": self.settings,

@@ -1,0 +1,100 @@
+"""The evaluation API's options: layer-wise scores, Fisher-size sweeps with fresh draws, cache keys found
+without building a detector, missing sets as warnings, images validated once per score."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roseood.detectors import ROSE, method_params
+from roseood.detectors import base as detector_base
+from roseood.errors import RoseError
+from roseood.evaluation import evaluate as evaluate_module
+from roseood.evaluation.cache import ResultCache
+from roseood.evaluation.evaluate import EvalSpec, evaluate, load_fit_images, sweep
+from roseood.evaluation.result import EvaluationResult
+from roseood.models import VAE
+
+
+def test_layer_metrics_give_one_auroc_per_layer_ties_counted() -> None:
+    """Layer 0 separates in (low) from OOD (high) scores: AUROC 1.0; layer 1 is constant: 0.5."""
+    result = EvaluationResult(in_name="in", settings={})
+    result.scores["rose"] = {
+        "in": np.array([[0.0, 1.0], [1.0, 1.0]]),
+        "ood": np.array([[2.0, 1.0], [3.0, 1.0]]),
+    }
+    assert result.layer_metrics("rose") == {"ood": [1.0, 0.5]}
+
+
+def test_layerwise_evaluation_scores_every_layer(tiny_vae: VAE, spec: EvalSpec, tmp_path: Path) -> None:
+    spec = replace(spec, methods=["rose-diag"], layerwise=True)
+    cache = ResultCache(tmp_path / "cache")
+    result = evaluate(tiny_vae, spec, progress=False, cache=cache)
+    layers = len(tiny_vae.rose_layers(None))
+    for name, scores in result.scores["rose-diag"].items():
+        assert scores.ndim == 2 and scores.shape[1] == layers, name
+    again = evaluate(tiny_vae, spec, progress=False, cache=cache)  # cached (N, layers) arrays come back whole
+    np.testing.assert_array_equal(
+        again.scores["rose-diag"][spec.in_data], result.scores["rose-diag"][spec.in_data]
+    )
+    assert len(result.layer_metrics("rose-diag")[spec.ood[0]]) == layers
+    with pytest.raises(RoseError, match="ROSE methods only"):
+        evaluate(tiny_vae, replace(spec, methods=["nll"]), progress=False)
+
+
+def test_fit_draws_vary_the_fisher_images_and_keep_the_statistics(tiny_vae: VAE, spec: EvalSpec) -> None:
+    draws = [load_fit_images(replace(spec, fit_samples=6, fit_draw=d), tiny_vae).images for d in (0, 1)]
+    assert all(len(d) == 6 + spec.stats_samples for d in draws)
+    np.testing.assert_array_equal(draws[0][6:], draws[1][6:])  # the same statistics images
+    assert not np.array_equal(draws[0][:6], draws[1][:6])
+    pool = {x.tobytes() for x in load_fit_images(replace(spec, fit_samples=30), tiny_vae).images}
+    assert {x.tobytes() for x in draws[0]} <= pool and len({x.tobytes() for x in draws[0]}) == 16
+    assert evaluate_module.fisher_count(replace(spec, fit_samples=6, fit_draw=0), 16) == 6
+
+
+def test_sweep_runs_every_value_and_repeat(tiny_vae: VAE, spec: EvalSpec) -> None:
+    spec = replace(spec, methods=["rose-diag"], ood=spec.ood[:1], test_samples=8)
+    runs = sweep(tiny_vae, spec, "fit_samples", [4, 8], repeats=2, progress=False)
+    assert list(runs) == [4, 8] and all(len(r) == 2 for r in runs.values())
+    first, second = (r.scores["rose-diag"][spec.in_data] for r in runs[4])
+    assert not np.array_equal(first, second)  # another Fisher draw, another detector
+    assert "4 for fitting" in runs[4][0].settings["fit_data"]
+
+
+def test_cache_keys_need_no_detector(tiny_vae: VAE, spec: EvalSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert method_params("rose-ekfac") == method_params("rose-ekfac", fisher="ekfac", damping=1e-8)
+    assert method_params("rose-ekfac") != method_params("rose-ekfac", layers="all")
+    assert method_params("nll")["k"] == 1 and "model" not in method_params("nll")
+    with pytest.raises(RoseError, match="rose-diag"):
+        method_params("rose-diag", nonsense=1)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cache key must not build a detector")
+
+    fit = load_fit_images(spec, tiny_vae)
+    monkeypatch.setattr(evaluate_module, "make_detector", refuse)
+    key = evaluate_module._fit_key("rose-diag", tiny_vae, fit, spec)
+    assert key["params"]["fisher"] == "diag" and key["params"]["batch_size"] == spec.batch_size
+
+
+def test_an_absent_named_set_is_a_warning(tiny_vae: VAE, spec: EvalSpec, tmp_path: Path) -> None:
+    spec = replace(spec, ood=[spec.ood[0], "lsun"], methods=["nll"], data_dir=tmp_path)
+    with pytest.warns(UserWarning, match="lsun: no data"):
+        result = evaluate(tiny_vae, spec, progress=False)
+    assert "lsun" in result.missing and spec.ood[0] in result.scores["nll"]
+
+
+def test_rose_validates_images_once_per_score(
+    tiny_vae: VAE, images: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    det = ROSE(tiny_vae, fisher="diag").fit(
+        np.random.default_rng(0).integers(0, 255, (12, 1, 32, 32), np.uint8)
+    )
+    calls = []
+    original = detector_base.as_image_tensor
+    monkeypatch.setattr(detector_base, "as_image_tensor", lambda *a: calls.append(1) or original(*a))
+    det.score(np.zeros((3, 1, 32, 32), np.uint8))
+    assert len(calls) == 1
