@@ -6,13 +6,17 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tests.conftest import SHARED_DATA, needs_shared_data
 
-from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
+from roseood.bench import EXPERIMENTS, Workspace, experiment_table, get_profile, run_experiment
+from roseood.bench.experiments.common import compare_rows
+from roseood.bench.paper import PAPER
 from roseood.bench.report import Row, comparison_table, overview_grid
 from roseood.cli import main
 from roseood.errors import RoseError
+from roseood.evaluation.result import EvaluationResult
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +58,79 @@ def test_every_experiment_writes_a_report_with_settings_and_figures(
         compared = [r for r in payload["comparison"] if r["paper"] is not None and r["ours"] is not None]
         assert compared, "a table experiment must put our numbers beside the paper's"
         assert all(0.0 <= r["ours"] <= 1.0 for r in compared)
+
+
+def _auroc(s_in: np.ndarray, s_out: np.ndarray) -> float:
+    """Mann-Whitney AUROC, in-distribution positive (lower score), ties counted half: independent of
+    the package's metrics."""
+    a, b = s_in[:, None], s_out[None, :]
+    return float(((a < b) + 0.5 * (a == b)).mean())
+
+
+@needs_shared_data
+@pytest.mark.parametrize("name", ["table2", "table6", "table7", "table10", "table11"])
+def test_table_numbers_are_the_auroc_of_the_saved_scores(
+    smoke_run: tuple[Workspace, dict[str, Path]], name: str
+) -> None:
+    """Every AUROC recomputed from a sub-report's raw scores is one of the table's numbers for that
+    (OOD set, method) cell, and the paper column holds the paper's numbers."""
+    _, reports = smoke_run
+    payload = json.loads((reports[name].parent / "results.json").read_text())
+    cells: dict[tuple[str, ...], list[float]] = {}
+    for row in payload["comparison"]:
+        cells.setdefault(tuple(row["labels"]), []).append(row["ours"])
+    checked = 0
+    for npz in reports[name].parent.glob("*/scores.npz"):
+        scores = np.load(npz)
+        in_name = npz.parent.name.split("-", 1)[1]  # vae-cifar10, rnd-cifar10, glow-fashion_mnist, ...
+        for key in scores.files:
+            method, ood = key.split("/")
+            if ood != in_name and (ood, method) in cells:
+                ours = _auroc(scores[f"{method}/{in_name}"], scores[key])
+                assert any(ours == pytest.approx(x) for x in cells[(ood, method)]), (npz, key)
+                checked += 1
+    assert checked
+    papers = {v for t in PAPER.values() for v in t.values()}
+    assert {r["paper"] for r in payload["comparison"]} - {None} <= papers
+
+
+@needs_shared_data
+def test_sweep_and_layerwise_figures_hold_their_numbers(smoke_run: tuple[Workspace, dict[str, Path]]) -> None:
+    ws, reports = smoke_run
+    p = ws.profile
+    fig5 = json.loads((reports["figure5"].parent / "results.json").read_text())["results"]["auroc"]
+    assert list(fig5) == [str(n) for n in p.fisher_sizes]
+    for per_set in fig5.values():
+        assert "overall" in per_set
+        assert all(len(v) == p.fisher_repeats and all(0 <= x <= 1 for x in v) for v in per_set.values())
+    fig6 = json.loads((reports["figure6"].parent / "results.json").read_text())["results"]
+    for arch, entry in fig6.items():
+        assert entry["auroc"], arch
+        assert all(len(v) == len(entry["layers"]) for v in entry["auroc"].values()), arch
+    bright = json.loads((reports["brightness"].parent / "results.json").read_text())
+    expected: list[float] = []  # mean and std over the brightness levels, per set with data and method
+    for per in bright["results"]["auroc"].values():
+        if any(x is not None for values in per.values() for x in values):
+            for values in per.values():
+                v = np.array([np.nan if x is None else x for x in values])
+                expected += [float(np.nanmean(v)), float(np.nanstd(v))]
+    assert [r["ours"] for r in bright["comparison"]] == pytest.approx(expected)
+
+
+def test_compare_rows_read_the_right_metric_and_paper_cell() -> None:
+    """A separable toy case has AUROC 1.0, a tied one 0.5; the paper column is the keyed paper cell."""
+    result = EvaluationResult(in_name="fashion_mnist", settings={}, missing={"kmnist": "absent"})
+    result.scores["rose-ekfac"] = {
+        "fashion_mnist": np.array([0.0, 1.0]),
+        "mnist": np.array([2.0, 3.0]),
+        "noise": np.array([1.0, 1.0, 0.0, 0.0]),
+    }
+    rows = compare_rows(
+        result, "table2", "vae/fashion_mnist", ["mnist", "noise", "kmnist"], {"rose-ekfac": "rose-ekfac"}
+    )
+    assert [r.ours for r in rows] == [1.0, 0.5, None]
+    assert rows[0].paper == PAPER["table2"]["vae/fashion_mnist/mnist/rose-ekfac/auroc"] == 0.995
+    assert rows[2].why == "no data"
 
 
 @needs_shared_data
@@ -119,6 +196,10 @@ def test_list_and_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--list"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in EXPERIMENTS)
+    table = experiment_table().splitlines()
+    assert len(table) == 2 + len(EXPERIMENTS) and all(
+        e.uses and e.uses.models and e.uses.outputs for e in EXPERIMENTS.values()
+    )
     assert main(["bench", "table99", "--profile", "smoke"]) == 2
     assert "unknown experiment" in capsys.readouterr().err
     with pytest.raises(RoseError, match="unknown profile"):

@@ -30,6 +30,11 @@ BACKGROUND = {
 }
 
 
+def both(value: Any) -> dict[str, Any]:
+    """The same setting for both in-distribution sets."""
+    return {d: value for d in PAPER_VAE}
+
+
 @dataclass(frozen=True)
 class Profile:
     """Sizes of one benchmark scale. ``None`` subsets mean the whole training split."""
@@ -114,13 +119,10 @@ PROFILES: dict[str, Profile] = {
             name="smoke",
             cuts="all tiny (seconds): tiny models, a few hundred images; tests the pipeline, not numbers",
             vae_width=0.125,
-            glow={
-                "fashion_mnist": {"levels": 1, "steps": 1, "hidden": 8},
-                "cifar10": {"levels": 1, "steps": 1, "hidden": 8},
-            },
-            vae_train={"fashion_mnist": (128, 1), "cifar10": (128, 1)},
-            glow_train={"fashion_mnist": (64, 1), "cifar10": (64, 1)},
-            background_train={"fashion_mnist": (64, 1), "cifar10": (64, 1)},
+            glow=both({"levels": 1, "steps": 1, "hidden": 8}),
+            vae_train=both((128, 1)),
+            glow_train=both((64, 1)),
+            background_train=both((64, 1)),
             classifier_train=(128, 1),
             classifier_width=4,
             fit_samples=32,

@@ -44,7 +44,11 @@ def experiment_table() -> str:
     return markdown_rows(
         ["experiment", "paper", "models", "data", "methods", "outputs"],
         [
-            [e.name, e.paper_ref, *(", ".join(x) for x in (e.models, e.data, e.methods, e.outputs))]
+            [
+                e.name,
+                e.paper_ref,
+                *(", ".join(getattr(e.uses, f, ())) for f in ("models", "data", "methods", "outputs")),
+            ]
             for e in EXPERIMENTS.values()
         ],
     )

@@ -8,6 +8,7 @@ import numpy as np
 
 from roseood.bench.experiments.common import (
     Experiment,
+    Uses,
     Variants,
     evaluate_variants,
     metric_of,
@@ -23,6 +24,15 @@ from roseood.evaluation.report import markdown_rows
 PERTURBATIONS = ["svd:28", "dct:28", "gb", "random:0.2"]  # Table 1's settings (App. B.3)
 TABLES = {"celeba": "table1", "svhn": "table8", "omniglot": "table9"}
 DATA = "cifar10"
+METHODS = (
+    *(f"lratio {p}" for p in PERTURBATIONS),
+    *(f"{rnd_method(p)} {p}" for p in PERTURBATIONS),
+    "rose-ekfac",
+)
+MODELS = ("vae", *(f"background vae {p}" for p in PERTURBATIONS))
+USES = Uses(
+    MODELS, (DATA, *(f"{ood} × brightness" for ood in TABLES)), METHODS, (*TABLES.values(), "figures")
+)
 
 
 def variants_of(ws: Workspace, recipe: ModelRecipe) -> Variants:
@@ -81,16 +91,5 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
 
 
 EXPERIMENT = Experiment(
-    "brightness",
-    "Robustness to the brightness of OOD images",
-    "Tables 1, 8 and 9",
-    run,
-    models=("vae", *(f"background vae {p}" for p in PERTURBATIONS)),
-    data=(DATA, *(f"{ood} × brightness" for ood in TABLES)),
-    methods=(
-        *(f"lratio {p}" for p in PERTURBATIONS),
-        *(f"{rnd_method(p)} {p}" for p in PERTURBATIONS),
-        "rose-ekfac",
-    ),
-    outputs=(*TABLES.values(), "figure: AUROC vs brightness per set"),
+    "brightness", "Robustness to the brightness of OOD images", "Tables 1, 8 and 9", run, USES
 )

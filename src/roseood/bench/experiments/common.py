@@ -57,18 +57,24 @@ Metrics = dict[str, dict[str, dict[str, float]]]  # EvaluationResult.metrics(): 
 
 
 @dataclass(frozen=True)
+class Uses:
+    """What an experiment involves, for ``rose bench --list`` and the experiment table."""
+
+    models: tuple[str, ...]
+    data: tuple[str, ...]
+    methods: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Experiment:
-    """A named, runnable reproduction of one or more of the paper's tables or figures, with what it uses
-    (listed by ``rose bench --list``)."""
+    """A named, runnable reproduction of one or more of the paper's tables or figures."""
 
     name: str
     title: str
     paper_ref: str
     run: Callable[[Workspace, Path, BenchReport], None]
-    models: tuple[str, ...] = ()
-    data: tuple[str, ...] = ()
-    methods: tuple[str, ...] = ()
-    outputs: tuple[str, ...] = ()
+    uses: Uses | None = None
 
 
 def rnd_method(perturbation: str) -> str:

@@ -8,6 +8,7 @@ from roseood.bench.experiments.common import (
     BOTH,
     FIGURE_OOD,
     Experiment,
+    Uses,
     compare_rows,
     evaluate_variants,
     note_missing,
@@ -17,6 +18,7 @@ from roseood.bench.workspace import Workspace
 from roseood.evaluation.plots import plot_roc
 
 METHODS = ("nll", "rose-ekfac")
+USES = Uses(models=("vae",), data=BOTH, methods=METHODS, outputs=("figure3",))
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
@@ -33,13 +35,4 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         rep.results[f"vae/{data}"] = result.to_json()
 
 
-EXPERIMENT = Experiment(
-    "figure3",
-    "ROC curves of NLL and ROSE",
-    "Figure 3",
-    run,
-    models=("vae",),
-    data=BOTH,
-    methods=METHODS,
-    outputs=("figure3",),
-)
+EXPERIMENT = Experiment("figure3", "ROC curves of NLL and ROSE", "Figure 3", run, USES)

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roseood.bench.experiments.common import (
-    OOD_SETS,
-    Experiment,
-    Variants,
-    compare_rows,
-    evaluate_variants,
-    metric_of,
-    with_background,
-)
+from roseood.bench.experiments import common
 from roseood.bench.paper import paper_value
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
@@ -22,16 +14,18 @@ from roseood.evaluation.report import markdown_rows
 
 METHODS = ("rose-ekfac", "rose-diag", "nll", "lr", "lratio", "ic-png", "ic-jp2")
 DATA = "cifar10"
+USES = common.Uses(models=("vae", "background vae"), data=(DATA,), methods=METHODS, outputs=("figure4",))
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     recipe = ws.vae(DATA)
-    variants: Variants = {m: (m, {}) for m in METHODS}
-    variants["lratio"] = ("lratio", with_background(ws, recipe))
-    result = evaluate_variants(ws, ws.model(recipe), DATA, OOD_SETS[DATA], variants)
+    variants: common.Variants = {m: (m, {}) for m in METHODS}
+    variants["lratio"] = ("lratio", common.with_background(ws, recipe))
+    result = common.evaluate_variants(ws, ws.model(recipe), DATA, common.OOD_SETS[DATA], variants)
     metrics = result.metrics()
     points = {
-        m: (result.images_per_second[m], metric_of(metrics, m, OVERALL) or float("nan")) for m in variants
+        m: (result.images_per_second[m], common.metric_of(metrics, m, OVERALL) or float("nan"))
+        for m in variants
     }
     fig = plot_scatter(
         points, out / "runtime_vs_auroc.png", "images per second (log)", "AUROC on overall", "VAE on CIFAR-10"
@@ -54,19 +48,10 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     rep.compare(
         "Overall AUROC",
         ("OOD set", "method"),
-        compare_rows(result, "figure4", f"vae/{DATA}", [OVERALL], {"rose-ekfac": "rose-ekfac"}),
+        common.compare_rows(result, "figure4", f"vae/{DATA}", [OVERALL], {"rose-ekfac": "rose-ekfac"}),
     )
     rep.figure(fig, "Runtime (images/s, log scale) vs overall AUROC of each method", out)
     rep.results["points"] = points
 
 
-EXPERIMENT = Experiment(
-    "figure4",
-    "Runtime vs overall AUROC per method",
-    "Figure 4",
-    run,
-    models=("vae", "background vae"),
-    data=(DATA,),
-    methods=METHODS,
-    outputs=("figure4",),
-)
+EXPERIMENT = common.Experiment("figure4", "Runtime vs overall AUROC per method", "Figure 4", run, USES)

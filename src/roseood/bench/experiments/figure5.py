@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from roseood.bench.experiments.common import OOD_SETS, Experiment, note_missing
+from roseood.bench.experiments.common import OOD_SETS, Experiment, Uses, note_missing
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.evaluation.evaluate import OVERALL
@@ -15,6 +15,7 @@ from roseood.evaluation.report import markdown_rows
 
 DATA = "fashion_mnist"
 METHOD = "rose-ekfac"
+USES = Uses(("vae",), (DATA,), (f"{METHOD} (sweep over fit_samples × repeats)",), ("figure5",))
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
@@ -66,13 +67,4 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     rep.results["auroc"] = {str(n): v for n, v in per_set.items()}
 
 
-EXPERIMENT = Experiment(
-    "figure5",
-    "AUROC vs the number of Fisher samples",
-    "Figure 5",
-    run,
-    models=("vae",),
-    data=(DATA,),
-    methods=(f"{METHOD} (sweep over fit_samples × repeats)",),
-    outputs=("figure5",),
-)
+EXPERIMENT = Experiment("figure5", "AUROC vs the number of Fisher samples", "Figure 5", run, USES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roseood.bench.experiments.common import Experiment, note_missing
+from roseood.bench.experiments.common import Experiment, Uses, note_missing
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.evaluation.plots import plot_lines
@@ -13,6 +13,12 @@ CLASSIFIERS = ("cnn", "vgg11", "vgg13", "vgg16", "vgg19", "resnet18")
 OOD = ["mnist", "kmnist", "notmnist"]
 DATA = "fashion_mnist"
 METHOD = "rose-diag"
+USES = Uses(
+    tuple(f"classifier {a}" for a in CLASSIFIERS),
+    (DATA,),
+    (f"{METHOD} layers=all, layer-wise",),
+    ("figure6",),
+)
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
@@ -39,13 +45,4 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         rep.results[arch] = {"layers": layers, "auroc": series}
 
 
-EXPERIMENT = Experiment(
-    "figure6",
-    "Layer-wise ROSE on classifiers",
-    "Figure 6",
-    run,
-    models=tuple(f"classifier {a}" for a in CLASSIFIERS),
-    data=(DATA,),
-    methods=(f"{METHOD} layers=all (layer-wise scores)",),
-    outputs=("figure6",),
-)
+EXPERIMENT = Experiment("figure6", "Layer-wise ROSE on classifiers", "Figure 6", run, USES)

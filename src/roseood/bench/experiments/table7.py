@@ -4,37 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roseood.bench.experiments.common import BOTH, Experiment, Variants, compare_one
+from roseood.bench.experiments.common import BOTH, Experiment, Uses, Variants, compare_one
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 
 LAYER_SETS = ("invconv", "all")
+USES = Uses(("glow",), BOTH, tuple(f"rose-diag layers={s}" for s in LAYER_SETS), ("table7",))
+PAPER_KEY = "{prefix}/{segment}/{ood}/rose-diag/{metric}"  # glow/DATA/layers:SET/OOD/rose-diag/auroc
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
+    variants: Variants = {layers: ("rose-diag", {"layers": layers}) for layers in LAYER_SETS}
+    segments = {layers: f"layers:{layers}" for layers in LAYER_SETS}
     for data in ws.select_data():
-        variants: Variants = {layers: ("rose-diag", {"layers": layers}) for layers in LAYER_SETS}
-        compare_one(
-            ws,
-            out,
-            rep,
-            ws.glow(data),
-            variants,
-            "table7",
-            {layers: f"layers:{layers}" for layers in LAYER_SETS},
-            (f"AUROC, Glow on {data}: ROSE-DIAG on InvConv layers vs all convs", "layers"),
-            (f"glow-{data}", f"Glow on {data}: InvConv vs all layers"),
-            paper_key="{prefix}/{segment}/{ood}/rose-diag/{metric}",
-        )
+        heading = (f"AUROC, Glow on {data}: ROSE-DIAG on InvConv layers vs all convs", "layers")
+        report = (f"glow-{data}", f"Glow on {data}: InvConv vs all layers")
+        compare_one(ws, out, rep, ws.glow(data), variants, "table7", segments, heading, report, PAPER_KEY)
 
 
-EXPERIMENT = Experiment(
-    "table7",
-    "InvConv vs all layers on Glow",
-    "Table 7",
-    run,
-    models=("glow",),
-    data=BOTH,
-    methods=tuple(f"rose-diag layers={layers}" for layers in LAYER_SETS),
-    outputs=("table7",),
-)
+EXPERIMENT = Experiment("table7", "InvConv vs all layers on Glow", "Table 7", run, USES)
