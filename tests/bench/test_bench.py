@@ -1,16 +1,16 @@
-"""Every `rose bench` experiment runs end to end under the smoke profile; a re-run reuses its work."""
+"""The VAE/Glow experiments run end to end under the smoke profile and check their numbers; a re-run
+reuses its work; the report tables and the experiment list."""
 
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.bench.smoke import GROUPS, Smoke, check_report, check_table_numbers, run_group
 from tests.conftest import SHARED_DATA, needs_shared_data
 
-from roseood.bench import EXPERIMENTS, Workspace, experiment_table, get_profile, run_experiment
+from roseood.bench import EXPERIMENTS, experiment_table, get_profile, run_experiment
 from roseood.bench.experiments.common import compare_rows
 from roseood.bench.paper import PAPER
 from roseood.bench.report import Row, comparison_table, overview_grid
@@ -20,101 +20,20 @@ from roseood.evaluation.result import EvaluationResult
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, dict[str, Path]]:
-    """All experiments once, sharing one results folder (as `rose bench all --profile smoke`)."""
-    ws = Workspace(
-        root=tmp_path_factory.mktemp("bench"),
-        profile=get_profile("smoke"),
-        data_dir=SHARED_DATA,
-        progress=False,
-    )
-    return ws, {name: run_experiment(name, ws) for name in EXPERIMENTS}
-
-
-def _figures(report: Path) -> list[Path]:
-    return [report.parent / m for m in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report.read_text())]
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Smoke:
+    return run_group(tmp_path_factory, GROUPS[0])
 
 
 @needs_shared_data
-@pytest.mark.parametrize("name", list(EXPERIMENTS))
-def test_every_experiment_writes_a_report_with_settings_and_figures(
-    smoke_run: tuple[Workspace, dict[str, Path]], name: str
-) -> None:
-    ws, reports = smoke_run
-    report = reports[name]
-    text = report.read_text()
-    assert report == ws.root / "smoke" / name / "report.md"
-    assert "Profile **smoke**" in text and "## Run" in text and "machine" in text
-    payload = json.loads((report.parent / "results.json").read_text())
-    assert payload["experiment"] == name and payload["profile"]["name"] == "smoke"
-    assert payload["results"], "an experiment must record what it measured"
-    figures = _figures(report)
-    for fig in figures:
-        assert fig.is_file() and fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig
-    if name.startswith("figure"):
-        assert figures, f"{name} must draw its figure"
-    if name.startswith("table") or name == "brightness":
-        assert "| paper | ours | Δ |" in text
-        compared = [r for r in payload["comparison"] if r["paper"] is not None and r["ours"] is not None]
-        assert compared, "a table experiment must put our numbers beside the paper's"
-        assert all(0.0 <= r["ours"] <= 1.0 for r in compared)
-
-
-def _auroc(s_in: np.ndarray, s_out: np.ndarray) -> float:
-    """Mann-Whitney AUROC, in-distribution positive (lower score), ties counted half: independent of
-    the package's metrics."""
-    a, b = s_in[:, None], s_out[None, :]
-    return float(((a < b) + 0.5 * (a == b)).mean())
+@pytest.mark.parametrize("name", GROUPS[0])
+def test_every_experiment_writes_a_report_with_settings_and_figures(smoke_run: Smoke, name: str) -> None:
+    check_report(smoke_run, name)
 
 
 @needs_shared_data
-@pytest.mark.parametrize("name", ["table2", "table6", "table7", "table10", "table11"])
-def test_table_numbers_are_the_auroc_of_the_saved_scores(
-    smoke_run: tuple[Workspace, dict[str, Path]], name: str
-) -> None:
-    """Every AUROC recomputed from a sub-report's raw scores is one of the table's numbers for that
-    (OOD set, method) cell, and the paper column holds the paper's numbers."""
-    _, reports = smoke_run
-    payload = json.loads((reports[name].parent / "results.json").read_text())
-    cells: dict[tuple[str, ...], list[float]] = {}
-    for row in payload["comparison"]:
-        cells.setdefault(tuple(row["labels"]), []).append(row["ours"])
-    checked = 0
-    for npz in reports[name].parent.glob("*/scores.npz"):
-        scores = np.load(npz)
-        in_name = npz.parent.name.split("-", 1)[1]  # vae-cifar10, rnd-cifar10, glow-fashion_mnist, ...
-        for key in scores.files:
-            method, ood = key.split("/")
-            if ood != in_name and (ood, method) in cells:
-                ours = _auroc(scores[f"{method}/{in_name}"], scores[key])
-                assert any(ours == pytest.approx(x) for x in cells[(ood, method)]), (npz, key)
-                checked += 1
-    assert checked
-    papers = {v for t in PAPER.values() for v in t.values()}
-    assert {r["paper"] for r in payload["comparison"]} - {None} <= papers
-
-
-@needs_shared_data
-def test_sweep_and_layerwise_figures_hold_their_numbers(smoke_run: tuple[Workspace, dict[str, Path]]) -> None:
-    ws, reports = smoke_run
-    p = ws.profile
-    fig5 = json.loads((reports["figure5"].parent / "results.json").read_text())["results"]["auroc"]
-    assert list(fig5) == [str(n) for n in p.fisher_sizes]
-    for per_set in fig5.values():
-        assert "overall" in per_set
-        assert all(len(v) == p.fisher_repeats and all(0 <= x <= 1 for x in v) for v in per_set.values())
-    fig6 = json.loads((reports["figure6"].parent / "results.json").read_text())["results"]
-    for arch, entry in fig6.items():
-        assert entry["auroc"], arch
-        assert all(len(v) == len(entry["layers"]) for v in entry["auroc"].values()), arch
-    bright = json.loads((reports["brightness"].parent / "results.json").read_text())
-    expected: list[float] = []  # mean and std over the brightness levels, per set with data and method
-    for per in bright["results"]["auroc"].values():
-        if any(x is not None for values in per.values() for x in values):
-            for values in per.values():
-                v = np.array([np.nan if x is None else x for x in values])
-                expected += [float(np.nanmean(v)), float(np.nanstd(v))]
-    assert [r["ours"] for r in bright["comparison"]] == pytest.approx(expected)
+@pytest.mark.parametrize("name", ["table2", "table6", "table7"])
+def test_table_numbers_are_the_auroc_of_the_saved_scores(smoke_run: Smoke, name: str) -> None:
+    check_table_numbers(smoke_run, name)
 
 
 def test_compare_rows_read_the_right_metric_and_paper_cell() -> None:
@@ -134,7 +53,7 @@ def test_compare_rows_read_the_right_metric_and_paper_cell() -> None:
 
 
 @needs_shared_data
-def test_missing_sets_say_no_data(smoke_run: tuple[Workspace, dict[str, Path]]) -> None:
+def test_missing_sets_say_no_data(smoke_run: Smoke) -> None:
     """SVHN / KMNIST / LSUN files are absent here: their rows stay, marked, instead of disappearing."""
     _, reports = smoke_run
     payload = json.loads((reports["table2"].parent / "results.json").read_text())
@@ -147,7 +66,7 @@ def test_missing_sets_say_no_data(smoke_run: tuple[Workspace, dict[str, Path]]) 
 
 
 @needs_shared_data
-def test_rerun_reuses_models_and_scores(smoke_run: tuple[Workspace, dict[str, Path]]) -> None:
+def test_rerun_reuses_models_and_scores(smoke_run: Smoke) -> None:
     ws, _ = smoke_run
     cache = ws.root / "cache"
     before = sorted(p.name for p in cache.rglob("*") if p.is_file())
@@ -157,7 +76,7 @@ def test_rerun_reuses_models_and_scores(smoke_run: tuple[Workspace, dict[str, Pa
 
 
 @needs_shared_data
-def test_index_links_every_report(smoke_run: tuple[Workspace, dict[str, Path]]) -> None:
+def test_index_links_every_report(smoke_run: Smoke) -> None:
     ws, reports = smoke_run
     index = (ws.root / "index.html").read_text()
     for report in reports.values():
@@ -204,3 +123,22 @@ def test_list_and_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown experiment" in capsys.readouterr().err
     with pytest.raises(RoseError, match="unknown profile"):
         get_profile("huge")
+
+
+@needs_shared_data
+@pytest.mark.parametrize("name", ["table3", "figure3"])
+def test_compared_numbers_are_the_evaluations_metrics(smoke_run: Smoke, name: str) -> None:
+    """Each compared AUROC is the one its evaluation recorded for that set (Table 3: per capacity)."""
+    _, reports = smoke_run
+    payload = json.loads((reports[name].parent / "results.json").read_text())
+    recorded = {
+        (ood, method): m["auroc"]
+        for res in payload["results"].values()
+        for method, per in res["results"].items()
+        for ood, m in per.items()
+    }
+    ours = [r for r in payload["comparison"] if r["ours"] is not None]
+    assert ours
+    for row in ours:
+        ood = row["labels"][0]
+        assert any(row["ours"] == v for (o, _), v in recorded.items() if o == ood), row

@@ -157,6 +157,7 @@ class Workspace:
             channels=recipe.channels,
             data_dir=self.data_dir,
         )
+        torch.manual_seed(recipe.seed)  # the initial weights (and VAE sampling) depend on the recipe only
         model = recipe.build()
         t0 = time.time()
         if isinstance(model, Classifier):

@@ -15,7 +15,7 @@ METHODS = {
 }
 TABLES = (("table2", "auroc"), ("table4", "auprc"), ("table5", "fpr80"))
 USES = common.Uses(
-    ("vae", "glow"),
+    ("vae", "glow", "their backgrounds"),
     common.BOTH,
     tuple(dict.fromkeys(METHODS["vae"] + METHODS["glow"])),
     ("table2", "table4", "table5"),
@@ -26,10 +26,11 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     for kind in ws.select_models(("vae", "glow")):
         for data in ws.select_data():
             recipe = ws.vae(data) if kind == "vae" else ws.glow(data)
+            model = ws.model(recipe)
             methods = METHODS[kind]
             variants: common.Variants = {m: (m, {}) for m in methods}
             variants["lratio"] = ("lratio", common.with_background(ws, recipe))
-            result = common.evaluate_variants(ws, ws.model(recipe), data, common.OOD_SETS[data], variants)
+            result = common.evaluate_variants(ws, model, data, common.OOD_SETS[data], variants)
             for table, metric in TABLES:
                 rows = common.compare_rows(
                     result, table, f"{kind}/{data}", common.OOD_SETS[data], {m: m for m in methods}, metric

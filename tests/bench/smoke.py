@@ -1,0 +1,85 @@
+"""The smoke runs behind the bench tests: the experiments in two groups of about equal CPU time, one per
+test file, so the two pytest workers run them side by side; and the checks every experiment's report
+must pass."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.conftest import SHARED_DATA
+
+from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
+from roseood.bench.paper import PAPER
+
+# Group 1: the VAE/Glow tables on both sets; group 2: the CIFAR-10 extras, the sweep and the classifiers.
+GROUPS = (
+    ["table2", "table3", "table6", "table7", "figure1", "figure3"],
+    ["brightness", "table10", "table11", "figure4", "figure5", "figure6"],
+)
+assert sorted(GROUPS[0] + GROUPS[1]) == sorted(EXPERIMENTS), "every experiment is tested"
+
+Smoke = tuple[Workspace, dict[str, Path]]
+
+
+def run_group(factory: pytest.TempPathFactory, names: list[str]) -> Smoke:
+    """The named experiments once, sharing one results folder (as `rose bench ... --profile smoke`)."""
+    ws = Workspace(
+        root=factory.mktemp("bench"), profile=get_profile("smoke"), data_dir=SHARED_DATA, progress=False
+    )
+    return ws, {name: run_experiment(name, ws) for name in names}
+
+
+def check_report(smoke: Smoke, name: str) -> None:
+    """A report with the profile, settings, figures that exist and, for tables, paper | ours | Δ."""
+    ws, reports = smoke
+    report = reports[name]
+    text = report.read_text()
+    assert report == ws.root / "smoke" / name / "report.md"
+    assert "Profile **smoke**" in text and "## Run" in text and "machine" in text
+    payload = json.loads((report.parent / "results.json").read_text())
+    assert payload["experiment"] == name and payload["profile"]["name"] == "smoke"
+    assert payload["results"], "an experiment must record what it measured"
+    figures = [report.parent / m for m in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)]
+    for fig in figures:
+        assert fig.is_file() and fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig
+    if name.startswith("figure"):
+        assert figures, f"{name} must draw its figure"
+    if name.startswith("table") or name == "brightness":
+        assert "| paper | ours | Δ |" in text
+        compared = [r for r in payload["comparison"] if r["paper"] is not None and r["ours"] is not None]
+        assert compared, "a table experiment must put our numbers beside the paper's"
+        assert all(0.0 <= r["ours"] <= 1.0 for r in compared)
+
+
+def auroc(s_in: np.ndarray, s_out: np.ndarray) -> float:
+    """Mann-Whitney AUROC, in-distribution positive (lower score), ties counted half: independent of
+    the package's metrics."""
+    a, b = s_in[:, None], s_out[None, :]
+    return float(((a < b) + 0.5 * (a == b)).mean())
+
+
+def check_table_numbers(smoke: Smoke, name: str) -> None:
+    """Every AUROC recomputed from a sub-report's raw scores is one of the table's numbers for that
+    (OOD set, method) cell, and the paper column holds the paper's numbers."""
+    _, reports = smoke
+    payload = json.loads((reports[name].parent / "results.json").read_text())
+    cells: dict[tuple[str, ...], list[float]] = {}
+    for row in payload["comparison"]:
+        cells.setdefault(tuple(row["labels"]), []).append(row["ours"])
+    checked = 0
+    for npz in reports[name].parent.glob("*/scores.npz"):
+        scores = np.load(npz)
+        in_name = npz.parent.name.split("-", 1)[1]  # vae-cifar10, rnd-cifar10, glow-fashion_mnist, ...
+        for key in scores.files:
+            method, ood = key.split("/")
+            if ood != in_name and (ood, method) in cells:
+                ours = auroc(scores[f"{method}/{in_name}"], scores[key])
+                assert any(ours == pytest.approx(x) for x in cells[(ood, method)]), (npz, key)
+                checked += 1
+    assert checked
+    papers = {v for t in PAPER.values() for v in t.values()}
+    assert {r["paper"] for r in payload["comparison"]} - {None} <= papers
