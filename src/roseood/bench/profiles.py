@@ -130,7 +130,7 @@ PROFILES: dict[str, Profile] = {
             test_samples=16,
             glow_test_samples=16,
             overall_per_set=8,
-            test_limits={"lr": 4, "lratio": 8, "ic-png": 8, "ic-jp2": 8},
+            test_limits={"lr": 4, "lratio": 4, "ic-png": 8, "ic-jp2": 8},
             fisher_sizes=(4, 16),
             fisher_repeats=2,
             fisher_stats_samples=16,
@@ -138,7 +138,7 @@ PROFILES: dict[str, Profile] = {
             brightness=(0.6, 1.0, 1.4),
             detector_kwargs={
                 "lr": {"steps": 3, "k": 2},
-                "lratio": {"k": 2},
+                "lratio": {"k": 1},
                 "ic": {"k": 2},
                 "rnd": {"epochs": 1},
             },
