@@ -7,7 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from tests.bench.smoke import GROUPS, Smoke, check_report, check_table_numbers, run_group
+from tests.bench.smoke import Smoke
+from tests.bench.smoke import test_experiment_report as test_experiment_report  # run on this GROUP
+from tests.bench.smoke import test_table_aurocs_match_saved_scores as test_table_aurocs_match_saved_scores
 from tests.conftest import SHARED_DATA, needs_shared_data
 
 from roseood.bench import EXPERIMENTS, experiment_table, get_profile, run_experiment
@@ -18,22 +20,7 @@ from roseood.cli import main
 from roseood.errors import RoseError
 from roseood.evaluation.result import EvaluationResult
 
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Smoke:
-    return run_group(tmp_path_factory, GROUPS[0])
-
-
-@needs_shared_data
-@pytest.mark.parametrize("name", GROUPS[0])
-def test_every_experiment_writes_a_report_with_settings_and_figures(smoke_run: Smoke, name: str) -> None:
-    check_report(smoke_run, name)
-
-
-@needs_shared_data
-@pytest.mark.parametrize("name", ["table2", "table6", "table7"])
-def test_table_numbers_are_the_auroc_of_the_saved_scores(smoke_run: Smoke, name: str) -> None:
-    check_table_numbers(smoke_run, name)
+GROUP = 0
 
 
 def test_compare_rows_read_the_right_metric_and_paper_cell() -> None:
