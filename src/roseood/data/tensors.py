@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from roseood.errors import DataError
+from roseood.progress import progress
 
 
 def as_image_tensor(
@@ -45,7 +45,7 @@ def as_image_tensor(
 
 
 def iter_batches(x: Tensor, batch_size: int, desc: str | None = None) -> Iterator[Tensor]:
-    """Yield consecutive batches of ``x``; shows a progress bar when ``desc`` is given."""
+    """Yield consecutive batches of ``x``; reports progress (``roseood.progress``) when ``desc`` is given."""
     starts = range(0, x.shape[0], batch_size)
-    for i in tqdm(starts, desc=desc, disable=desc is None, leave=False, unit="batch"):
+    for i in progress(starts, desc, enabled=desc is not None, leave=False, unit="batch"):
         yield x[i : i + batch_size]

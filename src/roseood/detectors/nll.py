@@ -20,7 +20,7 @@ class NLL(Detector):
     method = "nll"
 
     def __init__(
-        self, model: GenerativeModel | None, *, k: int = 1, batch_size: int = 64, progress: bool = False
+        self, model: GenerativeModel | None, *, k: int = 1, batch_size: int = 64, progress: bool | None = None
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:

@@ -75,7 +75,7 @@ class RND(Detector):
         extra: int = 1,
         seed: int = 0,
         batch_size: int = 128,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
         super().__init__(None, batch_size=batch_size, progress=progress)
         self._perturb = make_perturbation(perturbation)  # validates the spec

@@ -20,6 +20,7 @@ from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel
+from roseood.validation import check_float
 
 
 class ROSE(Detector):
@@ -45,14 +46,16 @@ class ROSE(Detector):
         stats_fraction: float = 0.2,
         stochastic: bool = False,
         batch_size: int = 64,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:
             raise RoseError("ROSE needs a generative model")
-        if p < 1:
-            raise RoseError(f"p must be ≥ 1 (or inf), got {p}")
-        if not 0.0 < stats_fraction < 1.0:
+        check_float(p, "p", low=1.0, allow_inf=True)
+        check_float(damping, "damping", low=0.0)
+        for b in beta if isinstance(beta, list) else [beta]:
+            check_float(b, "beta")
+        if not 0.0 < check_float(stats_fraction, "stats_fraction") < 1.0:
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
         make_fisher(fisher)  # validates the name early
         self.model: GenerativeModel = model

@@ -23,6 +23,7 @@ from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import model_fingerprint
+from roseood.validation import check_float, check_int, check_seed
 
 
 @dataclass
@@ -43,6 +44,12 @@ class EvalSpec:
     detector_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     test_limits: dict[str, int] = field(default_factory=dict)  # method -> fewer test images (slow methods)
     overall_per_set: int = 1000  # images of each OOD set in "overall" (the paper: one thousand)
+
+    def __post_init__(self) -> None:
+        for name in ("fit_samples", "stats_samples", "test_samples", "batch_size", "overall_per_set"):
+            check_int(getattr(self, name), name)
+        check_seed(self.seed)
+        check_float(self.brightness, "brightness", low=0.0, low_open=True)
 
 
 def machine_description() -> dict[str, Any]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from roseood.errors import CheckpointError
+from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
 from roseood.serialization import atomic_save, fingerprint, safe_load
+from roseood.validation import check_model_config
 
 MODEL_FORMAT = "roseood-model"
 
@@ -39,8 +40,16 @@ def load_checkpoint(path: str | Path) -> tuple[GenerativeModel, dict[str, Any]]:
     kind = obj.get("kind")
     if kind not in kinds:
         raise CheckpointError(f"{path}: unknown model kind {kind!r}; known: {sorted(kinds)}")
+    config = obj.get("config")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: has no model config")
     try:
-        model = kinds[kind](**obj["config"])
+        check_model_config(config, f"{path}: {kind} config")
+        model = kinds[kind](**config)
+    except (TypeError, ValueError, RoseError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: cannot build a {kind} from its stored config ({first})") from None
+    try:
         model.load_state_dict(obj["state_dict"])
     except (TypeError, KeyError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -7,6 +7,7 @@ Glow — Adamax 5e-4, batch 64, optional weight decay, warm-up and gradient clip
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,12 +16,15 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from roseood.data.tensors import as_image_tensor
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import load_checkpoint, save_model
+from roseood.progress import note
+from roseood.progress import progress as progress_bar
+from roseood.serialization import array_digest
+from roseood.validation import check_float, check_int, check_seed
 
 
 @dataclass
@@ -38,6 +42,16 @@ class TrainConfig:
     hflip: bool = True
     perturb: str | None = None  # e.g. "random:0.3" for a Likelihood-Ratio background model
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_int(self.epochs, "epochs")
+        check_int(self.batch_size, "batch_size")
+        check_float(self.lr, "lr", low=0.0, low_open=True)
+        check_int(self.lr_halve_every, "lr_halve_every", low=0)
+        check_int(self.warmup_steps, "warmup_steps", low=0)
+        check_float(self.weight_decay, "weight_decay", low=0.0)
+        check_float(self.grad_clip, "grad_clip", low=0.0)
+        check_seed(self.seed)
 
     @classmethod
     def for_model(cls, kind: str, **overrides: Any) -> TrainConfig:
@@ -64,6 +78,16 @@ def _lr(cfg: TrainConfig, epoch: int, step: int) -> float:
     return lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else lr
 
 
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators and ask torch for deterministic algorithms,
+    so that model initialisation and training repeat bit for bit on a CPU."""
+    check_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def restore_training(
     checkpoint: Path,
     model: GenerativeModel,
@@ -71,10 +95,12 @@ def restore_training(
     gen: torch.Generator,
     key: str,
     settings: dict[str, Any],
+    data_digest: str | None = None,
 ) -> dict[str, Any]:
-    """Load weights, optimiser and RNG state of a run to resume into ``model``, ``opt`` and ``gen``; return
-    the stored training state. Refuses a checkpoint of another architecture or whose ``train_state[key]``
-    differs from ``settings`` in anything but ``epochs``."""
+    """Load weights, optimiser and RNG states of a run to resume into ``model``, ``opt``, ``gen`` and
+    torch's global generator; return the stored training state. Refuses a checkpoint of another
+    architecture, whose ``train_state[key]`` differs from ``settings`` in anything but ``epochs``, or
+    (given ``data_digest``) that was trained on other images."""
     stored, obj = load_checkpoint(checkpoint)
     ts = obj.get("train_state")
     if ts is None:
@@ -82,9 +108,16 @@ def restore_training(
     same = ts.get(key, {}) | {"epochs": None} == settings | {"epochs": None}
     if not same or stored.kind != model.kind or stored.config() != model.config():
         raise CheckpointError(f"{checkpoint}: was trained with other settings (only the epochs may change)")
+    if data_digest is not None and ts.get("data_digest") != data_digest:
+        raise CheckpointError(
+            f"{checkpoint}: was trained on other images (digest {ts.get('data_digest')}, now {data_digest}); "
+            "resume with the same data, subset and seed"
+        )
     model.load_state_dict(stored.state_dict())
     opt.load_state_dict(ts["optimizer"])
     gen.set_state(ts["generator"])
+    if "torch_rng" in ts:
+        torch.set_rng_state(ts["torch_rng"])
     return ts
 
 
@@ -94,27 +127,33 @@ def train(
     cfg: TrainConfig,
     checkpoint: str | Path,
     resume: bool = False,
-    progress: bool = True,
+    progress: bool | None = None,
     device: str | torch.device = "cpu",
+    overwrite: bool = False,
 ) -> tuple[GenerativeModel, list[dict[str, float]]]:
     """Train ``model`` on uint8/float images, writing ``checkpoint`` after every epoch.
 
-    With ``resume``, an existing checkpoint's weights, optimiser, RNG state and history are restored
-    and training continues from the next epoch (its stored config must match ``cfg``).
+    Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and its state
+    is stored in every checkpoint with the data-order generator's, so a run resumed with ``resume``
+    (weights, optimiser, RNG states and history restored; same config and images required) ends exactly
+    as an uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``.
     Returns the model (eval mode) and the per-epoch history.
     """
     x = as_image_tensor(images, model.in_channels, model.image_size)
     checkpoint = Path(checkpoint)
+    digest = array_digest(x.numpy())
     gen = torch.Generator().manual_seed(cfg.seed)
     model.to(device)
     opt = _optimizer(model, cfg)
     history: list[dict[str, float]] = []
     start_epoch, step = 0, 0
     if resume and checkpoint.exists():
-        ts = restore_training(checkpoint, model, opt, gen, "config", asdict(cfg))
+        ts = restore_training(checkpoint, model, opt, gen, "config", asdict(cfg), digest)
         start_epoch, step, history = ts["epoch"], ts["step"], ts["history"]
-    elif checkpoint.exists() and not resume:
+    elif checkpoint.exists() and not overwrite:
         raise RoseError(f"{checkpoint} exists; pass --resume to continue it or choose another output")
+    else:
+        torch.manual_seed(cfg.seed)
     perturb = None
     if cfg.perturb:
         from roseood.data.perturbations import make_perturbation
@@ -125,7 +164,7 @@ def train(
         model.train()
         order = torch.randperm(n, generator=gen)
         total, seen, t0 = 0.0, 0, time.time()
-        bar = tqdm(range(0, n, cfg.batch_size), desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress)
+        bar = progress_bar(range(0, n, cfg.batch_size), f"epoch {epoch + 1}/{cfg.epochs}", enabled=progress)
         for i in bar:
             batch = x[order[i : i + cfg.batch_size]]
             if cfg.hflip:
@@ -152,21 +191,23 @@ def train(
                 "epoch": epoch + 1,
                 "loss_nats": total / seen,
                 "bits_per_dim": total / seen / (model.dims * math.log(2)),
-                "seconds": time.time() - t0,
             }
         )
         state = {
             "config": asdict(cfg),
+            "data_digest": digest,
             "optimizer": opt.state_dict(),
             "generator": gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
             "epoch": epoch + 1,
             "step": step,
             "history": history,
         }
         save_model(model, checkpoint, train_state=state)
-        if progress:
+        if progress is not False:
             h = history[-1]
-            tqdm.write(
-                f"epoch {h['epoch']}: {h['bits_per_dim']:.4f} bits/dim, {h['seconds']:.0f} s -> {checkpoint}"
+            note(
+                f"epoch {h['epoch']}: loss {h['loss_nats']!r} nats, {h['bits_per_dim']:.4f} bits/dim, "
+                f"{time.time() - t0:.0f} s -> {checkpoint}"
             )
     return model.eval(), history
