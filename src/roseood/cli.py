@@ -84,40 +84,48 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from roseood.data import load_images
     from roseood.models import VAE, Glow
-    from roseood.models.train import TrainConfig, seed_everything, train
+    from roseood.models.train import TrainConfig, seeded, train
 
     _output(args, args.out)
     channels = args.channels
-    seed_everything(args.seed)
     data = load_images(
         args.data, split="train", n=args.subset, seed=args.seed, channels=channels, data_dir=args.data_dir
     )
-    model: GenerativeModel
-    if args.kind == "vae":
-        model = VAE(in_channels=channels, ngf=args.ngf, nz=args.nz)
-    else:
-        model = Glow(
-            in_channels=channels,
-            levels=args.levels,
-            steps=args.steps,
-            hidden=args.hidden,
-            lu=not args.plain_invconv,
+    with seeded(args.seed):  # model initialisation and training repeat bit for bit
+        model: GenerativeModel
+        if args.kind == "vae":
+            model = VAE(in_channels=channels, ngf=args.ngf, nz=args.nz)
+        else:
+            model = Glow(
+                in_channels=channels,
+                levels=args.levels,
+                steps=args.steps,
+                hidden=args.hidden,
+                lu=not args.plain_invconv,
+            )
+        cfg = TrainConfig.for_model(
+            args.kind,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            warmup_steps=args.warmup,
+            grad_clip=args.grad_clip,
+            perturb=args.perturb,
+            seed=args.seed,
+            hflip=not args.no_flip,
         )
-    cfg = TrainConfig.for_model(
-        args.kind,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup,
-        grad_clip=args.grad_clip,
-        perturb=args.perturb,
-        seed=args.seed,
-        hflip=not args.no_flip,
-    )
-    print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
-    t0 = time.time()
-    train(model, data.images, cfg, args.out, resume=args.resume, device=args.device, overwrite=args.overwrite)
+        print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
+        t0 = time.time()
+        train(
+            model,
+            data.images,
+            cfg,
+            args.out,
+            resume=args.resume,
+            device=args.device,
+            overwrite=args.overwrite,
+        )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
 

@@ -44,7 +44,7 @@ def load_checkpoint(path: str | Path) -> tuple[GenerativeModel, dict[str, Any]]:
     if not isinstance(config, dict):
         raise CheckpointError(f"{path}: has no model config")
     try:
-        check_model_config(config, f"{path}: {kind} config")
+        check_model_config(config, f"{kind} config")
         model = kinds[kind](**config)
     except (TypeError, ValueError, RoseError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -78,14 +80,24 @@ def _lr(cfg: TrainConfig, epoch: int, step: int) -> float:
     return lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else lr
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python's, numpy's and torch's global generators and ask torch for deterministic algorithms,
-    so that model initialisation and training repeat bit for bit on a CPU."""
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed Python's, numpy's and torch's global generators and use torch's deterministic algorithms
+    inside the block (restoring the previous algorithm setting after it), so that model initialisation
+    and training repeat bit for bit on a CPU."""
     check_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def restore_training(
