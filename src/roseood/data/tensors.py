@@ -28,6 +28,8 @@ def as_image_tensor(
         raise DataError(f"expected images of shape (N, C, H, W), got shape {tuple(images.shape)}")
     if images.shape[0] == 0:
         raise DataError("empty image set: at least one image is needed")
+    if 0 in images.shape[1:]:
+        raise DataError(f"images need at least one channel and pixel, got shape {tuple(images.shape)}")
     if channels is not None and images.shape[1] != channels:
         raise DataError(f"model expects {channels}-channel images, got {images.shape[1]} channels")
     if size is not None and tuple(images.shape[2:]) != (size, size):
