@@ -295,11 +295,21 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(f"index: {ws.root / 'index.html'}")
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to every option's help, except flags and options whose help says what
+    happens when they are unset."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     """Shows every option's default in ``--help`` and reports a bad option as one ``error:`` line."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
