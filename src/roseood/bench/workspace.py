@@ -165,6 +165,7 @@ class Workspace:
             channels=recipe.channels,
             data_dir=self.data_dir,
         )
+        torch.manual_seed(recipe.seed)  # the same initial weights in every fresh run (train() seeds the rest)
         model = recipe.build()
         t0 = time.time()
         if isinstance(model, Classifier):
