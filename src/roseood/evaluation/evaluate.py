@@ -145,13 +145,13 @@ def fisher_count(spec: EvalSpec, n_fit: int) -> int:
     return n_fit - min(spec.stats_samples, n_fit // 2)
 
 
-def _make(method: str, model: GenerativeModel, spec: EvalSpec, progress: bool) -> Detector:
+def _make(method: str, model: GenerativeModel, spec: EvalSpec, progress: bool | None) -> Detector:
     kwargs = spec.detector_kwargs.get(method, {})
     return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
 
 
 def fit_detector(
-    method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec, progress: bool
+    method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec, progress: bool | None
 ) -> Detector:
     """Build and fit one detector; ROSE gets its layer statistics from the held-out tail of ``fit``."""
     det = _make(method, model, spec, progress)
@@ -186,7 +186,7 @@ class _MethodRun:
     model: GenerativeModel
     fit: ImageSet
     spec: EvalSpec
-    progress: bool
+    progress: bool | None
     cache: ResultCache | None
     _det: Detector | None = None
 
@@ -231,12 +231,13 @@ class _MethodRun:
 
 
 def evaluate(
-    model: GenerativeModel, spec: EvalSpec, progress: bool = True, cache: ResultCache | None = None
+    model: GenerativeModel, spec: EvalSpec, progress: bool | None = None, cache: ResultCache | None = None
 ) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
     every OOD set with the same images and seeds.
 
-    ``spec.test_limits`` gives slow methods a seeded subset of each test set. With a ``cache``,
+    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress=None`` shows
+    progress only on a terminal. With a ``cache``,
     fitted detectors and scores are stored as they are made and reused, so a re-run after an
     interruption only computes what is missing.
     """
