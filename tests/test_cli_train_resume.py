@@ -17,8 +17,8 @@ import torch
 
 from roseood.cli import main
 
-EPOCHS = 4
-ARGS = ("train", "vae", "--subset", "48", "--batch-size", "16", "--ngf", "4", "--nz", "4")
+EPOCHS = 3
+ARGS = ("train", "vae", "--subset", "32", "--batch-size", "16", "--ngf", "4", "--nz", "4")
 
 
 @pytest.fixture
@@ -38,9 +38,9 @@ def final_state(path: Path) -> dict[str, Any]:
 
 def test_same_command_twice_writes_identical_checkpoints(data_dir: Path, tmp_path: Path) -> None:
     for name in ("a.pt", "b.pt"):
-        assert main([*ARGS, "--epochs", "2", "--out", str(tmp_path / name)]) == 0
+        assert main([*ARGS, "--epochs", "1", "--out", str(tmp_path / name)]) == 0
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
-    assert main([*ARGS, "--epochs", "2", "--seed", "1", "--out", str(tmp_path / "c.pt")]) == 0
+    assert main([*ARGS, "--epochs", "1", "--seed", "1", "--out", str(tmp_path / "c.pt")]) == 0
     assert (tmp_path / "c.pt").read_bytes() != (tmp_path / "a.pt").read_bytes()
 
 
