@@ -18,13 +18,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from roseood.data.tensors import as_image_tensor
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import save_model
 from roseood.models.train import restore_training
+from roseood.progress import note
+from roseood.progress import progress as progress_bar
 
 # Standard VGG configurations (Simonyan & Zisserman 2015): convolutions per stage; every stage ends in a
 # 2×2 max-pool and has 64, 128, 256, 512, 512 channels at width 64.
@@ -236,7 +237,7 @@ def train_classifier(
         batches = list(order.split(batch_size))
         if len(batches) > 1 and len(batches[-1]) == 1:  # BatchNorm cannot train on a single 1×1 map
             batches[-2:] = [torch.cat(batches[-2:])]
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress)
+        bar = progress_bar(batches, f"epoch {epoch + 1}/{epochs}", enabled=progress)
         for idx in bar:
             logits = model.logits(x[idx].to(device))
             target = y[idx].to(device)
@@ -262,7 +263,7 @@ def train_classifier(
         save_model(model, checkpoint, train_state=state)
         if progress:
             h = history[-1]
-            tqdm.write(
+            note(
                 f"epoch {h['epoch']}: loss {h['loss']:.4f}, train accuracy {h['accuracy']:.4f}, "
                 f"{h['seconds']:.0f} s -> {checkpoint}"
             )
