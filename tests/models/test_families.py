@@ -98,7 +98,7 @@ def test_unknown_kinds_say_what_is_known(tmp_path):
     save_model(VAE(ngf=2, nz=2), tmp_path / "v.pt")
     obj = torch.load(tmp_path / "v.pt", weights_only=True)
     torch.save(obj | {"kind": "mystery"}, tmp_path / "m.pt")
-    with pytest.raises(CheckpointError, match="'mystery' is not built in .*--model-module"):
+    with pytest.raises(CheckpointError, match=r"'mystery' is not built in .*--model-module"):
         load_model(tmp_path / "m.pt")
     with pytest.raises(RoseError, match="has kind 'vae'"):
         register_family(ModelFamily("other", VAE))

@@ -18,7 +18,8 @@ import roseood
 
 def build():
     net = nn.Sequential(nn.Linear(4, 4))
-    return roseood.wrap(net, lambda x: (net(x) - x).pow(2).sum(1), layers=["0"], input_kind="tensor", input_shape=(4,))
+    loss = lambda x: (net(x) - x).pow(2).sum(1)
+    return roseood.wrap(net, loss, layers=["0"], input_kind="tensor", input_shape=(4,))
 
 
 def broken():
