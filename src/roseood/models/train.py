@@ -129,6 +129,8 @@ def train(
     elif checkpoint.exists() and not resume:
         raise RoseError(f"{checkpoint} exists; pass --resume to continue it or choose another output")
     perturb = None
+    if cfg.perturb and model.input_kind != "image":
+        raise RoseError(f"perturb={cfg.perturb!r} perturbs images; this model takes {model.input_kind} inputs")
     if cfg.perturb:
         from roseood.data.perturbations import make_perturbation
 
