@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,83 @@ def restore_training(
     return ts
 
 
+StepFn = Callable[[Tensor, int, int], tuple[Tensor, dict[str, float]]]
+
+
+def start_run(
+    checkpoint: Path,
+    model: Any,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    resume: bool,
+    key: str,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The training state a run starts from: fresh, or restored from ``checkpoint`` with ``resume``
+    (refusing to overwrite an existing checkpoint otherwise)."""
+    state: dict[str, Any] = {key: settings, "epoch": 0, "step": 0, "history": []}
+    if resume and checkpoint.exists():
+        ts = restore_training(checkpoint, model, opt, gen, key, settings)
+        state.update(epoch=ts["epoch"], step=ts.get("step", 0), history=ts["history"])
+    elif checkpoint.exists():
+        raise RoseError(f"{checkpoint} exists; resume it (--resume / resume=True) or choose another output")
+    return state
+
+
+def run_epochs(
+    model: Any,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    checkpoint: Path,
+    state: dict[str, Any],
+    *,
+    n: int,
+    epochs: int,
+    step: StepFn,
+    record: Callable[[dict[str, float]], dict[str, float]],
+    batches: Callable[[Tensor], list[Tensor]] | None = None,
+    batch_size: int = 64,
+    grad_clip: float = 0.0,
+    progress: bool = True,
+    postfix: Callable[[float], str] = "loss={:.3f}".format,
+) -> list[dict[str, float]]:
+    """The one training loop: every epoch shuffles with ``gen``, and for each batch of indices calls the
+    family's ``step(indices, epoch, step) -> (mean loss, summed statistics)``, then backpropagates,
+    clips, steps, and finally records the epoch (``record(sums)``) and writes ``checkpoint`` atomically.
+    """
+    history: list[dict[str, float]] = state["history"]
+    for epoch in range(state["epoch"], epochs):
+        model.train()
+        order = torch.randperm(n, generator=gen)
+        sums: dict[str, float] = {"loss": 0.0, "seen": 0}
+        t0 = time.time()
+        split = batches(order) if batches is not None else list(order.split(batch_size))
+        bar = tqdm(split, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress)
+        for idx in bar:
+            loss, stats = step(idx, epoch, state["step"])
+            if not math.isfinite(loss.item()):
+                raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            opt.step()
+            state["step"] += 1
+            sums["loss"] += loss.item() * idx.shape[0]
+            sums["seen"] += idx.shape[0]
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v
+            bar.set_postfix_str(postfix(loss.item()))
+        history.append({"epoch": epoch + 1, **record(sums), "seconds": time.time() - t0})
+        state.update(epoch=epoch + 1, optimizer=opt.state_dict(), generator=gen.get_state())
+        save_model(model, checkpoint, train_state=state)
+        if progress:
+            h = history[-1]
+            summary = ", ".join(f"{k} {v:.4f}" for k, v in h.items() if k not in ("epoch", "seconds"))
+            tqdm.write(f"epoch {h['epoch']}: {summary}, {h['seconds']:.0f} s -> {checkpoint}")
+    return history
+
+
 def train(
     model: RoseModel,
     images: Tensor | np.ndarray,
@@ -115,73 +193,51 @@ def train(
     if not callable(train_loss):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
     x = check_model_input(images, model)
-    dims = input_dims(model)
+    nats_per_bit = input_dims(model) * math.log(2)
     flips = cfg.hflip and model.input_kind == "image"
-    checkpoint = Path(checkpoint)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    model.to(device)
-    opt = _optimizer(model, cfg)
-    history: list[dict[str, float]] = []
-    start_epoch, step = 0, 0
-    if resume and checkpoint.exists():
-        ts = restore_training(checkpoint, model, opt, gen, "config", asdict(cfg))
-        start_epoch, step, history = ts["epoch"], ts["step"], ts["history"]
-    elif checkpoint.exists() and not resume:
-        raise RoseError(f"{checkpoint} exists; pass --resume to continue it or choose another output")
-    perturb = None
     if cfg.perturb and model.input_kind != "image":
-        raise RoseError(f"perturb={cfg.perturb!r} perturbs images; this model takes {model.input_kind} inputs")
+        raise RoseError(
+            f"perturb={cfg.perturb!r} perturbs images; this model takes {model.input_kind} inputs"
+        )
+    perturb = None
     if cfg.perturb:
         from roseood.data.perturbations import make_perturbation
 
         perturb = make_perturbation(cfg.perturb)
-    n = x.shape[0]
-    for epoch in range(start_epoch, cfg.epochs):
-        model.train()
-        order = torch.randperm(n, generator=gen)
-        total, seen, t0 = 0.0, 0, time.time()
-        bar = tqdm(range(0, n, cfg.batch_size), desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress)
-        for i in bar:
-            batch = x[order[i : i + cfg.batch_size]]
-            if flips:
-                flip = torch.rand(batch.shape[0], generator=gen) < 0.5
-                batch = torch.where(flip[:, None, None, None], batch.flip(3), batch)
-            if perturb is not None:
-                batch = perturb(batch, gen)
-            for group in opt.param_groups:
-                group["lr"] = _lr(cfg, epoch, step)
-            loss = train_loss(batch.to(device)).mean()
-            if not math.isfinite(loss.item()):
-                raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            step += 1
-            total += loss.item() * batch.shape[0]
-            seen += batch.shape[0]
-            bar.set_postfix(bpd=f"{loss.item() / (dims * math.log(2)):.3f}")
-        history.append(
-            {
-                "epoch": epoch + 1,
-                "loss_nats": total / seen,
-                "bits_per_dim": total / seen / (dims * math.log(2)),
-                "seconds": time.time() - t0,
-            }
-        )
-        state = {
-            "config": asdict(cfg),
-            "optimizer": opt.state_dict(),
-            "generator": gen.get_state(),
-            "epoch": epoch + 1,
-            "step": step,
-            "history": history,
-        }
-        save_model(model, checkpoint, train_state=state)
-        if progress:
-            h = history[-1]
-            tqdm.write(
-                f"epoch {h['epoch']}: {h['bits_per_dim']:.4f} bits/dim, {h['seconds']:.0f} s -> {checkpoint}"
-            )
+    checkpoint = Path(checkpoint)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model.to(device)
+    opt = _optimizer(model, cfg)
+    state = start_run(checkpoint, model, opt, gen, resume, "config", asdict(cfg))
+
+    def step(idx: Tensor, epoch: int, n_step: int) -> tuple[Tensor, dict[str, float]]:
+        batch = x[idx]
+        if flips:
+            flip = torch.rand(batch.shape[0], generator=gen) < 0.5
+            batch = torch.where(flip[:, None, None, None], batch.flip(3), batch)
+        if perturb is not None:
+            batch = perturb(batch, gen)
+        for group in opt.param_groups:
+            group["lr"] = _lr(cfg, epoch, n_step)
+        return train_loss(batch.to(device)).mean(), {}
+
+    def record(sums: dict[str, float]) -> dict[str, float]:
+        nats = sums["loss"] / sums["seen"]
+        return {"loss_nats": nats, "bits_per_dim": nats / nats_per_bit}
+
+    history = run_epochs(
+        model,
+        opt,
+        gen,
+        checkpoint,
+        state,
+        n=x.shape[0],
+        epochs=cfg.epochs,
+        step=step,
+        record=record,
+        batch_size=cfg.batch_size,
+        grad_clip=cfg.grad_clip,
+        progress=progress,
+        postfix=lambda loss: f"bpd={loss / nats_per_bit:.3f}",
+    )
     return model.eval(), history
