@@ -133,7 +133,7 @@ CASES = [
     _c("train --out = dataset file", "also an input", *TRAIN, "--out", "{d}/data/fashion_mnist_train.npz"),
     _c(
         "train --resume on other data",
-        "other images",
+        "trained on other data",
         *TRAIN[:-2],
         "--epochs",
         "2",

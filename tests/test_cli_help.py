@@ -16,10 +16,18 @@ from roseood.detectors import METHODS
 from roseood.progress import progress
 
 
-def subcommands() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+def subcommands(
+    parser: argparse.ArgumentParser | None = None, prefix: str = ""
+) -> dict[str, argparse.ArgumentParser]:
+    """Every (sub)command's parser by name, nested ones (``train vae``) included."""
+    parser = parser or build_parser()
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[prefix + name] = sub
+                found |= subcommands(sub, f"{prefix}{name} ")
+    return found
 
 
 @pytest.mark.parametrize("name", list(subcommands()))

@@ -53,7 +53,10 @@ class LineProgress(Generic[T]):
             )
 
     def set_postfix(self, **values: Any) -> None:
-        self.postfix = "  " + ", ".join(f"{k}={v}" for k, v in values.items())
+        self.set_postfix_str(", ".join(f"{k}={v}" for k, v in values.items()))
+
+    def set_postfix_str(self, text: str) -> None:
+        self.postfix = f"  {text}"
 
     def close(self) -> None:
         """Nothing to release (tqdm compatibility)."""
