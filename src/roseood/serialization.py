@@ -47,6 +47,27 @@ def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
     return obj
 
 
+def share_equal_tensors(
+    obj: Any, seen: dict[tuple[str, tuple[int, ...], str], torch.Tensor] | None = None
+) -> Any:
+    """``obj`` with equal tensors (anywhere in nested dicts/lists) replaced by one object, so that
+    ``torch.save`` writes them once (e.g. two layers fed the same input share an eigenbasis)."""
+    seen = {} if seen is None else seen
+    if isinstance(obj, dict):
+        return {k: share_equal_tensors(v, seen) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(share_equal_tensors(v, seen) for v in obj)
+    if isinstance(obj, torch.Tensor) and obj.numel():
+        t = obj.detach().to("cpu").contiguous()
+        key = (
+            str(t.dtype),
+            tuple(t.shape),
+            hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest(),
+        )
+        return seen.setdefault(key, t)
+    return obj
+
+
 def fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:
     """A short content hash of a model's parameters and buffers, to tie detectors to their model."""
     h = hashlib.sha256()

@@ -19,7 +19,7 @@ from roseood.data.tensors import as_image_tensor
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import model_fingerprint
-from roseood.serialization import atomic_save, safe_load
+from roseood.serialization import atomic_save, safe_load, share_equal_tensors
 
 DETECTOR_FORMAT = "roseood-detector"
 
@@ -89,7 +89,7 @@ class Detector(ABC):
                 "format": DETECTOR_FORMAT,
                 "method": self.method,
                 "params": self.params(),
-                "state": self.state(),
+                "state": share_equal_tensors(self.state()),
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
             },
             path,
@@ -117,6 +117,9 @@ class Detector(ABC):
                     "refit the detector for this model"
                 )
         det = DETECTORS[method](model, **obj["params"])
-        det.load_state(obj["state"])
+        try:
+            det.load_state(obj["state"])
+        except CheckpointError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
         det.fitted_ = True
         return det

@@ -18,8 +18,10 @@ from torch import Tensor
 from roseood.curvature import Fisher, LayerGradients, make_fisher
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector
-from roseood.errors import DataError, RoseError
+from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.models.base import GenerativeModel
+
+STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
 
 class ROSE(Detector):
@@ -148,12 +150,17 @@ class ROSE(Detector):
 
     def state(self) -> dict[str, Any]:
         return {
+            "version": STATE_VERSION,
             "fishers": {n: f.state() for n, f in self.fishers_.items()},
             "mean": self.mean_,
             "std": self.std_,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise CheckpointError(
+                "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
+            )
         self.fishers_ = {}
         for name, fs in state["fishers"].items():
             f = make_fisher(self.fisher_kind, self.damping)
