@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -24,9 +26,10 @@ def _csv(text: str) -> list[str]:
 
 
 def _model(path: str, device: str) -> GenerativeModel:
+    from roseood import distributed
     from roseood.models import load_model
 
-    return load_model(path).to(device)
+    return load_model(path).to(distributed.device(device))
 
 
 def cmd_import_vae(args: argparse.Namespace) -> None:
@@ -41,6 +44,7 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from roseood import distributed
     from roseood.data import load_images
     from roseood.models import VAE, Glow
     from roseood.models.train import TrainConfig, train
@@ -74,7 +78,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     )
     print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
     t0 = time.time()
-    train(model, data.images, cfg, args.out, resume=args.resume, device=args.device)
+    train(model, data.images, cfg, args.out, resume=args.resume, device=distributed.device(args.device))
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
 
@@ -124,12 +128,15 @@ def print_table(result: EvaluationResult) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    from roseood import distributed
     from roseood.evaluation.evaluate import evaluate
 
     model = _model(args.model, args.device)
     result = evaluate(model, _spec(args, _csv(args.methods)), progress=not args.quiet)
     print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
     print_table(result)
+    if not distributed.is_main():
+        return
     if args.json:
         result.write_json(args.json)
         print(f"wrote {args.json}")
@@ -151,7 +158,10 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from roseood.data import load_images
+    from tqdm.auto import tqdm
+
+    from roseood import distributed
+    from roseood.data import open_images
     from roseood.detectors import Detector
 
     model = _model(args.model, args.device)
@@ -161,8 +171,8 @@ def cmd_score(args: argparse.Namespace) -> None:
         from roseood.models import load_model
 
         if isinstance(det, LikelihoodRatio):
-            det.set_background(load_model(args.background).to(args.device))
-    data = load_images(
+            det.set_background(load_model(args.background).to(distributed.device(args.device)))
+    data = open_images(
         args.data,
         split=args.split,
         n=args.n,
@@ -170,16 +180,19 @@ def cmd_score(args: argparse.Namespace) -> None:
         channels=model.in_channels,
         data_dir=args.data_dir,
     )
-    det.progress = True
-    scores = det.score(data.images)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
+    # Chunks in, rows out: memory stays bounded however many images there are.
+    with out.open("w", newline="") if distributed.is_main() else open(os.devnull, "w") as f:
         w = csv.writer(f)
         w.writerow(["index", "label", "score"])
-        for i, (label, s) in enumerate(zip(data.labels, scores, strict=True)):
-            w.writerow([i, int(label), f"{s:.6g}"])
-    print(f"wrote {len(scores)} {det.method} scores for {data.name} ({data.source}) to {out}")
+        bar = tqdm(total=len(data), unit="image", disable=not distributed.is_main())
+        for lo, scores in det.score_stream(data, chunk=args.chunk * distributed.world()):
+            for i, s in enumerate(scores, lo):
+                w.writerow([i, int(data.labels[i]), f"{s:.6g}"])
+            bar.update(len(scores))
+        bar.close()
+    print(f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {out}")
 
 
 def cmd_datasets(args: argparse.Namespace) -> None:
@@ -325,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, help="score a deterministic subset of this size")
     p.add_argument("--out", required=True, help="CSV file")
     p.add_argument("--background", help="background model, for a saved lratio detector")
+    p.add_argument("--chunk", type=int, default=2048, help="images read at a time per process")
     _add_data_args(p)
     p.set_defaults(func=cmd_score)
 
@@ -356,15 +370,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; under torchrun (``torchrun --nproc-per-node N -m roseood ...``) every process runs
+    it on its share of the work and only rank 0 prints and writes files."""
     args = build_parser().parse_args(argv)
+    from roseood import distributed
+
+    where = f" (rank {distributed.rank()})" if distributed.launched() else ""
     try:
-        args.func(args)
+        distributed.init()
+        where = f" (rank {distributed.rank()})" if distributed.active() else ""
+        with contextlib.ExitStack() as stack:
+            if not distributed.is_main():
+                stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+            args.func(args)
     except RoseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error{where}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        distributed.shutdown()
     return 0
 
 

@@ -99,6 +99,12 @@ class Fisher(ABC):
             else:
                 setattr(self, key, reduce(value))
 
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> None:
+        """Replace every tensor this Fisher holds by ``fn`` of it (e.g. rank 0's copy of an eigenbasis)."""
+        for key, value in sorted(vars(self).items()):
+            if isinstance(value, Tensor):
+                setattr(self, key, fn(value))
+
     def _need_data(self) -> None:
         if self.count == 0:
             raise RoseError("the Fisher was fitted on no samples")

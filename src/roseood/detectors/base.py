@@ -8,6 +8,7 @@ records the fingerprint of the model it was fitted on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -15,6 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from roseood import distributed
+from roseood.data.loading import ImageStream
 from roseood.data.tensors import as_image_tensor
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
@@ -73,17 +76,37 @@ class Detector(ABC):
         self.fitted_ = True
         return self
 
-    def score(self, images: Tensor | np.ndarray) -> np.ndarray:
-        """One OOD score per image as float64 numpy (higher = more likely out-of-distribution)."""
+    def score(self, images: Tensor | np.ndarray, *, shard: bool = True) -> np.ndarray:
+        """One OOD score per image as float64 numpy (higher = more likely out-of-distribution).
+
+        Under torchrun each process scores its shard and every process gets all scores in input order;
+        ``shard=False`` scores exactly ``images`` here (a process's own part of a stream)."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted: call fit() or load() first")
-        out = self._score(self._check(images))
-        return out.detach().to("cpu", torch.float64).numpy()
+        x = self._check(images)
+        if shard:
+            x = x[distributed.shard(x.shape[0])]
+        out = self._score(x).detach() if x.shape[0] else torch.empty(0)
+        out = out.to("cpu", torch.float64)
+        return (distributed.gather_rows(out) if shard else out).numpy()
+
+    def score_stream(self, stream: ImageStream, chunk: int = 4096) -> Iterator[tuple[int, np.ndarray]]:
+        """Score images read lazily, ``chunk`` at a time (bounded memory); yields (first index, scores) in
+        input order. Under torchrun each process reads and scores its share of every chunk."""
+        for lo in range(0, len(stream), chunk):
+            hi = min(lo + chunk, len(stream))
+            part = distributed.shard(hi - lo)
+            mine = stream.read(lo + part.start, lo + part.stop)
+            local = self.score(mine, shard=False) if len(mine) else np.empty(0)
+            yield lo, distributed.gather_rows(torch.from_numpy(local)).numpy()
 
     def save(self, path: str | Path) -> None:
         """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically)."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted; nothing to save")
+        if not distributed.is_main():
+            distributed.barrier()  # rank 0 writes; the others wait until the file is there
+            return
         atomic_save(
             {
                 "format": DETECTOR_FORMAT,
@@ -94,6 +117,7 @@ class Detector(ABC):
             },
             path,
         )
+        distributed.barrier()
 
     @classmethod
     def load(cls, path: str | Path, model: GenerativeModel | None) -> Detector:

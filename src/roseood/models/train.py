@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from roseood import distributed
 from roseood.data.tensors import as_image_tensor
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
@@ -88,6 +90,17 @@ def restore_training(
     return ts
 
 
+class _TrainLoss(nn.Module):
+    """A model's per-sample training loss as ``forward``, the call DistributedDataParallel synchronises."""
+
+    def __init__(self, model: GenerativeModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model.train_loss(x)
+
+
 def train(
     model: GenerativeModel,
     images: Tensor | np.ndarray,
@@ -99,14 +112,16 @@ def train(
 ) -> tuple[GenerativeModel, list[dict[str, float]]]:
     """Train ``model`` on uint8/float images, writing ``checkpoint`` after every epoch.
 
-    With ``resume``, an existing checkpoint's weights, optimiser, RNG state and history are restored
-    and training continues from the next epoch (its stored config must match ``cfg``).
+    Under torchrun every process trains on its shard of each batch (DistributedDataParallel) and rank 0
+    writes the checkpoints. With ``resume``, an existing checkpoint's weights, optimiser, RNG state and
+    history are restored and training continues from the next epoch (its stored config must match ``cfg``).
     Returns the model (eval mode) and the per-epoch history.
     """
     x = as_image_tensor(images, model.in_channels, model.image_size)
     checkpoint = Path(checkpoint)
     gen = torch.Generator().manual_seed(cfg.seed)
     model.to(device)
+    world = distributed.world()
     opt = _optimizer(model, cfg)
     history: list[dict[str, float]] = []
     start_epoch, step = 0, 0
@@ -121,32 +136,45 @@ def train(
 
         perturb = make_perturbation(cfg.perturb)
     n = x.shape[0]
+    net: nn.Module = _TrainLoss(model)
+    if distributed.active():  # gradients averaged over processes; rank 0's initial weights everywhere
+        net = DistributedDataParallel(
+            net, device_ids=[torch.device(device).index] if "cuda" in str(device) else None
+        )
+    show = progress and distributed.is_main()
     for epoch in range(start_epoch, cfg.epochs):
         model.train()
         order = torch.randperm(n, generator=gen)
         total, seen, t0 = 0.0, 0, time.time()
-        bar = tqdm(range(0, n, cfg.batch_size), desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress)
+        bar = tqdm(range(0, n, cfg.batch_size), desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not show)
         for i in bar:
+            # Every process draws the same batch and augmentation (one generator, so a rank-0 checkpoint
+            # resumes every process) and trains on its shard of the batch.
             batch = x[order[i : i + cfg.batch_size]]
             if cfg.hflip:
                 flip = torch.rand(batch.shape[0], generator=gen) < 0.5
                 batch = torch.where(flip[:, None, None, None], batch.flip(3), batch)
             if perturb is not None:
                 batch = perturb(batch, gen)
+            if batch.shape[0] < world:
+                continue
+            mine = batch[distributed.shard(batch.shape[0])]
             for group in opt.param_groups:
                 group["lr"] = _lr(cfg, epoch, step)
-            loss = model.train_loss(batch.to(device)).mean()
+            loss = net(mine.to(device)).mean()
             if not math.isfinite(loss.item()):
                 raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            # scaled so that the average over processes is the mean over the whole batch (× 1.0 alone)
+            (loss * (mine.shape[0] * world / batch.shape[0])).backward()
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             step += 1
-            total += loss.item() * batch.shape[0]
-            seen += batch.shape[0]
+            total += loss.item() * mine.shape[0]
+            seen += mine.shape[0]
             bar.set_postfix(bpd=f"{loss.item() / (model.dims * math.log(2)):.3f}")
+        total, seen = distributed.all_reduce(torch.tensor([total, float(seen)])).tolist()
         history.append(
             {
                 "epoch": epoch + 1,
@@ -163,8 +191,9 @@ def train(
             "step": step,
             "history": history,
         }
-        save_model(model, checkpoint, train_state=state)
-        if progress:
+        if distributed.is_main():
+            save_model(model, checkpoint, train_state=state)
+        if show:
             h = history[-1]
             tqdm.write(
                 f"epoch {h['epoch']}: {h['bits_per_dim']:.4f} bits/dim, {h['seconds']:.0f} s -> {checkpoint}"
