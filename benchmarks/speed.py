@@ -1,10 +1,10 @@
-"""ROSE's cost against forward-only NLL, the per-sample loop and nngeometry's EKFAC, in one run.
+"""ROSE's cost against forward-only NLL, the per-sample loop, nngeometry and kronfluence, in one run.
 
 On one model and one batch: forward-only NLL, ROSE-diag, ROSE-EKFAC (fit and score), ROSE-EKFAC as the
 authors computed it (one backward per image), and — when installed (``pip install -e ".[bench]"``) —
-nngeometry's ``PMatEKFAC`` fitted on the same images and scoring the same quantity ``gᵀ (F + λ)⁻¹ g``
-per layer from its per-sample Jacobian. Prints throughput, cost relative to the NLL and the Spearman
-correlation of each layer's scores with ROSE-EKFAC. Run:
+nngeometry's ``PMatEKFAC`` (scores from its per-sample Jacobian) and kronfluence's EKFAC self-influence,
+both fitted on the same images and computing the same ``gᵀ (F + λ)⁻¹ g`` per layer. Prints throughput,
+cost relative to the NLL and the Spearman correlation of each layer's scores with ROSE-EKFAC. Run:
 
     python benchmarks/speed.py [--model MODEL] [--batch 64] [--fit 512] [--repeats 3]
 """
@@ -12,7 +12,9 @@ correlation of each layer's scores with ROSE-EKFAC. Run:
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -90,6 +92,58 @@ class NNGeometryEKFAC:
         return torch.stack(cols, 1).double()
 
 
+class KronfluenceEKFAC:
+    """kronfluence's EKFAC self-influence ``gᵀ (F + λ)⁻¹ g`` per module, empirical Fisher of the same loss."""
+
+    def __init__(self, model: GenerativeModel, layers: list[str], damping: float, batch: int) -> None:
+        from kronfluence.analyzer import Analyzer, prepare_model
+        from kronfluence.task import Task
+
+        class RoseTask(Task):
+            def compute_train_loss(
+                self, batch: list[Tensor], model: torch.nn.Module, sample: bool = False
+            ) -> Tensor:
+                return model.rose_loss(batch[0]).sum()  # type: ignore[operator]
+
+            def compute_measurement(self, batch: list[Tensor], model: torch.nn.Module) -> Tensor:
+                return model.rose_loss(batch[0]).sum()  # type: ignore[operator]
+
+            def get_influence_tracked_modules(self) -> list[str]:
+                return layers
+
+        self.workdir = tempfile.mkdtemp(prefix="kronfluence-")
+        task = RoseTask()
+        wrapped = prepare_model(copy.deepcopy(model), task)
+        self.analyzer = Analyzer("rose", wrapped, task, cpu=True, disable_tqdm=True, output_dir=self.workdir)
+        self.layers, self.damping, self.batch = layers, damping, batch
+
+    def fit(self, x: Tensor) -> None:
+        from kronfluence.arguments import FactorArguments
+
+        args = FactorArguments(strategy="ekfac", use_empirical_fisher=True)
+        data = torch.utils.data.TensorDataset(x)
+        self.analyzer.fit_all_factors(
+            "ekfac", data, per_device_batch_size=self.batch, factor_args=args, overwrite_output_dir=True
+        )
+
+    def layer_scores(self, x: Tensor) -> Tensor:
+        from kronfluence.arguments import ScoreArguments
+
+        args = ScoreArguments(damping_factor=self.damping, compute_per_module_scores=True)
+        data = torch.utils.data.TensorDataset(x)
+        self.analyzer.compute_self_scores(
+            "self",
+            "ekfac",
+            data,
+            per_device_train_batch_size=self.batch,
+            score_args=args,
+            overwrite_output_dir=True,
+        )
+        scores = self.analyzer.load_self_scores("self")
+        assert scores is not None
+        return torch.stack([scores[name] for name in self.layers], 1).double()
+
+
 def timed(fn: Callable[[], object], repeats: int) -> float:
     fn()  # warm-up
     t0 = time.perf_counter()
@@ -143,6 +197,18 @@ def main() -> None:
         ]
     else:
         print("nngeometry not installed (pip install -e '.[bench]'): skipped")
+    if importlib.util.find_spec("kronfluence") is not None:
+        kf = KronfluenceEKFAC(model, ekfac.layers, ekfac.damping, args.batch)
+        t0 = time.perf_counter()
+        kf.fit(fit)
+        fit_s["kronfluence EKFAC"] = time.perf_counter() - t0
+        t["kronfluence EKFAC"] = timed(lambda: kf.layer_scores(x), args.repeats)
+        theirs = kf.layer_scores(x).numpy()
+        agreement["kronfluence EKFAC"] = [
+            float(spearmanr(ours[:, j], theirs[:, j]).statistic) for j in range(ours.shape[1])
+        ]
+    else:
+        print("kronfluence not installed (pip install -e '.[bench]'): skipped")
     print(
         "settings:",
         {"model": model.config(), "batch": args.batch, "repeats": args.repeats, "fisher_fit_images": args.fit}
