@@ -1,4 +1,4 @@
-"""torchrun with 2 CPU processes (gloo) fits, scores and trains like 1 process; a failing rank ends the job.
+"""torchrun, 2 CPU processes (gloo): fit and scores equal 1 process, DDP training resumes, failures end it.
 
 The test launches this very file under ``python -m torch.distributed.run``; run as a script it is the
 worker (see ``worker``), which writes what rank 0 saw for the test to compare with a 1-process run.
@@ -77,6 +77,21 @@ def worker(mode: str, folder: Path) -> None:
     args = ["score", "--model", str(folder / "m.pt"), "--detector", str(folder / "det.pt")]
     code = main([*args, "--data", str(folder / "pngs"), "--out", str(folder / "two.csv"), "--chunk", "3"])
     assert code == 0
+    # training under DDP: one epoch, then resumed for a second
+    train = [
+        "train",
+        "vae",
+        "--data",
+        str(folder / "train.npz"),
+        "--ngf",
+        "4",
+        "--nz",
+        "4",
+        "--batch-size",
+        "8",
+    ]
+    for epochs, extra in (("1", []), ("2", ["--resume"])):
+        assert main([*train, "--out", str(folder / "vae.pt"), "--epochs", epochs, *extra]) == 0
 
 
 def launch(mode: str, folder: Path) -> subprocess.CompletedProcess[str]:
@@ -92,8 +107,10 @@ def write_inputs(folder: Path) -> None:
     model, x = tiny_setup()
     save_model(model, folder / "m.pt")
     (folder / "pngs").mkdir()
-    for i, img in enumerate((x[:10, 0] * 255).round().to(torch.uint8).numpy()):
+    u8 = (x[:, 0] * 255).round().to(torch.uint8).numpy()
+    for i, img in enumerate(u8[:10]):
         Image.fromarray(img).save(folder / "pngs" / f"{i:02d}.png")
+    np.savez(folder / "train.npz", images=u8)
 
 
 def read_csv(path: Path) -> list[list[str]]:
@@ -101,10 +118,14 @@ def read_csv(path: Path) -> list[list[str]]:
         return list(csv.reader(f))
 
 
-def test_two_processes_fit_and_score_like_one(tmp_path):
+def test_two_processes_fit_score_and_train_like_one(tmp_path):
     write_inputs(tmp_path)
     run = launch("rose", tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
+    # DDP training: rank 0 wrote one checkpoint per epoch, printed once per command, and resumed
+    ts = torch.load(tmp_path / "vae.pt", weights_only=False)["train_state"]
+    assert ts["epoch"] == 2 and len(ts["history"]) == 2 and np.isfinite(ts["history"][-1]["loss_nats"])
+    assert run.stdout.count("wrote") == 3  # score, train, resumed train: rank 0 only
     two = torch.load(tmp_path / "two.pt", weights_only=False)
     one = fit_and_score(*tiny_setup())
     for kind in KINDS:
@@ -133,29 +154,6 @@ def test_a_failing_rank_ends_the_job_with_its_error(tmp_path):
     assert run.returncode != 0
     assert "injected failure on rank 1" in run.stderr
     assert time.time() - t0 < TIMEOUT_S / 2
-
-
-def test_training_under_ddp_writes_one_checkpoint_and_resumes(tmp_path):
-    _, x = tiny_setup()
-    np.savez(tmp_path / "train.npz", images=(x[:, 0] * 255).round().to(torch.uint8).numpy())
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
-    cmd += ["roseood", "train", "vae", "--data", str(tmp_path / "train.npz"), "--ngf", "4", "--nz", "4"]
-    cmd += ["--batch-size", "8", "--out", str(tmp_path / "vae.pt")]
-    src = str(Path(roseood.__file__).resolve().parents[1])
-    env = os.environ | {"PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
-    for epochs, extra in ((1, []), (2, ["--resume"])):
-        run = subprocess.run(
-            [*cmd, "--epochs", str(epochs), *extra],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-        assert run.returncode == 0, run.stderr[-3000:]
-        ts = torch.load(tmp_path / "vae.pt", weights_only=False)["train_state"]
-        assert ts["epoch"] == epochs and len(ts["history"]) == epochs
-        assert run.stdout.count("wrote") == 1  # only rank 0 prints
-    assert torch.isfinite(torch.tensor(ts["history"][-1]["loss_nats"]))
 
 
 if __name__ == "__main__":

@@ -376,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from roseood import distributed
 
     where = f" (rank {distributed.rank()})" if distributed.launched() else ""
+    joined = not distributed.active()  # leave at the end only a process group this call joined
     try:
         distributed.init()
         where = f" (rank {distributed.rank()})" if distributed.active() else ""
@@ -390,7 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
-        distributed.shutdown()
+        if joined:
+            distributed.shutdown()
     return 0
 
 
