@@ -120,6 +120,28 @@ def gather_rows(t: Tensor) -> Tensor:
     return torch.cat([p[:c] for p, c in zip(parts, counts, strict=True)]).to(t.device)
 
 
+def average_gradients(module: torch.nn.Module) -> None:
+    """Replace every parameter gradient by its mean over processes (one flat all-reduce)."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not active() or not grads:
+        return
+    flat = all_reduce(torch.cat([g.flatten() for g in grads])) / world()
+    for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+        g.copy_(part.view_as(g))
+
+
+def share_module(module: torch.nn.Module, average_buffers: bool = False) -> None:
+    """Give every process rank 0's parameters (and, with ``average_buffers``, the mean of floating buffers
+    such as BatchNorm statistics)."""
+    if not active():
+        return
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(broadcast(p.detach()))
+        for b in module.buffers():
+            b.copy_(all_reduce(b) / world() if average_buffers and b.is_floating_point() else broadcast(b))
+
+
 def barrier() -> None:
     """Wait for every process (e.g. until rank 0 has written a file the others read)."""
     if active():
