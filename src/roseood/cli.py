@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -28,6 +29,7 @@ def _csv(text: str) -> list[str]:
 def _model(args: argparse.Namespace) -> RoseModel:
     """The model of ``--model`` (a checkpoint) and/or ``--model-module`` (user code; ``--model`` then
     holds its weights: a roseood checkpoint or a plain state_dict file)."""
+    from roseood import distributed
     from roseood.models import load_factory, load_model, load_weights
 
     module = getattr(args, "model_module", None)
@@ -39,7 +41,7 @@ def _model(args: argparse.Namespace) -> RoseModel:
         model = load_factory(module)
         if args.model is not None:
             model = load_weights(model, args.model)
-    return model.to(args.device)
+    return model.to(distributed.device(args.device))
 
 
 INPUT_OPTIONS = (
@@ -93,6 +95,7 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from roseood import distributed
     from roseood.data import load_images
     from roseood.evaluation.evaluate import image_options
     from roseood.models import get_family, load_factory
@@ -137,7 +140,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             cfg,
             args.out,
             resume=args.resume,
-            device=args.device,
+            device=distributed.device(args.device),
             overwrite=args.overwrite,
         )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
@@ -191,6 +194,7 @@ def print_table(result: EvaluationResult) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    from roseood import distributed
     from roseood.evaluation.evaluate import evaluate
 
     if args.json:
@@ -201,6 +205,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     result = evaluate(model, _spec(args, list(args.methods)), progress=not args.quiet)
     print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
     print_table(result)
+    if not distributed.is_main():
+        return
     if args.json:
         result.write_json(args.json)
         print(f"wrote {args.json}")
@@ -228,9 +234,11 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from roseood.data import load_images
+    from roseood import distributed
+    from roseood.data import open_images
     from roseood.detectors import Detector
     from roseood.evaluation.evaluate import image_options
+    from roseood.progress import progress
     from roseood.serialization import write_csv
 
     out = _output(args, args.out)
@@ -242,8 +250,8 @@ def cmd_score(args: argparse.Namespace) -> None:
         from roseood.models import load_model
 
         if isinstance(det, LikelihoodRatio):
-            det.set_background(load_model(args.background).to(args.device))
-    data = load_images(
+            det.set_background(load_model(args.background).to(distributed.device(args.device)))
+    data = open_images(
         args.data,
         split=args.split,
         n=args.n,
@@ -252,18 +260,28 @@ def cmd_score(args: argparse.Namespace) -> None:
         channels=channels,
         size=size,
     )
-    det.progress = True
-    scores = det.score(data.images)
     threshold = args.threshold if args.threshold is not None else det.threshold_
-    decisions = det.decide(scores, threshold) if threshold is not None else [None] * len(scores)
-    files = data.files or [""] * len(scores)
-    rows = (
-        [i, name, int(label), f"{s:.6g}", "" if d is None else str(bool(d)).lower()]
-        for i, (name, label, s, d) in enumerate(zip(files, data.labels, scores, decisions, strict=True))
-    )
-    write_csv(out, ["index", "file", "label", "score", "ood"], rows)
+
+    def rows() -> Iterator[list[Any]]:
+        # Chunks in, rows out: memory stays bounded however many images there are.
+        shown = None if distributed.is_main() else False  # None: a bar on a terminal, ~10 % lines otherwise
+        bar = progress(None, "scoring", total=len(data), unit="image", enabled=shown)
+        for lo, scores in det.score_stream(data, chunk=args.chunk * distributed.world()):
+            decisions = det.decide(scores, threshold) if threshold is not None else [None] * len(scores)
+            for i, (s, d) in enumerate(zip(scores, decisions, strict=True), lo):
+                name = data.files[i] if data.files is not None else ""
+                yield [i, name, int(data.labels[i]), f"{s:.6g}", "" if d is None else str(bool(d)).lower()]
+            bar.update(len(scores))
+        bar.close()
+
+    header = ["index", "file", "label", "score", "ood"]
+    if distributed.is_main():
+        write_csv(out, header, rows())
+    else:
+        for _ in rows():  # the other processes score their shares of every chunk
+            pass
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
-    print(f"wrote {len(scores)} {det.method} scores for {data.name} ({data.source}) to {out}; {cut}")
+    print(f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {out}; {cut}")
 
 
 def layer_checks(model: RoseModel, batch: int = 2) -> list[tuple[str, str, str]]:
@@ -541,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="CSV file: index, file, label, score, ood")
     _add_overwrite(p)
     p.add_argument("--background", help="background model, for a saved lratio detector")
+    p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
     _add_data_args(p)
     p.set_defaults(func=cmd_score)
 
@@ -598,15 +617,26 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``rose`` command; returns the exit status (2: bad input, 130: interrupted)."""
+    """Run one command; returns the exit status (2: bad input, 130: interrupted). Under torchrun
+    (``torchrun --nproc-per-node N -m roseood ...``) every process runs it on its share of the work and only
+    rank 0 prints and writes files."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
         return exc.code if isinstance(exc.code, int) else 2
+    from roseood import distributed
+
+    where = f" (rank {distributed.rank()})" if distributed.launched() else ""
+    joined = not distributed.active()  # leave at the end only a process group this call joined
     try:
-        args.func(args)
+        distributed.init()
+        where = f" (rank {distributed.rank()})" if distributed.active() else ""
+        with contextlib.ExitStack() as stack:
+            if not distributed.is_main():
+                stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+            args.func(args)
     except RoseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error{where}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -614,6 +644,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return 141
+    finally:
+        if joined:
+            distributed.shutdown()
     return 0
 
 

@@ -107,12 +107,18 @@ def write_json(path: str | Path, obj: Any, indent: int = 2) -> Path:
 
 
 def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
-    """Write a CSV with ``header`` and ``rows`` to ``path`` atomically."""
-    buf = io.StringIO(newline="")
-    writer = csv.writer(buf)
-    writer.writerow(header)
-    writer.writerows(rows)
-    return write_text(path, buf.getvalue())
+    """Write a CSV with ``header`` and ``rows`` to ``path`` atomically; rows are streamed to the temporary
+    file as they come, so a long generator of rows needs no memory for them."""
+
+    def write(f: IO[bytes]) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        writer = csv.writer(text)
+        writer.writerow(header)
+        writer.writerows(rows)
+        text.flush()
+        text.detach()  # leave the binary file open for atomic_write's fsync
+
+    return atomic_write(path, write)
 
 
 def save_npy(path: str | Path, array: np.ndarray) -> Path:
@@ -193,6 +199,27 @@ def array_digest(images: np.ndarray) -> str:
     h = hashlib.sha256(f"{images.shape}{images.dtype}".encode())
     h.update(np.ascontiguousarray(images).tobytes())
     return h.hexdigest()[:16]
+
+
+def share_equal_tensors(
+    obj: Any, seen: dict[tuple[str, tuple[int, ...], str], torch.Tensor] | None = None
+) -> Any:
+    """``obj`` with equal tensors (anywhere in nested dicts/lists) replaced by one object, so that
+    ``torch.save`` writes them once (e.g. two layers fed the same input share an eigenbasis)."""
+    seen = {} if seen is None else seen
+    if isinstance(obj, dict):
+        return {k: share_equal_tensors(v, seen) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(share_equal_tensors(v, seen) for v in obj)
+    if isinstance(obj, torch.Tensor) and obj.numel():
+        t = obj.detach().to("cpu").contiguous()
+        key = (
+            str(t.dtype),
+            tuple(t.shape),
+            hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest(),
+        )
+        return seen.setdefault(key, t)
+    return obj
 
 
 def fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:

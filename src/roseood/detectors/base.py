@@ -9,6 +9,7 @@ round-trip the learned state in one file that records the fingerprint of the mod
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -16,12 +17,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from roseood import distributed
+from roseood.data.loading import ImageStream
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.progress import on_terminal
-from roseood.serialization import atomic_save, safe_load
+from roseood.serialization import atomic_save, safe_load, share_equal_tensors
 from roseood.validation import check_float, check_int
 
 DETECTOR_FORMAT = "roseood-detector"
@@ -89,12 +92,29 @@ class Detector(ABC):
         self.fitted_ = True
         return self
 
-    def score(self, images: Tensor | np.ndarray) -> np.ndarray:
-        """One OOD score per image as float64 numpy (higher = more likely out-of-distribution)."""
+    def score(self, images: Tensor | np.ndarray, *, shard: bool = True) -> np.ndarray:
+        """One OOD score per image as float64 numpy (higher = more likely out-of-distribution).
+
+        Under torchrun each process scores its shard and every process gets all scores in input order;
+        ``shard=False`` scores exactly ``images`` here (a process's own part of a stream)."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted: call fit() or load() first")
-        out = self._score(self._check(images))
-        return out.detach().to("cpu", torch.float64).numpy()
+        x = self._check(images)
+        if shard:
+            x = x[distributed.shard(x.shape[0])]
+        out = self._score(x).detach() if x.shape[0] else torch.empty(0)
+        out = out.to("cpu", torch.float64)
+        return (distributed.gather_rows(out) if shard else out).numpy()
+
+    def score_stream(self, stream: ImageStream, chunk: int = 4096) -> Iterator[tuple[int, np.ndarray]]:
+        """Score images read lazily, ``chunk`` at a time (bounded memory); yields (first index, scores) in
+        input order. Under torchrun each process reads and scores its share of every chunk."""
+        for lo in range(0, len(stream), chunk):
+            hi = min(lo + chunk, len(stream))
+            part = distributed.shard(hi - lo)
+            mine = stream.read(lo + part.start, lo + part.stop)
+            local = self.score(mine, shard=False) if len(mine) else np.empty(0)
+            yield lo, distributed.gather_rows(torch.from_numpy(local)).numpy()
 
     def calibrate(self, images: Tensor | np.ndarray, tpr: float = 0.95) -> Self:
         """Set ``threshold_`` so that a fraction ``tpr`` of these held-out in-distribution inputs (not
@@ -114,17 +134,21 @@ class Detector(ABC):
         """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically)."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted; nothing to save")
+        if not distributed.is_main():
+            distributed.barrier()  # rank 0 writes; the others wait until the file is there
+            return
         atomic_save(
             {
                 "format": DETECTOR_FORMAT,
                 "method": self.method,
                 "params": self.params(),
-                "state": self.state(),
+                "state": share_equal_tensors(self.state()),
                 "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
             },
             path,
         )
+        distributed.barrier()
 
     @classmethod
     def load(cls, path: str | Path, model: RoseModel | None) -> Detector:
@@ -148,7 +172,10 @@ class Detector(ABC):
                     "refit the detector for this model"
                 )
         det = DETECTORS[method](model, **obj["params"])
-        det.load_state(obj["state"])
+        try:
+            det.load_state(obj["state"])
+        except CheckpointError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
         det.threshold_ = obj.get("threshold")
         det.fitted_ = True
         return det

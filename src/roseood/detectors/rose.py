@@ -15,13 +15,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from roseood import distributed
 from roseood.curvature import Fisher, LayerGradients, make_fisher
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, held_out_count
-from roseood.errors import DataError, RoseError
+from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.validation import check_float
+
+STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
 
 class ROSE(Detector):
@@ -125,20 +128,30 @@ class ROSE(Detector):
         self.fit(x)
 
     def fit_fisher(self, x: Tensor) -> None:
-        """Accumulate each layer's Fisher over ``x`` (two passes for EKFAC)."""
+        """Accumulate each layer's Fisher over ``x`` (two passes for EKFAC).
+
+        Under torchrun each process accumulates its shard of ``x``; the sums are added together (float64)
+        before each pass ends, and rank 0's eigendecompositions are shared with every process."""
         self.fishers_ = {name: make_fisher(self.fisher_kind, self.damping) for name in self.layers}
         passes = next(iter(self.fishers_.values())).passes
+        distributed.check_enough(x.shape[0], "Fisher images")
+        x = x[distributed.shard(x.shape[0])]
         for pass_index in range(passes):
             desc = f"ROSE-{self.fisher_kind} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             for batch in iter_batches(x, self.batch_size, desc):
                 for name, g in self._layer_grads(batch).items():
                     self.fishers_[name].update(g, pass_index)
             for f in self.fishers_.values():
+                if distributed.active():
+                    f.reduce_sums(pass_index, distributed.all_reduce)
                 f.end_pass(pass_index)
+                f.map_tensors(distributed.broadcast)
 
     def fit_stats(self, x: Tensor) -> None:
-        """In-distribution mean and std of every layer score (for z-normalisation)."""
-        raw = self.layer_scores(x, desc="ROSE layer statistics")
+        """In-distribution mean and std of every layer score (for z-normalisation); sharded under torchrun."""
+        distributed.check_enough(x.shape[0], "statistics images")
+        x = x[distributed.shard(x.shape[0])]
+        raw = distributed.gather_rows(self.layer_scores(x, desc="ROSE layer statistics"))
         self.mean_ = raw.mean(0)
         self.std_ = raw.std(0).clamp_min(1e-12)
 
@@ -166,12 +179,17 @@ class ROSE(Detector):
 
     def state(self) -> dict[str, Any]:
         return {
+            "version": STATE_VERSION,
             "fishers": {n: f.state() for n, f in self.fishers_.items()},
             "mean": self.mean_,
             "std": self.std_,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise CheckpointError(
+                "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
+            )
         self.fishers_ = {}
         for name, fs in state["fishers"].items():
             f = make_fisher(self.fisher_kind, self.damping)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from roseood import distributed
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel, input_dims, model_config, model_name
@@ -188,9 +189,14 @@ def run_epochs(
     family's ``step(indices, epoch, step) -> (mean loss, summed statistics)``, then backpropagates,
     clips, steps, and finally records the epoch (``record(sums)``) and writes ``checkpoint`` atomically
     with the RNG states, so a resumed run continues exactly. History holds no wall times: the same run
-    gives the same checkpoint bytes.
+    gives the same checkpoint bytes. Under torchrun every process steps on its shard of each batch with
+    gradients averaged over processes (data parallel), sums are added up, and rank 0 writes the
+    checkpoints.
     """
     history: list[dict[str, float]] = state["history"]
+    world = distributed.world()
+    distributed.share_module(model)  # rank 0's weights everywhere
+    progress = progress if distributed.is_main() else False
     for epoch in range(state["epoch"], epochs):
         model.train()
         order = torch.randperm(n, generator=gen)
@@ -199,11 +205,17 @@ def run_epochs(
         split = batches(order) if batches is not None else list(order.split(batch_size))
         bar = progress_bar(split, f"epoch {epoch + 1}/{epochs}", enabled=progress)
         for idx in bar:
+            if len(idx) < world:
+                continue
+            # under torchrun each process takes its shard of the batch; gradients are averaged so the
+            # step is that of the whole batch's mean loss (the weight is exactly 1.0 in one process)
+            whole, idx = len(idx), idx[distributed.shard(len(idx))]
             loss, stats = step(idx, epoch, state["step"])
             if not math.isfinite(loss.item()):
                 raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss * (len(idx) * world / whole)).backward()
+            distributed.average_gradients(model)
             if grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
@@ -213,6 +225,11 @@ def run_epochs(
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
             bar.set_postfix_str(postfix(loss.item()))
+        if distributed.active():
+            totals = distributed.all_reduce(torch.tensor(list(sums.values()), dtype=torch.float64))
+            sums = dict(zip(sums, totals.tolist(), strict=True))
+            distributed.share_module(model, average_buffers=True)  # e.g. BatchNorm statistics
+            gen.set_state(distributed.broadcast(gen.get_state()))  # unequal shards drew unequally
         history.append({"epoch": epoch + 1, **record(sums)})
         state.update(
             epoch=epoch + 1,
@@ -220,7 +237,8 @@ def run_epochs(
             generator=gen.get_state(),
             torch_rng=torch.get_rng_state(),
         )
-        save_model(model, checkpoint, train_state=state)
+        if distributed.is_main():
+            save_model(model, checkpoint, train_state=state)
         if progress is not False:
             h = history[-1]
             summary = ", ".join(f"{k} {v:.10g}" for k, v in h.items() if k != "epoch")
