@@ -6,6 +6,9 @@
 - ``ekfac``: the eigenbasis U_A ⊗ U_B of KFAC with the diagonal re-estimated in it,
   Σ = E[(U_Bᵀ G U_A)²] (George et al. 2018), as in the ROSE paper.
 Statistics are accumulated in float64; ``damping`` is added to the (eigen)values before inverting.
+Grouped layers get one Kronecker block per group (block-diagonal KFAC/EKFAC). Masked weights: diag
+and dense see only the free entries (exact); KFAC/EKFAC keep the factors of the full weight and apply
+them to the masked gradient (zero on masked entries), so masked coordinates add nothing to ``sᵀF⁻¹s``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class Fisher(ABC):
 
     name: ClassVar[str]
     passes: ClassVar[int] = 1
+    coords: ClassVar[str] = "native"  # gradient coordinates it wants: the module's parameters or "weight"
 
     def __init__(self, damping: float = 1e-8) -> None:
         self.damping = damping
@@ -131,6 +135,7 @@ class KFAC(Fisher):
     """KFAC factors and their eigenbases; the quadratic form uses the Kronecker eigenvalues."""
 
     name = "kfac"
+    coords = "weight"
 
     def __init__(self, damping: float = 1e-8) -> None:
         super().__init__(damping)
@@ -148,7 +153,11 @@ class KFAC(Fisher):
         t = g.a.shape[1]
         a = g.a.double().flatten(0, 1)
         d = g.d.double().flatten(0, 1)
-        ac, dc = a.T @ a / t, d.T @ d
+        if g.groups == 1:
+            ac, dc = a.T @ a / t, d.T @ d
+        else:  # one factor per group: (groups, k, k)
+            a, d = a.view(a.shape[0], g.groups, -1), d.view(d.shape[0], g.groups, -1)
+            ac, dc = torch.einsum("mgi,mgj->gij", a, a) / t, torch.einsum("mgi,mgj->gij", d, d)
         self.a_cov = ac if self.a_cov is None else self.a_cov + ac
         self.d_cov = dc if self.d_cov is None else self.d_cov + dc
         self.count += g.n
@@ -171,7 +180,10 @@ class KFAC(Fisher):
 
     def _eigenvalues(self) -> Tensor:
         assert self.eig_out is not None and self.eig_in is not None
-        return torch.outer(self.eig_out.clamp_min(0), self.eig_in.clamp_min(0))
+        # outer product per group, blocks stacked like the gradient matrix
+        return (self.eig_out.clamp_min(0)[..., :, None] * self.eig_in.clamp_min(0)[..., None, :]).flatten(
+            0, -2
+        )
 
     def quad(self, g: LayerGrad) -> Tensor:
         return self._rotate(g).weighted_square(1.0 / (self._eigenvalues() + self.damping))

@@ -54,7 +54,7 @@ class ROSE(Detector):
             raise RoseError(f"p must be ≥ 1 (or inf), got {p}")
         if not 0.0 < stats_fraction < 1.0:
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
-        make_fisher(fisher)  # validates the name early
+        coords = type(make_fisher(fisher)).coords  # validates the name early
         self.model: GenerativeModel = model
         self.fisher_kind = fisher
         self.layer_spec = layers
@@ -64,7 +64,6 @@ class ROSE(Detector):
         self.p = p
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
-        coords = "weight" if fisher in ("kfac", "ekfac") else "native"
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
