@@ -32,10 +32,12 @@ def supports(module: nn.Module) -> bool:
 class _Call(nn.Module):
     """Holds the model as a submodule so ``functional_call`` can swap its parameters under ``fn``."""
 
+    fn: Callable[..., Tensor]
+
     def __init__(self, model: nn.Module, fn: Callable[..., Tensor]) -> None:
         super().__init__()
         self.model = model
-        self.fn = fn
+        self.__dict__["fn"] = fn  # never a submodule, even when fn is the model itself
 
     def forward(self, *args: Tensor) -> Tensor:
         return self.fn(*args)

@@ -105,6 +105,8 @@ FALLBACK = "fallback (slow)"
 def resolve(module: nn.Module) -> Resolution:
     """The registered handler for this module (its type or a base whose forward it keeps), else the
     torch.func fallback when it has parameters, else unusable; with the reason."""
+    if not any(p.requires_grad for p in module.parameters()):
+        return Resolution(None, False, "no trainable parameters")
     cls, note = type(module), "no handler registered for its type"
     for base in cls.__mro__:
         handler = _REGISTRY.get(base) or _REGISTRY.get(_type_name(base))
@@ -118,9 +120,7 @@ def resolve(module: nn.Module) -> Resolution:
             break
         reason = handler.check(module)
         return Resolution(None, False, reason) if reason else Resolution(handler, True)
-    if any(p.requires_grad for p in module.parameters()):
-        return Resolution(None, True, f"{note}; per-sample gradients by torch.func (correct, slower)")
-    return Resolution(None, False, "no trainable parameters")
+    return Resolution(None, True, f"{note}; per-sample gradients by torch.func (correct, slower)")
 
 
 def parametrized_mask(module: nn.Module) -> Tensor | None:

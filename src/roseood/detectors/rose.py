@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.curvature import Fisher, LayerGradients, make_fisher
+from roseood.curvature import Fisher, LayerGradients, LayerReport, check_layers, make_fisher
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector
 from roseood.errors import DataError, RoseError
@@ -84,6 +84,13 @@ class ROSE(Detector):
     def _layer_grads(self, x: Tensor) -> dict[str, Any]:
         self.model.eval()
         return self._grads(lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device))
+
+    def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
+        """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
+        why not (``roseood.curvature.format_layer_report`` prints it as a table)."""
+        self.model.eval()
+        x = self._check(images).to(self.device)
+        return check_layers(self.model, lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x)
 
     def fit(self, images: Tensor | np.ndarray, stats_images: Tensor | np.ndarray | None = None) -> Self:
         """Fit the per-layer Fishers and the layer-score normalisation on in-distribution images."""
