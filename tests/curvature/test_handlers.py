@@ -250,6 +250,8 @@ def test_subclass_overriding_forward_is_not_trusted_to_the_linear_handler():
     register_layer(Scaled, LINEAR)  # the user vouches for it (wrongly here: but it is their call)
     try:
         assert resolve(Scaled(2, 2)).handler is LINEAR
+        register_layer(Scaled, LINEAR.grad)  # a bare gradient function is enough
+        assert resolve(Scaled(2, 2)).label == "linear"
     finally:
         from roseood.curvature.handlers import _REGISTRY
 

@@ -52,8 +52,11 @@ class LayerHandler:
 _REGISTRY: dict[type[nn.Module] | str, LayerHandler] = {}
 
 
-def register_layer(module_type: type[nn.Module] | str, handler: LayerHandler) -> None:
-    """Use ``handler`` for ``module_type`` (a class, or its ``"module.QualName"`` to avoid importing it)."""
+def register_layer(module_type: type[nn.Module] | str, handler: LayerHandler | GradFn) -> None:
+    """Use ``handler`` (a :class:`LayerHandler`, or just its ``grad`` function) for ``module_type``: a
+    class, or its ``"module.QualName"`` so that the class need not be imported."""
+    if not isinstance(handler, LayerHandler):
+        handler = LayerHandler(getattr(handler, "__name__", "custom").lstrip("_"), handler)
     _REGISTRY[module_type] = handler
 
 
