@@ -68,16 +68,14 @@ class LayerGrad:
         t, d_in, d_out = self.a.shape[1], self.a.shape[2] // self.groups, self.d.shape[2] // self.groups
         factors_first = t * self.groups * (d_in * d_in + d_out * d_out)
         matrix_first = t * self.d.shape[2] * d_in + self.d.shape[2] * d_in * (d_in + d_out)
-        if self.g is None and self.mask is None and factors_first <= matrix_first:
+        factored = self.g is None and self.mask is None and (self.groups == 1 or self.const is None)
+        if factored and factors_first <= matrix_first:
             if self.groups == 1:
                 const = u_out.T @ self.const @ u_in if self.const is not None else None
                 return LayerGrad(self.a @ u_in, self.d @ u_out, const)
             a = torch.einsum("ntgi,gij->ntgj", self._blocks(self.a), u_in).flatten(2)
             d = torch.einsum("ntgo,gop->ntgp", self._blocks(self.d), u_out).flatten(2)
-            const = None
-            if self.const is not None:
-                const = (u_out.mT @ self.const.view(self.groups, d_out, d_in) @ u_in).flatten(0, 1)
-            return LayerGrad(a, d, const, groups=self.groups)
+            return LayerGrad(a, d, groups=self.groups)
         g = self.matrix()
         if self.groups == 1:
             return LayerGrad(self.a, self.d, g=u_out.T @ g @ u_in)
