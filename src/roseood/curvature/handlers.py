@@ -23,6 +23,7 @@ from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.utils import parametrize
 
 from roseood.curvature.layergrad import LayerGrad
+from roseood.errors import RoseError
 
 GradFn = Callable[[nn.Module, Tensor, Tensor, Tensor | None], LayerGrad]
 
@@ -157,14 +158,15 @@ def own_parameters(module: nn.Module) -> dict[str, Tensor]:
 # --- shared pieces -------------------------------------------------------------------------------------
 
 
+def _append(a: Tensor, groups: int, value: float) -> Tensor:
+    """Append one constant feature to each group's block of the last dim."""
+    blocks = a.view(*a.shape[:-1], groups, -1)
+    return torch.cat([blocks, blocks.new_full((*blocks.shape[:-1], 1), value)], -1).flatten(-2)
+
+
 def _with_bias(a: Tensor, has_bias: bool, groups: int = 1) -> Tensor:
     """Append a constant 1 to each group's inputs (the bias column of each block)."""
-    if not has_bias:
-        return a
-    if groups == 1:
-        return torch.cat([a, a.new_ones(*a.shape[:-1], 1)], -1)
-    blocks = a.view(*a.shape[:-1], groups, -1)
-    return torch.cat([blocks, blocks.new_ones(*blocks.shape[:-1], 1)], -1).flatten(-2)
+    return _append(a, groups, 1.0) if has_bias else a
 
 
 def _matrix_mask(mask: Tensor | None, has_bias: bool) -> Tensor | None:
@@ -243,22 +245,20 @@ def _conv_transpose(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) ->
     assert isinstance(m, nn.modules.conv._ConvTransposeNd)
     patches = _unfold(gy, m.kernel_size, m.dilation, m.padding, m.stride).transpose(1, 2)  # type: ignore[arg-type]
     d = _positions(x)
+    if patches.shape[1] != d.shape[1]:
+        raise RoseError(f"layer {m}: {patches.shape[1]} output patches for {d.shape[1]} input positions")
     groups, taps = m.groups, math.prod(m.kernel_size)
     if m.bias is None:
         return LayerGrad(patches, d, groups=groups, mask=_matrix_mask(mask, False))
-    n, t, c_in = d.shape
-    out = _positions(gy)
-    d_w = torch.cat([d.view(n, t, groups, -1), d.new_zeros(n, t, groups, 1)], -1).flatten(2)
-    d_b = torch.cat(
-        [out.new_zeros(*out.shape[:2], groups, c_in // groups), out.new_ones(*out.shape[:2], groups, 1)], -1
-    )
+    c_in, out = d.shape[2], _positions(gy)
+    d_b = _append(out.new_zeros(*out.shape[:2], c_in), groups, 1.0)
     a_b = out.new_zeros(*out.shape, taps)
     a_b[..., 0] = out
     a = torch.cat([patches, a_b.flatten(2)], 1)
     rows = torch.zeros(groups, c_in // groups + 1, patches.shape[2] // groups, device=x.device)
     rows[:, :-1] = 1.0 if mask is None else mask.flatten(1).float().view(groups, c_in // groups, -1)
     rows[:, -1, ::taps] = 1.0
-    return LayerGrad(a, torch.cat([d_w, d_b.flatten(2)], 1), groups=groups, mask=rows.flatten(0, 1))
+    return LayerGrad(a, torch.cat([_append(d, groups, 0.0), d_b], 1), groups=groups, mask=rows.flatten(0, 1))
 
 
 def _embedding(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGrad:
