@@ -50,3 +50,18 @@ def test_old_format_file_asks_for_a_refit(tiny_vae, images, tmp_path):
     atomic_save(obj, tmp_path / "old.pt")
     with pytest.raises(CheckpointError, match=r"old\.pt: .*older roseood.*refit"):
         Detector.load(tmp_path / "old.pt", tiny_vae)
+
+
+@pytest.mark.parametrize("fisher", ["ekfac", "kfac"])
+def test_grouped_layer_file_scores_like_the_fit(fisher, tmp_path):
+    # a grouped conv has one Kronecker block per group: its stacked eigenbases pack and unpack too
+    from roseood import wrap
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, groups=2), torch.nn.Flatten(), torch.nn.Linear(16, 1))
+    model = wrap(net, lambda x: net(x).squeeze(1).pow(2), layers=["0", "2"], input_kind="tensor")
+    x = torch.randn(24, 2, 4, 4)
+    det = ROSE(model, fisher=fisher, batch_size=8).fit(x[:16], held_out=x[16:])
+    det.save(tmp_path / "rose.pt")
+    loaded = Detector.load(tmp_path / "rose.pt", model)
+    np.testing.assert_allclose(loaded.score(x), det.score(x), rtol=1e-5, atol=1e-9)

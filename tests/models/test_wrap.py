@@ -140,4 +140,4 @@ def test_rose_wraps_a_module_given_loss_fn_like_wrap_does(images):
 def test_wrap_without_layers_takes_every_supported_layer():
     net = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 2))
     model = roseood.wrap(net, lambda x: net(x).sum(1), input_kind="tensor")
-    assert model.rose_layers() == ["0", "2"]
+    assert model.rose_layers() == ["0", "1", "2"]  # LayerNorm's affine has a handler too

@@ -9,6 +9,9 @@ Statistics are accumulated in float64; ``damping`` is added to the (eigen)values
 Saved states hold only what scoring needs: eigenbases as float32 Householder reflectors (half of n²
 numbers), EKFAC/KFAC eigenvalues as float32 (scoring rotates in float32 anyway), the dense Fisher as
 its packed Cholesky factor.
+Grouped layers get one Kronecker block per group (block-diagonal KFAC/EKFAC). Masked weights: diag
+and dense see only the free entries (exact); KFAC/EKFAC keep the factors of the full weight and apply
+them to the masked gradient (zero on masked entries), so masked coordinates add nothing to ``sᵀF⁻¹s``.
 """
 
 from __future__ import annotations
@@ -27,20 +30,21 @@ DENSE_MAX_PARAMS = 4096
 
 
 def pack_tril(m: Tensor, offset: int = 0) -> Tensor:
-    """The lower triangle of a square matrix (below diagonal ``offset``) as a flat tensor."""
-    n = m.shape[0]
-    return m[torch.ones(n, n, dtype=torch.bool).tril(offset)]
+    """The lower triangle of square matrices (..., n, n) (below diagonal ``offset``), flat per matrix."""
+    n = m.shape[-1]
+    return m[..., torch.ones(n, n, dtype=torch.bool).tril(offset)]
 
 
 def unpack_tril(flat: Tensor, n: int, offset: int = 0) -> Tensor:
-    """Inverse of ``pack_tril``: an (n, n) matrix, zero above the triangle."""
-    m = flat.new_zeros(n, n)
-    m[torch.ones(n, n, dtype=torch.bool).tril(offset)] = flat
+    """Inverse of ``pack_tril``: (..., n, n) matrices, zero above the triangle."""
+    m = flat.new_zeros(*flat.shape[:-1], n, n)
+    m[..., torch.ones(n, n, dtype=torch.bool).tril(offset)] = flat
     return m
 
 
 def pack_orthogonal(u: Tensor) -> dict[str, Tensor]:
-    """An orthogonal matrix as float32 Householder reflectors, n(n+1)/2 numbers instead of n².
+    """Orthogonal matrices (..., n, n) (one per group of a grouped layer) as float32 Householder
+    reflectors, n(n+1)/2 numbers each instead of n².
 
     ``unpack_orthogonal`` returns it up to the sign of each column, which no quadratic form
     ``Σ (Uᵀ g)² / λ`` can see."""
@@ -50,7 +54,7 @@ def pack_orthogonal(u: Tensor) -> dict[str, Tensor]:
 
 def unpack_orthogonal(packed: dict[str, Tensor]) -> Tensor:
     """The float32 orthogonal matrix that ``pack_orthogonal`` stored."""
-    n = packed["tau"].shape[0]
+    n = packed["tau"].shape[-1]
     h = unpack_tril(packed["reflectors"], n, -1)
     return torch.linalg.householder_product(h, packed["tau"])
 
@@ -64,6 +68,7 @@ class Fisher(ABC):
     name: ClassVar[str]
     passes: ClassVar[int] = 1
     sums: ClassVar[dict[int, tuple[str, ...]]]
+    coords: ClassVar[str] = "native"  # gradient coordinates it wants: the module's parameters or "weight"
 
     def __init__(self, damping: float = 1e-8) -> None:
         self.damping = damping
@@ -185,6 +190,7 @@ class KFAC(Fisher):
 
     name = "kfac"
     sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("a_cov", "d_cov", "count")}
+    coords = "weight"
 
     def __init__(self, damping: float = 1e-8) -> None:
         super().__init__(damping)
@@ -203,7 +209,11 @@ class KFAC(Fisher):
         t = g.a.shape[1]
         a = g.a.double().flatten(0, 1)
         d = g.d.double().flatten(0, 1)
-        ac, dc = a.T @ a / t, d.T @ d
+        if g.groups == 1:
+            ac, dc = a.T @ a / t, d.T @ d
+        else:  # one factor per group: (groups, k, k)
+            a, d = a.view(a.shape[0], g.groups, -1), d.view(d.shape[0], g.groups, -1)
+            ac, dc = torch.einsum("mgi,mgj->gij", a, a) / t, torch.einsum("mgi,mgj->gij", d, d)
         self.a_cov = ac if self.a_cov is None else self.a_cov + ac
         self.d_cov = dc if self.d_cov is None else self.d_cov + dc
         self.count += g.n
@@ -229,7 +239,10 @@ class KFAC(Fisher):
 
     def _eigenvalues(self) -> Tensor:
         assert self.eig_out is not None and self.eig_in is not None
-        return torch.outer(self.eig_out.clamp_min(0), self.eig_in.clamp_min(0))
+        # outer product per group, blocks stacked like the gradient matrix
+        return (self.eig_out.clamp_min(0)[..., :, None] * self.eig_in.clamp_min(0)[..., None, :]).flatten(
+            0, -2
+        )
 
     def quad(self, g: LayerGrad) -> Tensor:
         return self._rotate(g).weighted_square(1.0 / (self._eigenvalues() + self.damping))

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.curvature import Fisher, LayerGradients, make_fisher
+from roseood.curvature import Fisher, LayerGradients, LayerReport, check_layers, make_fisher
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, held_out_count
 from roseood.errors import CheckpointError, DataError, RoseError
@@ -67,7 +67,7 @@ class ROSE(Detector):
             check_float(b, "beta")
         if not 0.0 < check_float(stats_fraction, "stats_fraction") < 1.0:
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
-        make_fisher(fisher)  # validates the name early
+        coords = type(make_fisher(fisher)).coords  # validates the name early
         self.model: RoseModel = model
         self.fisher_kind = fisher
         self.layer_spec = layers
@@ -77,7 +77,6 @@ class ROSE(Detector):
         self.p = p
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
-        coords = "weight" if fisher in ("kfac", "ekfac") else "native"
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
@@ -98,6 +97,15 @@ class ROSE(Detector):
     def _layer_grads(self, x: Tensor) -> dict[str, Any]:
         self.model.eval()
         return self._grads(lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device))
+
+    def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
+        """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
+        why not (``roseood.curvature.format_layer_report`` prints it as a table)."""
+        self.model.eval()
+        x = self._check(images).to(self.device)
+        return check_layers(
+            self._grads.model, lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x
+        )
 
     def fit(
         self,

@@ -62,9 +62,9 @@ class WrappedModel(nn.Module):
         modules = dict(self.named_modules())
         sets = layers if isinstance(layers, dict) else {"default": list(layers or [])}
         if layers is None:
-            from roseood.curvature.grads import supports
+            from roseood.curvature import resolve  # layers with a fast handler, not the torch.func fallback
 
-            sets = {"default": [n for n, m in modules.items() if n and supports(m)]}
+            sets = {"default": [n for n, m in modules.items() if n and resolve(m).handler is not None]}
         unknown = sorted({n for names in sets.values() for n in names} - set(modules))
         if unknown:
             raise RoseError(f"{self.name} has no layers {unknown}; it has e.g. {list(modules)[1:6]}")
