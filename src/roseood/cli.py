@@ -42,7 +42,7 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from roseood.data import load_images
-    from roseood.models import VAE, Glow
+    from roseood.models import VAE, Glow, PixelCNN
     from roseood.models.train import TrainConfig, train
 
     channels = args.channels
@@ -52,6 +52,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     model: GenerativeModel
     if args.kind == "vae":
         model = VAE(in_channels=channels, ngf=args.ngf, nz=args.nz)
+    elif args.kind == "pixelcnn":
+        model = PixelCNN(in_channels=channels, width=args.width, blocks=args.blocks)
     else:
         model = Glow(
             in_channels=channels,
@@ -253,8 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.set_defaults(func=cmd_import_vae)
 
-    p = sub.add_parser("train", help="train a VAE or Glow (per-epoch checkpoints, --resume)")
-    p.add_argument("kind", choices=["vae", "glow"])
+    p = sub.add_parser("train", help="train a VAE, Glow or PixelCNN (per-epoch checkpoints, --resume)")
+    p.add_argument("kind", choices=["vae", "glow", "pixelcnn"])
     p.add_argument(
         "--data", default="fashion_mnist", help="dataset name (train split), .npz file or image folder"
     )
@@ -277,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=16, help="Glow steps per level K")
     p.add_argument("--hidden", type=int, default=200, help="Glow coupling width")
     p.add_argument("--plain-invconv", action="store_true", help="Glow 1x1 convs without LU decomposition")
+    p.add_argument("--width", type=int, default=32, help="PixelCNN feature maps")
+    p.add_argument("--blocks", type=int, default=5, help="PixelCNN residual blocks")
     _add_data_args(p)
     p.set_defaults(func=cmd_train, seed=0)
 
@@ -292,7 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--background", help="background model checkpoint for the lratio method")
         p.add_argument(
-            "--layers", help="ROSE layer set of the model (VAE: encoder, decoder, all; Glow: invconv, all)"
+            "--layers",
+            help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
+            "PixelCNN: all, first, last, body)",
         )
         _add_data_args(p)
 
@@ -335,7 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the experiments")
     p.add_argument("--profile", default="cpu", help="smoke (seconds), cpu (this machine) or paper (GPU)")
     p.add_argument("--out", default="results/bench", help="results folder (models are cached in OUT/cache)")
-    p.add_argument("--models", default="vae,glow", help="generative models to include")
+    p.add_argument(
+        "--models", default="vae,glow", help="generative models to include (vae, glow; table2 also pixelcnn)"
+    )
     p.add_argument("--datasets", default="fashion_mnist,cifar10", help="in-distribution sets to include")
     p.add_argument("--data-dir")
     p.add_argument("--device", default="cpu", help="cpu or cuda")

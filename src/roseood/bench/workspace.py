@@ -21,7 +21,7 @@ from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate
 from roseood.evaluation.result import EvaluationResult
-from roseood.models import VAE, Glow, load_checkpoint
+from roseood.models import VAE, Glow, PixelCNN, load_checkpoint
 from roseood.models.base import GenerativeModel
 from roseood.models.classifier import Classifier, train_classifier
 from roseood.models.train import TrainConfig, train
@@ -33,7 +33,7 @@ CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
 class ModelRecipe:
     """A model to train: kind, data, architecture and training settings (epochs may grow on resume)."""
 
-    kind: str  # vae | glow | classifier
+    kind: str  # vae | glow | pixelcnn | classifier
     data: str  # fashion_mnist | cifar10
     arch: tuple[tuple[str, Any], ...]
     subset: int | None
@@ -67,6 +67,8 @@ class ModelRecipe:
             return VAE(in_channels=self.channels, **arch)
         if self.kind == "glow":
             return Glow(in_channels=self.channels, **arch)
+        if self.kind == "pixelcnn":
+            return PixelCNN(in_channels=self.channels, **arch)
         if self.kind == "classifier":
             return Classifier(in_channels=self.channels, **arch)
         raise RoseError(f"unknown model kind {self.kind!r}")
@@ -111,6 +113,18 @@ class Workspace:
         arch = tuple(self.profile.glow[data].items())
         decay = PAPER_GLOW_WEIGHT_DECAY[data]
         return ModelRecipe("glow", data, arch, subset, epochs, weight_decay=decay, warmup=200, grad_clip=50.0)
+
+    def pixelcnn(self, data: str) -> ModelRecipe:
+        """A PixelCNN for ``data`` (not in the paper), sized by the profile."""
+        subset, epochs = self.profile.pixelcnn_train[data]
+        return ModelRecipe("pixelcnn", data, tuple(self.profile.pixelcnn.items()), subset, epochs)
+
+    def recipe(self, kind: str, data: str) -> ModelRecipe:
+        """The main generative model of ``kind`` (vae, glow or pixelcnn) for ``data``."""
+        recipes = {"vae": self.vae, "glow": self.glow, "pixelcnn": self.pixelcnn}
+        if kind not in recipes:
+            raise RoseError(f"unknown generative model {kind!r}; choose from {', '.join(recipes)}")
+        return recipes[kind](data)
 
     def background(self, main: ModelRecipe, perturb: str | None = None) -> ModelRecipe:
         """Likelihood-Ratio background of ``main``: same architecture, trained on perturbed images
