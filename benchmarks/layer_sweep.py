@@ -51,13 +51,13 @@ def main() -> None:
     ).images
     test_in = load_images(args.in_data, n=args.test_samples, seed=args.seed, channels=channels).images
     test_out = load_images(args.ood, n=args.test_samples, seed=args.seed, channels=channels).images
+    nll = NLL(model).fit(test_in[:2])  # nothing to learn
+    results: dict[str, float] = {"nll": ood_metrics(nll.score(test_in), nll.score(test_out))["auroc"]}
     t0 = time.time()
     rose = ROSE(model, fisher=args.fisher, layers=args.layers)
     rose.fit(held[: args.fit_samples], stats_images=held[args.fit_samples :])
     z_in, z_out = rose.normalized_layer_scores(test_in), rose.normalized_layer_scores(test_out)
     seconds = time.time() - t0
-    nll = NLL(model)
-    results: dict[str, float] = {"nll": ood_metrics(nll.score(test_in), nll.score(test_out))["auroc"]}
     for set_name, names in model.layer_sets().items():
         cols = [rose.layers.index(n) for n in names if n in rose.layers]
         if len(cols) != len(names):
