@@ -2,9 +2,9 @@
 
 The flow models 16×16 images (2×2 average pooling of roseood's 32×32 images, re-quantised to 8 bits)
 as continuous vectors: uniform dequantisation, a logit transform, then zuko's MAF. Its NLL is in nats of
-the discrete 16×16 image. Wrapping it for ROSE takes one small ``GenerativeModel`` subclass (the model
-seam of this roseood version): per-sample NLL with gradients, and the layers to score — here every
-``zuko.nn.MaskedLinear`` (an ``nn.Linear`` with a ``mask`` buffer, scored like any Linear).
+the discrete 16×16 image. Wrapping it for ROSE is one ``roseood.wrap`` call: the per-sample NLL with
+gradients, and the layers to score — every ``zuko.nn.MaskedLinear`` (an ``nn.Linear`` with a ``mask``
+buffer of the weight's shape, which the curvature code reads to score only the free entries).
 
     pip install -e ".[examples]"
     python examples/zuko_flow.py --out runs/zuko-maf.pt      # train a few minutes, then ROSE vs MNIST
@@ -15,71 +15,65 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 import zuko
-from torch import Tensor
+from torch import Tensor, nn
 
+import roseood
 from roseood.data import load_images
 from roseood.detectors import NLL, ROSE
 from roseood.evaluation.metrics import ood_metrics
-from roseood.models.base import GenerativeModel
+from roseood.models import WrappedModel
 
 ALPHA = 1e-3  # logit transform of alpha + (1 - 2 alpha) u keeps u = 0 or 1 finite
 
 
-class ZukoFlow(GenerativeModel):
+class DequantisedMAF(nn.Module):
     """A zuko MAF on ``side``×``side`` 8-bit images, taking roseood's (N, 1, 32, 32) images in [0, 1]."""
 
-    kind = "zuko-maf"
-
     def __init__(self, side: int = 16, transforms: int = 3, hidden: int = 256) -> None:
-        super().__init__(in_channels=1, image_size=32)
-        self.side, self.transforms, self.hidden = side, transforms, hidden
-        features = side * side
-        self.flow = zuko.flows.MAF(features, transforms=transforms, hidden_features=(hidden, hidden))
+        super().__init__()
+        self.side = side
+        self.flow = zuko.flows.MAF(side * side, transforms=transforms, hidden_features=(hidden, hidden))
 
-    def config(self) -> dict[str, Any]:
-        return {"side": self.side, "transforms": self.transforms, "hidden": self.hidden}
-
-    def _nll(self, x: Tensor, noise: bool) -> Tensor:
-        """−log P(quantised image) in nats: flow density of the logit-dequantised pixels, bins of 1/256."""
+    def forward(self, x: Tensor, noise: bool = False) -> Tensor:
+        """−log P(quantised image) in nats: flow density of the logit-dequantised pixels, bins of 1/256;
+        ``noise``: uniform dequantisation (training) instead of bin centres (scores)."""
         pooled = F.adaptive_avg_pool2d(x, self.side).flatten(1)
         levels = (pooled * 255.0).round()
         u = (levels + (torch.rand_like(levels) if noise else 0.5)) / 256.0
         s = ALPHA + (1 - 2 * ALPHA) * u
         v = s.log() - (-s).log1p()
         log_det = (math.log(1 - 2 * ALPHA) - s.log() - (-s).log1p()).sum(1)  # log |dv/du|
-        dims = pooled.shape[1]
-        return -(self.flow().log_prob(v) + log_det) + dims * math.log(256.0)
+        return -(self.flow().log_prob(v) + log_det) + pooled.shape[1] * math.log(256.0)
 
-    def nll(self, x: Tensor) -> Tensor:
-        with torch.no_grad():
-            return self._nll(x, noise=False)
 
-    def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
-        return self._nll(x, noise=stochastic)
+def build(side: int = 16, transforms: int = 3, hidden: int = 256) -> WrappedModel:
+    """The flow wrapped for ROSE: ``all`` scores every MaskedLinear of every transform's MADE, ``last``
+    each MADE's output layer."""
+    net = DequantisedMAF(side, transforms, hidden)
+    names = [n for n, m in net.named_modules() if isinstance(m, zuko.nn.MaskedLinear)]
+    sets = {"all": names, "last": [n for n in names if n.endswith("hyper.4")]}  # MaskedMLP: 0, 2, 4
+    return roseood.wrap(net, net, layers=sets, input_shape=(1, 32, 32), name="zuko-maf")
 
-    def train_loss(self, x: Tensor) -> Tensor:
-        return self._nll(x, noise=True)
 
-    def layer_sets(self) -> dict[str, list[str]]:
-        """``all``: every MaskedLinear of every transform's MADE; ``last``: each MADE's output layer."""
-        names = [n for n, m in self.named_modules() if isinstance(m, zuko.nn.MaskedLinear)]
-        return {"all": names, "last": [n for n in names if n.endswith("hyper.4")]}  # MaskedMLP: 0, 2, 4
-
-    @property
-    def dims(self) -> int:
-        return self.side * self.side
+def bits_per_dim(model: WrappedModel, nll: Tensor) -> Tensor:
+    """Per-sample NLL in nats as bits per dimension of the downsampled image."""
+    return nll / (model.module.side**2 * math.log(2))
 
 
 def fit(
-    model: ZukoFlow, images: np.ndarray, epochs: int, batch_size: int = 128, lr: float = 1e-3, seed: int = 0
+    model: WrappedModel,
+    images: np.ndarray,
+    epochs: int,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    seed: int = 0,
 ) -> list[float]:
-    """Train with Adam on uint8 images; returns bits/dim per epoch."""
+    """Train with Adam on uint8 images, dequantisation noise on; returns bits/dim per epoch."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     x = torch.from_numpy(images).float() / 255.0
@@ -89,17 +83,17 @@ def fit(
     for _ in range(epochs):
         total = 0.0
         for idx in torch.randperm(len(x), generator=gen).split(batch_size):
-            loss = model.train_loss(x[idx]).mean()
+            loss = model.module(x[idx], noise=True).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
             total += loss.item() * len(idx)
-        history.append(total / len(x) / (model.dims * math.log(2)))
+        history.append(float(bits_per_dim(model, torch.tensor(total / len(x)))))
     return history
 
 
 def evaluate(
-    model: ZukoFlow,
+    model: WrappedModel,
     fit_images: np.ndarray,
     stats_images: np.ndarray,
     in_test: np.ndarray,
@@ -130,7 +124,7 @@ def main() -> None:
     parser.add_argument("--out", help="save the trained flow's state dict here")
     args = parser.parse_args()
     train = load_images("fashion_mnist:train", n=args.train, seed=args.seed).images
-    model = ZukoFlow()
+    model = build()
     t0 = time.time()
     bpd = fit(model, train, args.epochs, seed=args.seed)
     print(f"trained {args.epochs} epochs on {len(train)} images in {time.time() - t0:.0f} s; bits/dim {bpd}")
