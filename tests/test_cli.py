@@ -208,6 +208,39 @@ def test_evaluate_works_for_glow_with_layer_sets(workdir):
     assert run("evaluate", "--model", "glow.pt", "--ood", "mnist", "--layers", "encoder", "--quiet") == 2
 
 
+def test_pixelcnn_trains_with_a_background_and_every_likelihood_method_runs(workdir):
+    arch = ("--subset", "32", "--epochs", "1", "--width", "4", "--blocks", "1")
+    assert run("train", "pixelcnn", *arch, "--out", "p.pt") == 0
+    assert run("train", "pixelcnn", *arch, "--perturb", "random:0.3", "--out", "bg.pt") == 0
+    assert load_model(workdir / "p.pt").config()["width"] == 4
+    methods = "rose-ekfac,nll,lratio,ic-png"
+    code = run(
+        "evaluate",
+        "--model",
+        "p.pt",
+        "--background",
+        "bg.pt",
+        "--ood",
+        "mnist",
+        "--methods",
+        methods,
+        "--layers",
+        "last",
+        "--fit-samples",
+        "20",
+        "--stats-samples",
+        "8",
+        "--test-samples",
+        "10",
+        "--json",
+        "p.json",
+        "--quiet",
+    )
+    assert code == 0
+    out = json.loads((workdir / "p.json").read_text())
+    assert out["settings"]["model"] == "pixelcnn" and set(out["results"]) == set(methods.split(","))
+
+
 USER_MODEL = """
 import torch
 from torch import nn

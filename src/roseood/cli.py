@@ -501,7 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--background", help="background model checkpoint for the lratio method")
         p.add_argument(
-            "--layers", help="ROSE layer set of the model (VAE: encoder, decoder, all; Glow: invconv, all)"
+            "--layers",
+            help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
+            "PixelCNN: all, first, last, body)",
         )
         _add_data_args(p)
 
@@ -570,7 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the experiments")
     p.add_argument("--profile", default="cpu", help="smoke (seconds), cpu (this machine) or paper (GPU)")
     p.add_argument("--out", default="results/bench", help="results folder (models are cached in OUT/cache)")
-    p.add_argument("--models", default="vae,glow", help="generative models to include (vae, glow)")
+    p.add_argument(
+        "--models", default="vae,glow", help="generative models to include (vae, glow; table2 also pixelcnn)"
+    )
     p.add_argument(
         "--datasets",
         default="fashion_mnist,cifar10",

@@ -49,6 +49,7 @@ OOD_SETS = {
 TABLE2_METHODS = {
     "vae": ["rose-ekfac", "lr", "nll", "lratio", "ic-png", "ic-jp2"],
     "glow": ["rose-diag", "lratio", "ic-png", "ic-jp2"],  # ROSE on Glow: diagonal, InvConv layers (App. B.2)
+    "pixelcnn": ["rose-ekfac", "nll", "lratio", "ic-png", "ic-jp2"],  # not in the paper: "ours" only
 }
 PERTURBATIONS = ["svd:28", "dct:28", "gb", "random:0.2"]  # Table 1's settings (App. B.3)
 RND_METHOD = {"svd": "rnd-svd", "dct": "rnd-dct", "gb": "rnd-gb", "random": "rnd-random"}
@@ -132,9 +133,9 @@ def with_background(ws: Workspace, recipe: ModelRecipe, perturb: str | None = No
 
 # -- Table 2 with Tables 4 and 5 -------------------------------------------------------------------
 def run_table2(ws: Workspace, out: Path, rep: BenchReport) -> None:
-    for kind in ws.select_models(("vae", "glow")):
+    for kind in ws.select_models(("vae", "glow", "pixelcnn")):
         for data in ws.select_data():
-            recipe = ws.vae(data) if kind == "vae" else ws.glow(data)
+            recipe = ws.recipe(kind, data)
             model = ws.model(recipe)
             methods = TABLE2_METHODS[kind]
             variants: Variants = {m: (m, {}) for m in methods}

@@ -27,6 +27,8 @@ BACKGROUND = {
     ("vae", "cifar10"): ("random:0.2", 0.0),
     ("glow", "fashion_mnist"): ("random:0.3", 0.01),
     ("glow", "cifar10"): ("random:0.2", 5e-5),
+    ("pixelcnn", "fashion_mnist"): ("random:0.3", 0.0),  # not in the paper: the VAE's choice
+    ("pixelcnn", "cifar10"): ("random:0.2", 0.0),
 }
 
 
@@ -41,6 +43,9 @@ class Profile:
     # (training images or None for all, epochs) per in-distribution set
     vae_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 100) for d in PAPER_VAE})
     glow_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 50) for d in PAPER_VAE})
+    # PixelCNN (not in the paper; only with --models pixelcnn): architecture and training budget
+    pixelcnn: dict[str, int] = field(default_factory=lambda: {"width": 64, "blocks": 8})
+    pixelcnn_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 20) for d in PAPER_VAE})
     background_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 100) for d in PAPER_VAE})
     classifier_train: Budget = (None, 30)
     classifier_width: int = 64
@@ -90,6 +95,8 @@ PROFILES: dict[str, Profile] = {
             },
             vae_train={"fashion_mnist": (None, 1), "cifar10": (20000, 3)},
             glow_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 2)},
+            pixelcnn={"width": 32, "blocks": 5},
+            pixelcnn_train={"fashion_mnist": (12000, 5), "cifar10": (10000, 2)},
             background_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 1)},
             classifier_train=(20000, 2),
             classifier_width=16,
@@ -120,6 +127,8 @@ PROFILES: dict[str, Profile] = {
             },
             vae_train={"fashion_mnist": (128, 1), "cifar10": (128, 1)},
             glow_train={"fashion_mnist": (64, 1), "cifar10": (64, 1)},
+            pixelcnn={"width": 4, "blocks": 1},
+            pixelcnn_train={"fashion_mnist": (64, 1), "cifar10": (64, 1)},
             background_train={"fashion_mnist": (64, 1), "cifar10": (64, 1)},
             classifier_train=(128, 1),
             classifier_width=4,

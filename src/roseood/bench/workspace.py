@@ -17,6 +17,7 @@ import torch
 
 from roseood.bench.profiles import BACKGROUND, PAPER_GLOW_WEIGHT_DECAY, PAPER_VAE, Profile
 from roseood.data import load_images
+from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate
 from roseood.evaluation.result import EvaluationResult
@@ -26,6 +27,7 @@ from roseood.models.classifier import Classifier, train_classifier
 from roseood.models.train import TrainConfig, train
 from roseood.validation import check_choice, check_device
 
+BENCH_MODELS = ("vae", "glow", "pixelcnn")  # generative families experiments know how to build
 CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
 
 
@@ -33,7 +35,7 @@ CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
 class ModelRecipe:
     """A model to train: kind, data, architecture and training settings (epochs may grow on resume)."""
 
-    kind: str  # vae | glow | classifier
+    kind: str  # vae | glow | pixelcnn | classifier
     data: str  # fashion_mnist | cifar10
     arch: tuple[tuple[str, Any], ...]
     subset: int | None
@@ -75,7 +77,10 @@ class Workspace:
     data_dir: str | Path | None = None
     device: str = "cpu"
     progress: bool = True
-    models: tuple[str, ...] = ("vae", "glow")  # which generative models experiments loop over
+    models: tuple[str, ...] = (
+        "vae",
+        "glow",
+    )  # which generative models experiments loop over (of BENCH_MODELS)
     datasets: tuple[str, ...] = ("fashion_mnist", "cifar10")  # which in-distribution sets
     trained: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe name -> training summary
     experiment: str = ""  # the experiment running now; selects the profile's experiment_overrides
@@ -83,7 +88,7 @@ class Workspace:
     def __post_init__(self) -> None:
         """Refuse unknown model or dataset names before anything is trained or written."""
         for name in self.models:
-            check_choice(name, ("vae", "glow"), "bench model")
+            check_choice(name, BENCH_MODELS, "bench model")
         for name in self.datasets:
             check_choice(name, tuple(CHANNELS), "bench dataset")
         check_device(self.device)
@@ -113,6 +118,18 @@ class Workspace:
         arch = tuple(self.profile.glow[data].items())
         decay = PAPER_GLOW_WEIGHT_DECAY[data]
         return ModelRecipe("glow", data, arch, subset, epochs, weight_decay=decay, warmup=200, grad_clip=50.0)
+
+    def pixelcnn(self, data: str) -> ModelRecipe:
+        """A PixelCNN for ``data`` (not in the paper), sized by the profile."""
+        subset, epochs = self.profile.pixelcnn_train[data]
+        return ModelRecipe("pixelcnn", data, tuple(self.profile.pixelcnn.items()), subset, epochs)
+
+    def recipe(self, kind: str, data: str) -> ModelRecipe:
+        """The main generative model of ``kind`` (vae, glow or pixelcnn) for ``data``."""
+        recipes = {"vae": self.vae, "glow": self.glow, "pixelcnn": self.pixelcnn}
+        if kind not in recipes:
+            raise RoseError(f"unknown generative model {kind!r}; choose from {', '.join(recipes)}")
+        return recipes[kind](data)
 
     def background(self, main: ModelRecipe, perturb: str | None = None) -> ModelRecipe:
         """Likelihood-Ratio background of ``main``: same architecture, trained on perturbed images

@@ -1,4 +1,4 @@
-"""Models ROSE can analyse: the paper's VAE and Glow, the Figure 6 classifiers, any module through
+"""Models ROSE can analyse: the paper's VAE and Glow, a PixelCNN, the Figure 6 classifiers, any module through
 ``wrap``, the family registry, plus checkpoint I/O."""
 
 from roseood.models.base import GenerativeModel, RoseModel
@@ -6,6 +6,7 @@ from roseood.models.checkpoint import load_checkpoint, load_model, load_weights,
 from roseood.models.classifier import Classifier, train_classifier
 from roseood.models.families import FAMILIES, ModelFamily, get_family, register_family
 from roseood.models.glow import Glow
+from roseood.models.pixelcnn import PixelCNN
 from roseood.models.user import load_factory
 from roseood.models.vae import VAE, load_authors_vae
 from roseood.models.wrap import WrappedModel, wrap
@@ -17,6 +18,7 @@ __all__ = [
     "GenerativeModel",
     "Glow",
     "ModelFamily",
+    "PixelCNN",
     "RoseModel",
     "WrappedModel",
     "get_family",

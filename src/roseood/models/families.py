@@ -17,6 +17,7 @@ from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
 from roseood.models.classifier import Classifier
 from roseood.models.glow import Glow
+from roseood.models.pixelcnn import PixelCNN
 from roseood.models.vae import VAE
 from roseood.validation import count
 
@@ -101,6 +102,23 @@ register_family(
         _glow_arguments,
         lambda a: {"levels": a.levels, "steps": a.steps, "hidden": a.hidden, "lu": not a.plain_invconv},
         help="Glow (Adamax 5e-4; --warmup, --grad-clip, --weight-decay)",
+    )
+)
+
+
+def _pixelcnn_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--width", type=int, default=32, help="PixelCNN feature maps")
+    p.add_argument("--blocks", type=int, default=5, help="PixelCNN residual blocks")
+
+
+register_family(
+    ModelFamily(
+        "pixelcnn",
+        PixelCNN,
+        {"epochs": 20, "lr_halve_every": 10},
+        _pixelcnn_arguments,
+        lambda a: {"width": a.width, "blocks": a.blocks},
+        help="PixelCNN, not in the paper (masked convs, 256-way softmax; Adam 1e-3 halved every 10 epochs)",
     )
 )
 register_family(ModelFamily("classifier", Classifier, trainable=False, help="Figure 6 classifiers"))
