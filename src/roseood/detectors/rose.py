@@ -3,12 +3,14 @@
 Per layer l, ``s_l(x) = g_lᵀ F_l⁻¹ g_l`` with ``g_l`` the per-sample gradient of the model's −log p(x)
 w.r.t. the layer and ``F_l`` its empirical Fisher on in-distribution data. Layer scores are
 z-normalised with in-distribution statistics taken on images *not* used for the Fisher (the Fisher's
-own samples score systematically low), and aggregated as ``‖ReLU(ẑ + β)‖_p``.
+own samples score systematically low), and aggregated as ``‖ReLU(ẑ + β)‖_p`` (the default; other
+aggregations in ``roseood.detectors.aggregation``, fitted on the same held-out images).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Self
 
 import numpy as np
@@ -17,8 +19,15 @@ from torch import Tensor
 
 from roseood.curvature import Fisher, LayerGradients, make_fisher
 from roseood.data.tensors import iter_batches
+from roseood.detectors.aggregation import (
+    DEFAULT_AGGREGATION,
+    Aggregation,
+    layer_problems,
+    make_aggregation,
+    tie_problem,
+)
 from roseood.detectors.base import Detector
-from roseood.errors import DataError, RoseError
+from roseood.errors import DataError, DegenerateFitWarning, RoseError
 from roseood.models.base import GenerativeModel
 
 
@@ -29,6 +38,11 @@ class ROSE(Detector):
     ``stats_fraction`` of the images given to ``fit`` are held out for the layer means/stds unless
     ``stats_images`` are passed explicitly. ``stochastic=True`` samples the latent (VAE) or the
     dequantisation noise (Glow) instead of the deterministic loss the authors used.
+
+    ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
+    paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
+    the statistics images. Degenerate fits (ties, non-finite, exploding or constant layer scores) raise a
+    ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
     """
 
     method = "rose"
@@ -44,14 +58,15 @@ class ROSE(Detector):
         p: float = math.inf,
         stats_fraction: float = 0.2,
         stochastic: bool = False,
+        aggregate: str = DEFAULT_AGGREGATION,
         batch_size: int = 64,
         progress: bool = False,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:
             raise RoseError("ROSE needs a generative model")
-        if p < 1:
-            raise RoseError(f"p must be ≥ 1 (or inf), got {p}")
+        given = {k: v for k, v, default in (("beta", beta, 0.0), ("p", p, math.inf)) if v != default}
+        self.aggregation_: Aggregation = make_aggregation(aggregate, **given)
         if not 0.0 < stats_fraction < 1.0:
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
         make_fisher(fisher)  # validates the name early
@@ -62,6 +77,7 @@ class ROSE(Detector):
         self.damping = damping
         self.beta = beta
         self.p = p
+        self.aggregate = aggregate
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
         coords = "weight" if fisher in ("kfac", "ekfac") else "native"
@@ -69,6 +85,7 @@ class ROSE(Detector):
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
+        self.fit_warnings_: list[str] = []
 
     def params(self) -> dict[str, Any]:
         return {
@@ -79,6 +96,7 @@ class ROSE(Detector):
             "p": self.p,
             "stats_fraction": self.stats_fraction,
             "stochastic": self.stochastic,
+            "aggregate": self.aggregate,
             "batch_size": self.batch_size,
         }
 
@@ -119,10 +137,20 @@ class ROSE(Detector):
                 f.end_pass(pass_index)
 
     def fit_stats(self, x: Tensor) -> None:
-        """In-distribution mean and std of every layer score (for z-normalisation)."""
+        """Fit the z-normalisation and the aggregation on held-out in-distribution images (never the
+        Fisher's: ``fit`` passes disjoint slices) and warn about a degenerate fit."""
         raw = self.layer_scores(x, desc="ROSE layer statistics")
         self.mean_ = raw.mean(0)
         self.std_ = raw.std(0).clamp_min(1e-12)
+        values = raw.numpy()
+        self.fit_warnings_ = self._warn(layer_problems(values, self.layers))
+        self.aggregation_.fit(values)
+        self.fit_warnings_ += self._warn(tie_problem(values, self.layers, self.aggregation_))
+
+    def _warn(self, messages: list[str]) -> list[str]:
+        for message in messages:
+            warnings.warn(f"ROSE-{self.fisher_kind}: {message}", DegenerateFitWarning, stacklevel=4)
+        return messages
 
     def layer_scores(self, images: Tensor | np.ndarray, desc: str = "ROSE scoring") -> Tensor:
         """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, layers), float64."""
@@ -141,16 +169,15 @@ class ROSE(Detector):
         return (self.layer_scores(images) - self.mean_) / self.std_
 
     def _score(self, x: Tensor) -> Tensor:
-        z = self.normalized_layer_scores(x)
-        beta = torch.as_tensor(self.beta, dtype=z.dtype)
-        r = torch.relu(z + beta)
-        return r.amax(1) if math.isinf(self.p) else r.pow(self.p).sum(1).pow(1.0 / self.p)
+        return torch.from_numpy(self.aggregation_(self.layer_scores(x).numpy()))
 
     def state(self) -> dict[str, Any]:
         return {
             "fishers": {n: f.state() for n, f in self.fishers_.items()},
             "mean": self.mean_,
             "std": self.std_,
+            "aggregation": self.aggregation_.state(),
+            "fit_warnings": self.fit_warnings_,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -160,3 +187,6 @@ class ROSE(Detector):
             f.load_state(fs)
             self.fishers_[name] = f
         self.mean_, self.std_ = state["mean"], state["std"]
+        # files from before aggregations were options hold only the paper's z-normalisation
+        self.aggregation_.load_state(state.get("aggregation", {"mean": self.mean_, "std": self.std_}))
+        self.fit_warnings_ = list(state.get("fit_warnings", []))
