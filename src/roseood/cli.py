@@ -89,6 +89,8 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
     for m in methods:
         if m.startswith("rose") and args.layers:
             kwargs[m]["layers"] = args.layers
+        if m.startswith("rose") and args.aggregate:
+            kwargs[m]["aggregate"] = args.aggregate
     return EvalSpec(
         in_data=args.in_data,
         ood=_csv(getattr(args, "ood", "")),
@@ -293,6 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--background", help="background model checkpoint for the lratio method")
         p.add_argument(
             "--layers", help="ROSE layer set of the model (VAE: encoder, decoder, all; Glow: invconv, all)"
+        )
+        p.add_argument(
+            "--aggregate",
+            metavar="NAME[:k=v,...]",
+            help="how ROSE combines layer scores: relu-norm (the paper's, default; beta, p), max-z, log-z "
+            "(p, beta), gaussian, gmm (k, reg, seed); e.g. relu-norm:beta=3 or gmm:k=4",
         )
         _add_data_args(p)
 
