@@ -19,7 +19,7 @@ from roseood.detectors.aggregation import (
     tie_problem,
     tie_share,
 )
-from roseood.errors import DegenerateFitWarning, RoseError
+from roseood.errors import DataError, DegenerateFitWarning, RoseError
 
 LAYERS = ["a", "b", "c"]
 
@@ -87,6 +87,11 @@ def test_rose_round_trips_each_aggregation_fitted_on_the_statistics_images(name,
     loaded = Detector.load(tmp_path / "rose.pt", tiny_vae)
     assert isinstance(loaded, ROSE) and loaded.aggregate == spec
     np.testing.assert_allclose(loaded.score(images), det.score(images))
+
+
+def test_statistics_images_must_not_be_the_fishers(tiny_vae, images):
+    with pytest.raises(DataError, match="held-out"):
+        ROSE(tiny_vae, fisher="diag").fit(images[:8], stats_images=images[:8].clone())
 
 
 def test_beta_and_p_reach_only_aggregations_that_take_them(tiny_vae):

@@ -116,6 +116,8 @@ class ROSE(Detector):
             stats = self._check(stats_images)
             if stats.shape[0] < 2:
                 raise DataError("ROSE needs at least 2 images for the layer statistics")
+            if stats.shape == x.shape and torch.equal(stats, x):
+                raise DataError("stats_images are the Fisher's images; ROSE's statistics need held-out ones")
         self.fit_fisher(x)
         self.fit_stats(stats)
         self.fitted_ = True
