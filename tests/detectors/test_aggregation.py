@@ -70,6 +70,8 @@ def test_spec_parsing_and_errors():
         make_aggregation("mean")
     with pytest.raises(RoseError, match="does not take beta"):
         make_aggregation("max-z:beta=3")
+    with pytest.raises(RoseError, match="bad parameter for aggregation 'gmm'"):
+        make_aggregation("gmm:k=two")
     with pytest.raises(RoseError, match="not key=value"):
         make_aggregation("gmm:4")
     with pytest.raises(RoseError, match="p must be"):

@@ -256,14 +256,18 @@ def make_aggregation(spec: str, **params: Any) -> Aggregation:
         if not eq:
             raise RoseError(f"aggregation parameter {item!r} is not key=value (e.g. gmm:k=4)")
         params[key.strip()] = _parse_value(value.strip())
-    try:
-        return AGGREGATIONS[name](**params)
-    except TypeError:
-        cls = AGGREGATIONS[name]
-        accepted = ", ".join(cls().params()) or "none"
+    cls = AGGREGATIONS[name]
+    accepted = cls().params()
+    unknown = [k for k in params if k not in accepted]
+    if unknown:
         raise RoseError(
-            f"aggregation {name!r} does not take {', '.join(params)}; its parameters: {accepted}"
-        ) from None
+            f"aggregation {name!r} does not take {', '.join(unknown)}; its parameters: "
+            f"{', '.join(accepted) or 'none'}"
+        )
+    try:
+        return cls(**params)
+    except (TypeError, ValueError) as exc:
+        raise RoseError(f"bad parameter for aggregation {name!r}: {exc}") from None
 
 
 def layer_problems(raw: np.ndarray, layers: list[str]) -> list[str]:
