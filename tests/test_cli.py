@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -206,3 +207,66 @@ def test_evaluate_works_for_glow_with_layer_sets(workdir):
     out = json.loads((workdir / "g.json").read_text())
     assert out["settings"]["model"] == "glow" and set(out["results"]) == {"rose-ekfac", "rose-diag", "nll"}
     assert run("evaluate", "--model", "glow.pt", "--ood", "mnist", "--layers", "encoder", "--quiet") == 2
+
+
+USER_MODEL = """
+import torch
+from torch import nn
+import roseood
+
+
+def build():
+    net = nn.Sequential(nn.Conv2d(1, 2, 4, 4), nn.Flatten(), nn.Linear(2 * 8 * 8, 3), nn.LayerNorm(3))
+    return roseood.wrap(net, lambda x: net(x).pow(2).sum(1), layers=["0", "2"], input_shape=(1, 32, 32))
+
+
+def tokens():
+    net = nn.Sequential(nn.Linear(4, 1))
+    return roseood.wrap(net, lambda x: net(x.float())[:, 0], input_kind="tokens", input_shape=(4,))
+"""
+
+
+def test_model_module_fits_scores_and_checks_a_user_model(workdir, capsys):
+    (workdir / "user.py").write_text(USER_MODEL)
+    torch.manual_seed(0)
+    common = ("--model-module", "user.py:build", "--fit-samples", "20", "--stats-samples", "8")
+    assert run("fit", *common, "--method", "rose-kfac", "--out", "det.pt") == 0
+    assert (
+        run(
+            "score",
+            "--model-module",
+            "user.py:build",
+            "--detector",
+            "det.pt",
+            "--data",
+            "mnist",
+            "--out",
+            "s.csv",
+        )
+        == 2
+    )
+    assert "fitted on model" in capsys.readouterr().err  # a fresh build() has other random weights
+    from roseood.models import load_factory
+
+    torch.save(load_factory("user.py:build").state_dict(), workdir / "w.pt")  # plain weights file
+    assert run("fit", *common, "--model", "w.pt", "--out", "det2.pt") == 0
+    args = ("score", "--model-module", "user.py:build", "--model", "w.pt", "--detector", "det2.pt")
+    assert run(*args, "--data", "mnist", "--out", "s.csv") == 0
+    assert len((workdir / "s.csv").read_text().splitlines()) == 31
+    assert run("check-model", "--model-module", "user.py:build") == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^0 +Conv2d +usable$", out, re.M) and re.search(r"^3 +LayerNorm ", out, re.M)
+    assert run("fit", "--model-module", "user.py:tokens", "--out", "t.pt") == 2
+    assert "takes tokens inputs, not images" in capsys.readouterr().err
+    assert run("fit", "--out", "t.pt") == 2
+    assert "--model-module" in capsys.readouterr().err
+
+
+def test_train_module_trains_a_user_model_and_its_checkpoint_loads_by_itself(workdir, capsys):
+    (workdir / "user.py").write_text(USER_MODEL)
+    args = ("train", "module", "--model-module", "user.py:build", "--subset", "16", "--epochs", "1")
+    assert run(*args, "--out", "u.pt") == 0
+    assert load_model(workdir / "u.pt").rose_layers() == ["0", "2"]
+    assert (
+        run("check-model", "--model", "u.pt") == 0 and "of 3 parameterised layers" in capsys.readouterr().out
+    )

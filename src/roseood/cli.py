@@ -9,24 +9,35 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from roseood.errors import RoseError
 
 if TYPE_CHECKING:
     from roseood.evaluation.evaluate import EvalSpec
     from roseood.evaluation.result import EvaluationResult
-    from roseood.models.base import GenerativeModel
+    from roseood.models.base import RoseModel
 
 
 def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _model(path: str, device: str) -> GenerativeModel:
-    from roseood.models import load_model
+def _model(args: argparse.Namespace) -> RoseModel:
+    """The model of ``--model`` (a checkpoint) and/or ``--model-module`` (user code; ``--model`` then
+    holds its weights: a roseood checkpoint or a plain state_dict file)."""
+    from roseood.models import load_factory, load_model, load_weights
 
-    return load_model(path).to(device)
+    module = getattr(args, "model_module", None)
+    if module is None and args.model is None:
+        raise RoseError("name the model: --model CHECKPOINT and/or --model-module FILE.py:FACTORY")
+    if module is None:
+        model = load_model(args.model)
+    else:
+        model = load_factory(module)
+        if args.model is not None:
+            model = load_weights(model, args.model)
+    return model.to(args.device)
 
 
 def cmd_import_vae(args: argparse.Namespace) -> None:
@@ -42,26 +53,29 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from roseood.data import load_images
-    from roseood.models import VAE, Glow
+    from roseood.evaluation.evaluate import image_options
+    from roseood.models import get_family, load_factory
     from roseood.models.train import TrainConfig, train
 
-    channels = args.channels
-    data = load_images(
-        args.data, split="train", n=args.subset, seed=args.seed, channels=channels, data_dir=args.data_dir
-    )
-    model: GenerativeModel
-    if args.kind == "vae":
-        model = VAE(in_channels=channels, ngf=args.ngf, nz=args.nz)
+    model: RoseModel
+    if args.kind == USER_MODEL:
+        model, kind = load_factory(args.model_module), None
+        channels, size = image_options(model)
     else:
-        model = Glow(
-            in_channels=channels,
-            levels=args.levels,
-            steps=args.steps,
-            hidden=args.hidden,
-            lu=not args.plain_invconv,
-        )
+        family = get_family(args.kind)
+        model, kind = family.build(args.channels, **family.from_cli_arguments(args)), args.kind
+        channels, size = args.channels, 32
+    data = load_images(
+        args.data,
+        split="train",
+        n=args.subset,
+        seed=args.seed,
+        channels=channels,
+        size=size,
+        data_dir=args.data_dir,
+    )
     cfg = TrainConfig.for_model(
-        args.kind,
+        kind,
         epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,
@@ -86,8 +100,10 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
         from roseood.models import load_model
 
         kwargs["lratio"] = {"background": load_model(args.background).to(args.device)}
+    from roseood.detectors import METHODS, ROSE
+
     for m in methods:
-        if m.startswith("rose") and args.layers:
+        if m in METHODS and issubclass(METHODS[m][0], ROSE) and args.layers:
             kwargs[m]["layers"] = args.layers
         if m.startswith("rose") and args.aggregate:
             kwargs[m]["aggregate"] = args.aggregate
@@ -128,7 +144,7 @@ def print_table(result: EvaluationResult) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from roseood.evaluation.evaluate import evaluate
 
-    model = _model(args.model, args.device)
+    model = _model(args)
     result = evaluate(model, _spec(args, _csv(args.methods)), progress=not args.quiet)
     print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
     print_table(result)
@@ -144,7 +160,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_fit(args: argparse.Namespace) -> None:
     from roseood.evaluation.evaluate import fit_detector, load_fit_images
 
-    model = _model(args.model, args.device)
+    model = _model(args)
     spec = _spec(args, [args.method])
     fit = load_fit_images(spec, model)
     det = fit_detector(args.method, model, fit, spec, progress=True)
@@ -155,8 +171,10 @@ def cmd_fit(args: argparse.Namespace) -> None:
 def cmd_score(args: argparse.Namespace) -> None:
     from roseood.data import load_images
     from roseood.detectors import Detector
+    from roseood.evaluation.evaluate import image_options
 
-    model = _model(args.model, args.device)
+    model = _model(args)
+    channels, size = image_options(model)
     det = Detector.load(args.detector, model)
     if args.background:
         from roseood.detectors import LikelihoodRatio
@@ -169,8 +187,9 @@ def cmd_score(args: argparse.Namespace) -> None:
         split=args.split,
         n=args.n,
         seed=args.seed,
-        channels=model.in_channels,
         data_dir=args.data_dir,
+        channels=channels,
+        size=size,
     )
     det.progress = True
     scores = det.score(data.images)
@@ -182,6 +201,60 @@ def cmd_score(args: argparse.Namespace) -> None:
         for i, (label, s) in enumerate(zip(data.labels, scores, strict=True)):
             w.writerow([i, int(label), f"{s:.6g}"])
     print(f"wrote {len(scores)} {det.method} scores for {data.name} ({data.source}) to {out}")
+
+
+def layer_checks(model: RoseModel, batch: int = 2) -> list[tuple[str, str, str]]:
+    """(name, type, verdict) for every module holding parameters: whether ROSE can take its per-sample
+    gradients, and, for those it can, whether one forward/backward pass through ``rose_loss`` reaches it."""
+    import torch
+    from torch import nn
+
+    from roseood.curvature import LayerGradients
+    from roseood.curvature.grads import supports
+
+    shape = model.input_shape
+    if shape is None:
+        raise RoseError(
+            "check-model needs a model that declares its input_shape (wrap(..., input_shape=...))"
+        )
+    x = (
+        torch.zeros(batch, *shape, dtype=torch.long)
+        if model.input_kind == "tokens"
+        else torch.full((batch, *shape), 0.5)
+    )
+    x = x.to(next(model.parameters()).device)
+    model.eval()
+    module_tree = cast(nn.Module, model)
+    rows = []
+    for name, module in model.named_modules():
+        if not name or not any(True for _ in module.parameters(recurse=False)):
+            continue
+        verdict = "usable"
+        if not supports(module):
+            verdict = f"not usable: no per-sample gradient handler for {type(module).__name__}"
+        else:
+            try:
+                LayerGradients(module_tree, [name])(model.rose_loss, x)
+            except RoseError as exc:
+                verdict = f"not usable: {exc}"
+        rows.append((name, type(module).__name__, verdict))
+    return rows
+
+
+def cmd_check_model(args: argparse.Namespace) -> None:
+    from roseood.models.base import model_name
+
+    model = _model(args)
+    name = getattr(model, "name", None) or model_name(model)
+    print(f"model: {name}, {model.input_kind} inputs of shape {model.input_shape}")
+    for set_name, names in model.layer_sets().items():
+        print(f"layer set {set_name!r}: {', '.join(names) or '(empty)'}")
+    rows = layer_checks(model)
+    width = max([5, *(len(r[0]) for r in rows)])
+    print(f"\n{'layer':<{width}}  {'type':<18} ROSE")
+    for name, kind, verdict in rows:
+        print(f"{name:<{width}}  {kind:<18} {verdict}")
+    print(f"\n{sum(r[2] == 'usable' for r in rows)} of {len(rows)} parameterised layers usable by ROSE")
 
 
 def cmd_datasets(args: argparse.Namespace) -> None:
@@ -233,6 +306,33 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(f"index: {ws.root / 'index.html'}")
 
 
+USER_MODEL = "module"  # `rose train module --model-module FILE.py:FACTORY`
+MODEL_MODULE_HELP = (
+    "Python code building your model: a function returning roseood.wrap(...) or a GenerativeModel"
+)
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    """Options every `rose train FAMILY` shares (architecture options come from the family)."""
+    p.add_argument(
+        "--data", default="fashion_mnist", help="dataset name (train split), .npz file or image folder"
+    )
+    p.add_argument("--out", required=True, help="model checkpoint to write (and resume from)")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--subset", type=int, help="train on this many images (deterministic by --seed)")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--warmup", type=int, help="learning-rate warm-up steps")
+    p.add_argument("--grad-clip", type=float, help="max gradient norm")
+    p.add_argument(
+        "--perturb", help="train on perturbed inputs, e.g. random:0.3 (Likelihood-Ratio background)"
+    )
+    p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_train, seed=0)
+
+
 def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-dir", help="folder of dataset .npz files (default: $ROSEOOD_DATA or ~/.cache/roseood/data)"
@@ -243,6 +343,8 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from roseood.models.families import FAMILIES
+
     parser = argparse.ArgumentParser(prog="rose", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -255,35 +357,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.set_defaults(func=cmd_import_vae)
 
-    p = sub.add_parser("train", help="train a VAE or Glow (per-epoch checkpoints, --resume)")
-    p.add_argument("kind", choices=["vae", "glow"])
-    p.add_argument(
-        "--data", default="fashion_mnist", help="dataset name (train split), .npz file or image folder"
+    p = sub.add_parser(
+        "train", help="train a model family or your own model (per-epoch checkpoints, --resume)"
     )
-    p.add_argument("--out", required=True, help="model checkpoint to write (and resume from)")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--subset", type=int, help="train on this many images (deterministic by --seed)")
-    p.add_argument("--channels", type=int, default=1)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--warmup", type=int, help="learning-rate warm-up steps")
-    p.add_argument("--grad-clip", type=float, help="max gradient norm")
-    p.add_argument(
-        "--perturb", help="train on perturbed inputs, e.g. random:0.3 (Likelihood-Ratio background)"
+    families = p.add_subparsers(dest="kind", required=True, metavar="FAMILY")
+    for family in FAMILIES.values():
+        if family.trainable:
+            fp = families.add_parser(family.name, help=family.help)
+            _add_train_args(fp)
+            fp.add_argument("--channels", type=int, default=1)
+            family.add_cli_arguments(fp)
+    fp = families.add_parser(
+        USER_MODEL, help="your own model: --model-module FILE.py:FACTORY (trains its NLL)"
     )
-    p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
-    p.add_argument("--ngf", type=int, default=32, help="VAE width")
-    p.add_argument("--nz", type=int, default=100, help="VAE latent size")
-    p.add_argument("--levels", type=int, default=2, help="Glow levels L")
-    p.add_argument("--steps", type=int, default=16, help="Glow steps per level K")
-    p.add_argument("--hidden", type=int, default=200, help="Glow coupling width")
-    p.add_argument("--plain-invconv", action="store_true", help="Glow 1x1 convs without LU decomposition")
-    _add_data_args(p)
-    p.set_defaults(func=cmd_train, seed=0)
+    _add_train_args(fp)
+    fp.add_argument("--model-module", required=True, metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
+
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", help="roseood model checkpoint (with --model-module: its weights)")
+        p.add_argument("--model-module", metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
     def eval_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", required=True, help="roseood model checkpoint")
+        model_args(p)
         p.add_argument(
             "--in", dest="in_data", default="fashion_mnist", help="in-distribution set (test split)"
         )
@@ -326,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("score", help="write one score per image (CSV) with a saved detector")
-    p.add_argument("--model", required=True)
+    model_args(p)
     p.add_argument("--detector", required=True, help="file written by `rose fit`")
     p.add_argument("--data", required=True, help="dataset name, .npz file or image folder")
     p.add_argument("--split", default="test")
@@ -349,6 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
+        "check-model", help="dry run: which layers of a model ROSE can use, and why not (one tiny batch)"
+    )
+    model_args(p)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.set_defaults(func=cmd_check_model)
 
     p = sub.add_parser("datasets", help="list the named datasets and whether their files are present")
     p.add_argument("--data-dir")

@@ -81,7 +81,7 @@ def test_spec_parsing_and_errors():
 @pytest.mark.parametrize("name", list(AGGREGATIONS))
 def test_rose_round_trips_each_aggregation_fitted_on_the_statistics_images(name, tiny_vae, images, tmp_path):
     spec = "gmm:k=1" if name == "gmm" else name  # 8 statistics images: one component
-    det = ROSE(tiny_vae, fisher="diag", aggregate=spec).fit(images[:16], stats_images=images[16:])
+    det = ROSE(tiny_vae, fisher="diag", aggregate=spec).fit(images[:16], held_out=images[16:])
     reference = make_aggregation(spec)
     reference.fit(det.layer_scores(images[16:]).numpy())  # the statistics images, not the Fisher's
     np.testing.assert_allclose(det.score(images), reference(det.layer_scores(images).numpy()))
@@ -92,8 +92,8 @@ def test_rose_round_trips_each_aggregation_fitted_on_the_statistics_images(name,
 
 
 def test_statistics_images_must_not_be_the_fishers(tiny_vae, images):
-    with pytest.raises(DataError, match="held-out"):
-        ROSE(tiny_vae, fisher="diag").fit(images[:8], stats_images=images[:8].clone())
+    with pytest.raises(DataError, match="statistics need other ones"):
+        ROSE(tiny_vae, fisher="diag").fit(images[:8], held_out=images[:8].clone())
 
 
 def test_beta_and_p_reach_only_aggregations_that_take_them(tiny_vae):
@@ -139,7 +139,7 @@ def test_each_layer_problem_names_the_layer(raw, column, expected):
 
 def test_rose_warns_at_fit_time_and_keeps_the_warning(tiny_vae, images, tmp_path):
     with pytest.warns(DegenerateFitWarning, match="tied ROSE scores"):
-        det = ROSE(tiny_vae, fisher="diag", beta=-1e6).fit(images[:16], stats_images=images[16:])
+        det = ROSE(tiny_vae, fisher="diag", beta=-1e6).fit(images[:16], held_out=images[16:])
     det.save(tmp_path / "rose.pt")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # loading does not warn again
@@ -148,7 +148,7 @@ def test_rose_warns_at_fit_time_and_keeps_the_warning(tiny_vae, images, tmp_path
 
 
 def test_files_without_an_aggregation_state_load_as_the_papers_score(tiny_vae, images):
-    det = ROSE(tiny_vae, fisher="diag").fit(images[:16], stats_images=images[16:])
+    det = ROSE(tiny_vae, fisher="diag").fit(images[:16], held_out=images[16:])
     state = det.state()
     del state["aggregation"], state["fit_warnings"]
     old = ROSE(tiny_vae, fisher="diag")

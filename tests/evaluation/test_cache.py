@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from roseood.errors import DegenerateFitWarning
-from roseood.evaluation import evaluate as evaluate_module
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.evaluate import OVERALL, EvalSpec, evaluate, overall_scores
 from roseood.models import VAE
+
+# The module, not the function ``roseood.evaluation.evaluate`` that the package exports.
+evaluate_module = importlib.import_module("roseood.evaluation.evaluate")
 
 
 def _npz(path: Path, n: int, seed: int, bright: int) -> str:

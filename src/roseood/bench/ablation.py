@@ -35,7 +35,7 @@ from roseood.evaluation.evaluate import (
 )
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 
 AGGREGATES = ["relu-norm", "relu-norm:beta=3", "max-z", "log-z", "gaussian", "gmm:k=3"]
@@ -49,7 +49,7 @@ class LayerScores:
     """Raw layer scores of one model and Fisher for every image set, computed once and cached."""
 
     ws: Workspace
-    model: GenerativeModel
+    model: RoseModel
     spec: EvalSpec
     fisher: str
     layers: list[str]
@@ -76,7 +76,7 @@ class LayerScores:
         return self._det.layer_scores(images).numpy()
 
 
-def ablation_models(ws: Workspace) -> list[tuple[str, GenerativeModel, str]]:
+def ablation_models(ws: Workspace) -> list[tuple[str, RoseModel, str]]:
     """(label, model, in-distribution set): the authors' FMNIST VAE and the bench's CIFAR-10 VAE / Glow."""
     models = []
     if "fashion_mnist" in ws.select_data() and "vae" in ws.models:
@@ -88,7 +88,7 @@ def ablation_models(ws: Workspace) -> list[tuple[str, GenerativeModel, str]]:
     return models
 
 
-def ablation_layer_sets(ws: Workspace, model: GenerativeModel, fisher: str) -> dict[str, list[str]]:
+def ablation_layer_sets(ws: Workspace, model: RoseModel, fisher: str) -> dict[str, list[str]]:
     """The model's layer sets this Fisher runs on: all, except EKFAC only on the paper's set when the
     profile says so (see ``Profile.ablation_ekfac_everywhere``)."""
     sets = model.layer_sets()
@@ -98,9 +98,7 @@ def ablation_layer_sets(ws: Workspace, model: GenerativeModel, fisher: str) -> d
     return sets
 
 
-def ablation_rows(
-    ws: Workspace, model: GenerativeModel, in_data: str, ood: list[str]
-) -> list[dict[str, Any]]:
+def ablation_rows(ws: Workspace, model: RoseModel, in_data: str, ood: list[str]) -> list[dict[str, Any]]:
     """One row per Fisher × layer set × aggregation: AUROC per OOD set (and overall), tie shares, warnings."""
     spec = ws.spec(model, in_data, ood, ["rose-ekfac"])
     fit = load_fit_images(spec, model).images

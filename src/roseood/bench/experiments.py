@@ -29,7 +29,7 @@ from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.plots import plot_box, plot_histograms, plot_lines, plot_roc, plot_scatter
 from roseood.evaluation.report import METRIC_TITLES, markdown_rows, write_report
 from roseood.evaluation.result import EvaluationResult
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 
 # OOD sets of the paper's Table 2 per in-distribution set, in its row order ("overall" last).
@@ -72,7 +72,7 @@ class Experiment:
 
 # -- shared steps ----------------------------------------------------------------------------------
 def evaluate_variants(
-    ws: Workspace, model: GenerativeModel, in_data: str, ood: list[str], variants: Variants, **spec: Any
+    ws: Workspace, model: RoseModel, in_data: str, ood: list[str], variants: Variants, **spec: Any
 ) -> EvaluationResult:
     """Evaluate several configurations (possibly of the same method) on one model and test sets; the
     result's methods are the variant labels."""
@@ -399,7 +399,7 @@ class CachedROSE:
 
     ws: Workspace
     key: dict[str, Any]
-    model: GenerativeModel
+    model: RoseModel
     fisher_images: np.ndarray
     stats_images: np.ndarray
     fisher: str = "ekfac"
@@ -417,7 +417,7 @@ class CachedROSE:
             det = ROSE(
                 self.model, fisher=self.fisher, layers=self.layers, batch_size=self.ws.profile.batch_size
             )
-            self._det = det.fit(self.fisher_images, stats_images=self.stats_images)
+            self._det = det.fit(self.fisher_images, held_out=self.stats_images)
         return self._det.layer_scores(images).numpy() if self.layerwise else self._det.score(images)
 
 

@@ -17,12 +17,11 @@ import torch
 
 from roseood.bench.profiles import BACKGROUND, PAPER_GLOW_WEIGHT_DECAY, PAPER_VAE, Profile
 from roseood.data import load_images
-from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate
 from roseood.evaluation.result import EvaluationResult
-from roseood.models import VAE, Glow, load_checkpoint
-from roseood.models.base import GenerativeModel
+from roseood.models import get_family, load_checkpoint
+from roseood.models.base import GenerativeModel, RoseModel, model_name
 from roseood.models.classifier import Classifier, train_classifier
 from roseood.models.train import TrainConfig, train
 
@@ -62,14 +61,8 @@ class ModelRecipe:
         return "-".join([*parts, f"s{self.seed}"])
 
     def build(self) -> GenerativeModel:
-        arch = dict(self.arch)
-        if self.kind == "vae":
-            return VAE(in_channels=self.channels, **arch)
-        if self.kind == "glow":
-            return Glow(in_channels=self.channels, **arch)
-        if self.kind == "classifier":
-            return Classifier(in_channels=self.channels, **arch)
-        raise RoseError(f"unknown model kind {self.kind!r}")
+        """A fresh model of the recipe's registered family."""
+        return get_family(self.kind).build(self.channels, **dict(self.arch))
 
 
 @dataclass
@@ -139,7 +132,7 @@ class Workspace:
             epochs,
         )
 
-    def model(self, recipe: ModelRecipe) -> GenerativeModel:
+    def model(self, recipe: ModelRecipe) -> RoseModel:
         """The trained model of ``recipe``: loaded when its checkpoint has every epoch, else trained
         (resuming from the last finished epoch)."""
         path = self.root / "cache" / "models" / f"{recipe.name}.pt"
@@ -192,12 +185,10 @@ class Workspace:
         return model.to(self.device).eval()
 
     # -- evaluation --------------------------------------------------------------------------------
-    def spec(
-        self, model: GenerativeModel, in_data: str, ood: list[str], methods: list[str], **kw: Any
-    ) -> EvalSpec:
+    def spec(self, model: RoseModel, in_data: str, ood: list[str], methods: list[str], **kw: Any) -> EvalSpec:
         """An ``EvalSpec`` sized by the profile (Glow gets the paper's smaller test sets)."""
         p = self.profile
-        test = p.glow_test_samples if model.kind == "glow" else p.test_samples
+        test = p.glow_test_samples if model_name(model) == "glow" else p.test_samples
         options: dict[str, Any] = {
             "fit_samples": p.fit_samples,
             "stats_samples": p.stats_samples,
@@ -220,6 +211,6 @@ class Workspace:
         special = self.profile.experiment_overrides.get(self.experiment, {}).get("detector_kwargs", {})
         return self.profile.detector_kwargs.get(family, {}) | special.get(family, {})
 
-    def evaluate(self, model: GenerativeModel, spec: EvalSpec) -> EvaluationResult:
+    def evaluate(self, model: RoseModel, spec: EvalSpec) -> EvaluationResult:
         torch.manual_seed(spec.seed)
         return evaluate(model, spec, progress=self.progress, cache=self.cache)

@@ -1,8 +1,9 @@
 """The detector contract shared by ROSE and every baseline (scikit-learn spirit).
 
-``fit(images)`` learns from in-distribution images, ``score(images)`` returns one number per image
-(higher = more out-of-distribution), ``save``/``load`` round-trip the learned state in one file that
-records the fingerprint of the model it was fitted on.
+``fit(images, held_out=None)`` learns from in-distribution images (``held_out``: further ones the
+detector may keep apart from its main fit, e.g. ROSE's layer statistics; the others learn from both),
+``score(images)`` returns one number per image (higher = more out-of-distribution), ``save``/``load``
+round-trip the learned state in one file that records the fingerprint of the model it was fitted on.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.data.tensors import as_image_tensor
+from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.serialization import atomic_save, safe_load
 
@@ -29,9 +30,7 @@ class Detector(ABC):
 
     method: ClassVar[str]
 
-    def __init__(
-        self, model: GenerativeModel | None, *, batch_size: int = 64, progress: bool = False
-    ) -> None:
+    def __init__(self, model: RoseModel | None, *, batch_size: int = 64, progress: bool = False) -> None:
         self.model = model
         self.batch_size = batch_size
         self.progress = progress
@@ -40,7 +39,7 @@ class Detector(ABC):
     # -- to implement ----------------------------------------------------------------------------
     @abstractmethod
     def _fit(self, x: Tensor) -> None:
-        """Learn from validated in-distribution images (float, on the model's device)."""
+        """Learn from validated in-distribution inputs (all of them, held-out ones included)."""
 
     @abstractmethod
     def _score(self, x: Tensor) -> Tensor:
@@ -60,16 +59,28 @@ class Detector(ABC):
     # -- public API ------------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        return self.model.device if self.model is not None else torch.device("cpu")
+        if self.model is None:
+            return torch.device("cpu")
+        return next(self.model.parameters(), torch.empty(0)).device
 
     def _check(self, images: Tensor | np.ndarray) -> Tensor:
-        channels = self.model.in_channels if self.model is not None else None
-        size = self.model.image_size if self.model is not None else None
-        return as_image_tensor(images, channels, size)
+        """Validate inputs against the model's declared input kind and shape (images when no model)."""
+        return check_model_input(images, self.model)
 
-    def fit(self, images: Tensor | np.ndarray) -> Self:
-        """Learn from in-distribution images: uint8 (N, C, H, W) or float in [0, 1]."""
-        self._fit(self._check(images))
+    def _require_images(self) -> None:
+        """Refuse a model whose inputs are not images (for methods built on image perturbations/codecs)."""
+        kind = getattr(self.model, "input_kind", "image")
+        if kind != "image":
+            raise RoseError(f"the {self.method} method works on images only; this model takes {kind} inputs")
+
+    def fit(self, images: Tensor | np.ndarray, held_out: Tensor | np.ndarray | None = None) -> Self:
+        """Learn from in-distribution inputs (images: uint8 (N, C, H, W) or float in [0, 1]).
+
+        ``held_out``: further in-distribution inputs; detectors without a use for a held-out set learn
+        from ``images`` and ``held_out`` together.
+        """
+        x = self._check(images)
+        self._fit(x if held_out is None else torch.cat([x, self._check(held_out)]))
         self.fitted_ = True
         return self
 
@@ -96,7 +107,7 @@ class Detector(ABC):
         )
 
     @classmethod
-    def load(cls, path: str | Path, model: GenerativeModel | None) -> Detector:
+    def load(cls, path: str | Path, model: RoseModel | None) -> Detector:
         """Load a saved detector for ``model``; refuses a file fitted on a different model."""
         from roseood.detectors import DETECTORS
 
@@ -120,3 +131,14 @@ class Detector(ABC):
         det.load_state(obj["state"])
         det.fitted_ = True
         return det
+
+
+def held_out_count(n: int, held_out: int | float) -> int:
+    """The split policy: how many of ``n`` in-distribution inputs to hold out from the main fit.
+
+    A float is a fraction of ``n`` (rounded); an int a count, capped at half of ``n`` so the main fit
+    always keeps the larger part. The held-out inputs are the last ones.
+    """
+    if isinstance(held_out, float):
+        return round(held_out * n)
+    return min(held_out, n // 2)

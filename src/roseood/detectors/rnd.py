@@ -27,7 +27,7 @@ from roseood.data.perturbations import make_perturbation
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector
 from roseood.errors import DataError, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 
 
 def _cpu_state(net: nn.Module) -> dict[str, Tensor]:
@@ -65,7 +65,7 @@ class RND(Detector):
 
     def __init__(
         self,
-        model: GenerativeModel | None = None,
+        model: RoseModel | None = None,
         *,
         perturbation: str = "svd:28",
         epochs: int = 5,
@@ -77,7 +77,10 @@ class RND(Detector):
         batch_size: int = 128,
         progress: bool = False,
     ) -> None:
-        super().__init__(None, batch_size=batch_size, progress=progress)
+        super().__init__(model, batch_size=batch_size, progress=progress)
+        self._require_images()
+        self._device = super().device
+        self.model = None  # the model only chooses the device: RND never reads it
         self._perturb = make_perturbation(perturbation)  # validates the spec
         sizes = {"epochs": epochs, "width": width, "out_dim": out_dim, "batch_size": batch_size}
         for name, value in sizes.items():
@@ -92,7 +95,6 @@ class RND(Detector):
         self.out_dim = out_dim
         self.extra = extra
         self.seed = seed
-        self._device = model.device if model is not None else torch.device("cpu")
         self.in_channels_: int | None = None
         self.image_size_: int | None = None
         self.predictor_: EmbeddingNet | None = None

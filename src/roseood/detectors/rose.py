@@ -26,22 +26,26 @@ from roseood.detectors.aggregation import (
     make_aggregation,
     tie_problem,
 )
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, held_out_count
 from roseood.errors import DataError, DegenerateFitWarning, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
+from roseood.models.wrap import LossFn, wrap
 
 
 class ROSE(Detector):
     """ROSE detector. ``fisher``: ekfac (paper default), kfac, diag or dense; ``layers``: a named layer set
     of the model (e.g. "encoder", "invconv", "all") or a list of module names.
 
-    ``stats_fraction`` of the images given to ``fit`` are held out for the layer means/stds unless
-    ``stats_images`` are passed explicitly. ``stochastic=True`` samples the latent (VAE) or the
-    dequantisation noise (Glow) instead of the deterministic loss the authors used.
+    ``model`` is a :class:`~roseood.models.base.RoseModel` (a built-in family or ``roseood.wrap(...)``),
+    or any image ``nn.Module`` together with ``loss_fn`` (its per-sample −log p(x), shape (N,)), which
+    ROSE wraps itself (for non-image inputs, wrap it first). ``stats_fraction`` of the images given to
+    ``fit`` are held out for the layer means/stds unless ``held_out`` images are passed explicitly.
+    ``stochastic=True`` samples the latent (VAE) or the dequantisation noise (Glow) instead of the
+    deterministic loss the authors used.
 
     ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
     paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
-    the statistics images. Degenerate fits (ties, non-finite, exploding or constant layer scores) raise a
+    the held-out images. Degenerate fits (ties, non-finite, exploding or constant layer scores) raise a
     ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
     """
 
@@ -49,8 +53,9 @@ class ROSE(Detector):
 
     def __init__(
         self,
-        model: GenerativeModel | None,
+        model: RoseModel | torch.nn.Module | None,
         *,
+        loss_fn: LossFn | None = None,
         fisher: str = "ekfac",
         layers: str | list[str] | None = None,
         damping: float = 1e-8,
@@ -62,15 +67,17 @@ class ROSE(Detector):
         batch_size: int = 64,
         progress: bool = False,
     ) -> None:
+        if loss_fn is not None and isinstance(model, torch.nn.Module):
+            model = wrap(model, loss_fn, layers=layers if isinstance(layers, list) else None)
+        if not isinstance(model, RoseModel) or not isinstance(model, torch.nn.Module):
+            raise RoseError("ROSE needs a generative model: a roseood model, roseood.wrap(...), or loss_fn=")
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if model is None:
-            raise RoseError("ROSE needs a generative model")
         given = {k: v for k, v, default in (("beta", beta, 0.0), ("p", p, math.inf)) if v != default}
         self.aggregation_: Aggregation = make_aggregation(aggregate, **given)
         if not 0.0 < stats_fraction < 1.0:
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
         make_fisher(fisher)  # validates the name early
-        self.model: GenerativeModel = model
+        self.model: RoseModel = model
         self.fisher_kind = fisher
         self.layer_spec = layers
         self.layers = layers if isinstance(layers, list) else model.rose_layers(layers)
@@ -104,20 +111,28 @@ class ROSE(Detector):
         self.model.eval()
         return self._grads(lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device))
 
-    def fit(self, images: Tensor | np.ndarray, stats_images: Tensor | np.ndarray | None = None) -> Self:
-        """Fit the per-layer Fishers and the layer-score normalisation on in-distribution images."""
+    def fit(
+        self,
+        images: Tensor | np.ndarray,
+        held_out: Tensor | np.ndarray | None = None,
+        *,
+        stats_images: Tensor | np.ndarray | None = None,
+    ) -> Self:
+        """Fit the per-layer Fishers on ``images`` and the layer-score normalisation on ``held_out``
+        (``stats_images`` is its former name), else on the last ``stats_fraction`` of ``images``."""
         x = self._check(images)
-        if stats_images is None:
-            n_stats = round(self.stats_fraction * x.shape[0])
+        held_out = held_out if held_out is not None else stats_images
+        if held_out is None:
+            n_stats = held_out_count(x.shape[0], self.stats_fraction)
             if n_stats < 2 or x.shape[0] - n_stats < 1:
                 raise DataError(f"ROSE needs at least 3 in-distribution images to fit, got {x.shape[0]}")
             x, stats = x[: x.shape[0] - n_stats], x[x.shape[0] - n_stats :]
         else:
-            stats = self._check(stats_images)
+            stats = self._check(held_out)
             if stats.shape[0] < 2:
                 raise DataError("ROSE needs at least 2 images for the layer statistics")
             if stats.shape == x.shape and torch.equal(stats, x):
-                raise DataError("stats_images are the Fisher's images; ROSE's statistics need held-out ones")
+                raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
         self.fit_fisher(x)
         self.fit_stats(stats)
         self.fitted_ = True

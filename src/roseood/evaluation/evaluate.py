@@ -18,10 +18,11 @@ import torch
 from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images, take
 from roseood.detectors import METHODS, ROSE, Detector, LikelihoodRatio, make_detector
+from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
 
 
@@ -70,21 +71,38 @@ def fit_source(spec: EvalSpec) -> str:
     )
 
 
+def image_options(model: RoseModel) -> tuple[int, int]:
+    """(channels, size) for ``load_images`` from an image model's input shape (default 1, 32); other
+    models' inputs are not images (named sets, folders) and need the Python API."""
+    shape = model.input_shape
+    if model.input_kind != "image":
+        raise DataError(
+            f"this model takes {model.input_kind} inputs, not images: datasets and image files cannot "
+            "feed it; fit and score it from Python (detector.fit(tensor), detector.score(tensor))"
+        )
+    if shape is None:
+        return 1, 32
+    if len(shape) != 3 or shape[1] != shape[2]:
+        raise DataError(f"image sets are loaded as square (C, S, S) images; the model takes {shape}")
+    return shape[0], shape[1]
+
+
 def _load(
-    source: str, n: int, seed: int, model: GenerativeModel, spec: EvalSpec, brightness: float = 1.0
+    source: str, n: int, seed: int, model: RoseModel, spec: EvalSpec, brightness: float = 1.0
 ) -> ImageSet:
+    channels, size = image_options(model)
     return load_images(
         source,
         n=n,
         seed=seed,
-        channels=model.in_channels,
-        size=model.image_size,
+        channels=channels,
+        size=size,
         data_dir=spec.data_dir,
         brightness=brightness,
     )
 
 
-def load_fit_images(spec: EvalSpec, model: GenerativeModel) -> ImageSet:
+def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
     """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples)."""
     return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
 
@@ -99,7 +117,7 @@ def _set_seed(spec: EvalSpec, source: str) -> int:
     return spec.seed + 1 + zlib.crc32(source.encode()) % 100_000
 
 
-def load_ood_sets(spec: EvalSpec, model: GenerativeModel) -> tuple[dict[str, ImageSet], dict[str, str]]:
+def load_ood_sets(spec: EvalSpec, model: RoseModel) -> tuple[dict[str, ImageSet], dict[str, str]]:
     """Load every OOD set but ``overall``; named sets whose files are absent become 'no data' entries."""
     sets: dict[str, ImageSet] = {}
     missing: dict[str, str] = {}
@@ -134,29 +152,25 @@ def overall_scores(
 
 
 def fisher_count(spec: EvalSpec, n_fit: int) -> int:
-    """How many of the ``n_fit`` fit images go to the Fisher; the rest (at most half) to ROSE statistics."""
-    return n_fit - min(spec.stats_samples, n_fit // 2)
+    """How many of the ``n_fit`` fit images every detector fits on; the rest (``stats_samples``, at most
+    half, by the one split policy ``held_out_count``) are passed as ``held_out``."""
+    return n_fit - held_out_count(n_fit, spec.stats_samples)
 
 
-def _make(method: str, model: GenerativeModel, spec: EvalSpec, progress: bool) -> Detector:
+def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool) -> Detector:
     kwargs = spec.detector_kwargs.get(method, {})
     return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
 
 
-def fit_detector(
-    method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec, progress: bool
-) -> Detector:
-    """Build and fit one detector; ROSE gets its layer statistics from the held-out tail of ``fit``."""
+def fit_detector(method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec, progress: bool) -> Detector:
+    """Build and fit one detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics)."""
     det = _make(method, model, spec, progress)
     n_fisher = fisher_count(spec, len(fit))
-    if method.startswith("rose"):
-        det.fit(fit.images[:n_fisher], stats_images=fit.images[n_fisher:])  # type: ignore[call-arg]
-    else:
-        det.fit(fit.images)
-    return det
+    held_out = fit.images[n_fisher:] if n_fisher < len(fit) else None
+    return det.fit(fit.images[:n_fisher], held_out=held_out)
 
 
-def _fit_key(method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec) -> dict[str, Any]:
+def _fit_key(method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec) -> dict[str, Any]:
     """Everything that determines a fitted detector, for the result cache."""
     kwargs = spec.detector_kwargs.get(method, {})
     background = kwargs.get("background")
@@ -176,7 +190,7 @@ class _MethodRun:
     """One method's detector, fitted (or loaded from the cache) only when a score is actually missing."""
 
     method: str
-    model: GenerativeModel
+    model: RoseModel
     fit: ImageSet
     spec: EvalSpec
     progress: bool
@@ -232,7 +246,7 @@ class _MethodRun:
 
 
 def evaluate(
-    model: GenerativeModel, spec: EvalSpec, progress: bool = True, cache: ResultCache | None = None
+    model: RoseModel, spec: EvalSpec, progress: bool = True, cache: ResultCache | None = None
 ) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
     every OOD set with the same images and seeds.
@@ -253,8 +267,8 @@ def evaluate(
     if OVERALL in spec.ood:
         ood_sets[OVERALL] = f"{spec.overall_per_set} random images of each of: {', '.join(ood)}"
     settings = {
-        "model": model.kind,
-        "model_config": model.config(),
+        "model": model_name(model),
+        "model_config": model_config(model),
         "model_fingerprint": model_fingerprint(model),
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
         "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
