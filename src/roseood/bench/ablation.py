@@ -35,7 +35,7 @@ from roseood.evaluation.evaluate import (
 )
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.models.base import RoseModel
+from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import model_fingerprint
 
 AGGREGATES = ["relu-norm", "relu-norm:beta=3", "max-z", "log-z", "gaussian", "gmm:k=3"]
@@ -49,7 +49,7 @@ class LayerScores:
     """Raw layer scores of one model and Fisher for every image set, computed once and cached."""
 
     ws: Workspace
-    model: RoseModel
+    model: GenerativeModel
     spec: EvalSpec
     fisher: str
     layers: list[str]
@@ -76,19 +76,23 @@ class LayerScores:
         return self._det.layer_scores(images).numpy()
 
 
-def ablation_models(ws: Workspace) -> list[tuple[str, RoseModel, str]]:
+def ablation_models(ws: Workspace) -> list[tuple[str, GenerativeModel, str]]:
     """(label, model, in-distribution set): the authors' FMNIST VAE and the bench's CIFAR-10 VAE / Glow."""
     models = []
     if "fashion_mnist" in ws.select_data() and "vae" in ws.models:
-        models.append(("authors' VAE, fashion_mnist", demo_model().to(ws.device).eval(), "fashion_mnist"))
+        models.append(("authors' VAE, fashion_mnist", demo_model(), "fashion_mnist"))
     if "cifar10" in ws.select_data():
         for kind in ws.select_models(("vae", "glow")):
             recipe = ws.vae("cifar10") if kind == "vae" else ws.glow("cifar10")
             models.append((f"{kind} {recipe.name}", ws.model(recipe), "cifar10"))
-    return models
+    out = []
+    for label, model, data in models:
+        assert isinstance(model, GenerativeModel)  # the paper's families: named layer sets and kinds
+        out.append((label, model.to(ws.device).eval(), data))
+    return out
 
 
-def ablation_layer_sets(ws: Workspace, model: RoseModel, fisher: str) -> dict[str, list[str]]:
+def ablation_layer_sets(ws: Workspace, model: GenerativeModel, fisher: str) -> dict[str, list[str]]:
     """The model's layer sets this Fisher runs on: all, except EKFAC only on the paper's set when the
     profile says so (see ``Profile.ablation_ekfac_everywhere``)."""
     sets = model.layer_sets()
@@ -98,7 +102,9 @@ def ablation_layer_sets(ws: Workspace, model: RoseModel, fisher: str) -> dict[st
     return sets
 
 
-def ablation_rows(ws: Workspace, model: RoseModel, in_data: str, ood: list[str]) -> list[dict[str, Any]]:
+def ablation_rows(
+    ws: Workspace, model: GenerativeModel, in_data: str, ood: list[str]
+) -> list[dict[str, Any]]:
     """One row per Fisher × layer set × aggregation: AUROC per OOD set (and overall), tie shares, warnings."""
     spec = ws.spec(model, in_data, ood, ["rose-ekfac"])
     fit = load_fit_images(spec, model).images
