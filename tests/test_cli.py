@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 
@@ -93,8 +94,11 @@ def test_fit_then_score_writes_csv(workdir):
     assert (
         run("score", "--model", "model.pt", "--detector", "det.pt", "--data", "mnist", "--out", "s.csv") == 0
     )
-    rows = (workdir / "s.csv").read_text().splitlines()
-    assert rows[0] == "index,label,score" and len(rows) == 31
+    rows = list(csv.DictReader((workdir / "s.csv").open()))
+    assert list(rows[0]) == ["index", "file", "label", "score", "ood"] and len(rows) == 30
+    det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
+    assert det.threshold_ is not None
+    assert all((r["ood"] == "true") == (float(r["score"]) > det.threshold_) for r in rows)
     folder = workdir / "imgs"
     folder.mkdir()
     from PIL import Image
@@ -105,7 +109,11 @@ def test_fit_then_score_writes_csv(workdir):
         run("score", "--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv")
         == 0
     )
-    assert len((workdir / "f.csv").read_text().splitlines()) == 4
+    rows = list(csv.DictReader((workdir / "f.csv").open()))
+    assert [r["file"] for r in rows] == ["0.png", "1.png", "2.png"]
+    args = ("--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv")
+    assert run("score", *args, "--threshold=-1e9", "--overwrite") == 0
+    assert {r["ood"] for r in csv.DictReader((workdir / "f.csv").open())} == {"true"}
 
 
 def test_fit_with_an_aggregation_saves_it(workdir):

@@ -68,7 +68,7 @@ def test_bring_your_own_model_section_runs(readme_dir, capsys):
         assert main(argv[1:]) == 0, line
     assert "usable" in capsys.readouterr().out
     scores = (readme_dir / "my_scores.csv").read_text().splitlines()
-    assert scores[0] == "index,label,score" and len(scores) == 11
+    assert scores[0] == "index,file,label,score,ood" and len(scores) == 11
     namespace: dict[str, object] = {}
     exec(compile(_tiny(python), "README.md", "exec"), namespace)
     assert (readme_dir / "my_report" / "report.md").exists()

@@ -18,6 +18,7 @@ from roseood.detectors import NLL, ROSE
 from roseood.evaluation.metrics import ood_metrics
 from roseood.models import RoseModel, load_model
 from roseood.models.base import model_config
+from roseood.validation import check_int, check_seed
 
 ASSETS = files("roseood") / "assets"
 
@@ -36,6 +37,9 @@ def demo_images() -> dict[str, np.ndarray]:
 
 def run_demo(fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021) -> dict[str, float]:
     """Fit ROSE-EKFAC on Fashion-MNIST training images; print NLL and ROSE AUROC vs MNIST."""
+    check_int(fit_samples, "fit_samples")
+    check_int(test_samples, "test_samples")
+    check_seed(seed)
     torch.manual_seed(seed)
     t0 = time.time()
     model = demo_model()

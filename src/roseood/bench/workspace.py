@@ -24,6 +24,7 @@ from roseood.models import get_family, load_checkpoint
 from roseood.models.base import GenerativeModel, RoseModel, model_name
 from roseood.models.classifier import Classifier, train_classifier
 from roseood.models.train import TrainConfig, train
+from roseood.validation import check_choice, check_device
 
 CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
 
@@ -78,6 +79,14 @@ class Workspace:
     datasets: tuple[str, ...] = ("fashion_mnist", "cifar10")  # which in-distribution sets
     trained: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe name -> training summary
     experiment: str = ""  # the experiment running now; selects the profile's experiment_overrides
+
+    def __post_init__(self) -> None:
+        """Refuse unknown model or dataset names before anything is trained or written."""
+        for name in self.models:
+            check_choice(name, ("vae", "glow"), "bench model")
+        for name in self.datasets:
+            check_choice(name, tuple(CHANNELS), "bench dataset")
+        check_device(self.device)
 
     def select_models(self, available: tuple[str, ...]) -> list[str]:
         return [m for m in available if m in self.models]
@@ -149,6 +158,7 @@ class Workspace:
             channels=recipe.channels,
             data_dir=self.data_dir,
         )
+        torch.manual_seed(recipe.seed)  # the same initial weights in every fresh run (train() seeds the rest)
         model = recipe.build()
         t0 = time.time()
         if isinstance(model, Classifier):

@@ -16,6 +16,7 @@ from roseood.data.download import DOWNLOADS, download_dataset
 from roseood.data.preprocess import U8, adjust_brightness, check_options, preprocess, resize_crop
 from roseood.data.registry import DATASETS, DatasetSpec, resolve_data_dir
 from roseood.errors import DataError
+from roseood.validation import check_int, check_seed
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 DEFAULT_GENERATED_N = 10000
@@ -27,13 +28,15 @@ Labels = npt.NDArray[np.int64]
 class ImageSet:
     """Preprocessed images ready for a model, with where they came from.
 
-    ``images`` is uint8 ``(N, C, size, size)``; ``labels`` is int64 ``(N,)``, ``-1`` where unknown.
+    ``images`` is uint8 ``(N, C, size, size)``; ``labels`` is int64 ``(N,)``, ``-1`` where unknown;
+    ``files`` the path of each image relative to its folder, for images loaded from a folder.
     """
 
     name: str
     images: np.ndarray
     labels: np.ndarray
     source: str
+    files: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -61,8 +64,9 @@ def load_images(
     A known name wins over a same-named path: pass ``./mnist`` or a ``Path`` to mean the folder.
     """
     check_options(channels, size, brightness)
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise DataError(f"n must be a positive integer or None, got {n!r}")
+    check_seed(seed, error=DataError)
+    if n is not None:
+        check_int(n, "n", error=DataError)
     key, has_split, suffix = str(source).partition(":")
     spec = DATASETS.get(key.strip().lower().replace("-", "_"))
     if spec is not None and not isinstance(source, os.PathLike):
@@ -222,6 +226,7 @@ def _load_folder(
         preprocess(images, channels=channels, size=size, brightness=brightness),
         labels,
         str(folder),
+        tuple(p.relative_to(folder).as_posix() for p in files),
     )
 
 
@@ -230,4 +235,5 @@ def take(images: ImageSet, n: int, seed: int) -> ImageSet:
     keep = _subsample(len(images), n, seed)
     if keep is None:
         return images
-    return ImageSet(images.name, images.images[keep], images.labels[keep], f"{n} of {images.source}")
+    files = tuple(images.files[i] for i in keep) if images.files is not None else None
+    return ImageSet(images.name, images.images[keep], images.labels[keep], f"{n} of {images.source}", files)

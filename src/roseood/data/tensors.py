@@ -7,9 +7,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from roseood.errors import DataError
+from roseood.progress import progress
 
 
 def _as_tensor(data: Tensor | np.ndarray, what: str) -> Tensor:
@@ -36,6 +36,8 @@ def as_image_tensor(
     if images.ndim != 4:
         raise DataError(f"expected images of shape (N, C, H, W), got shape {tuple(images.shape)}")
     images = _as_tensor(images, "image set")
+    if 0 in images.shape[1:]:
+        raise DataError(f"images need at least one channel and pixel, got shape {tuple(images.shape)}")
     if channels is not None and images.shape[1] != channels:
         raise DataError(f"model expects {channels}-channel images, got {images.shape[1]} channels")
     hw = (size, size) if isinstance(size, int) else size
@@ -91,7 +93,7 @@ def check_model_input(data: Tensor | np.ndarray, model: object) -> Tensor:
 
 
 def iter_batches(x: Tensor, batch_size: int, desc: str | None = None) -> Iterator[Tensor]:
-    """Yield consecutive batches of ``x``; shows a progress bar when ``desc`` is given."""
+    """Yield consecutive batches of ``x``; reports progress (``roseood.progress``) when ``desc`` is given."""
     starts = range(0, x.shape[0], batch_size)
-    for i in tqdm(starts, desc=desc, disable=desc is None, leave=False, unit="batch"):
+    for i in progress(starts, desc, enabled=desc is not None, leave=False, unit="batch"):
         yield x[i : i + batch_size]

@@ -20,7 +20,9 @@ from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
+from roseood.progress import on_terminal
 from roseood.serialization import atomic_save, safe_load
+from roseood.validation import check_float, check_int
 
 DETECTOR_FORMAT = "roseood-detector"
 
@@ -30,11 +32,14 @@ class Detector(ABC):
 
     method: ClassVar[str]
 
-    def __init__(self, model: RoseModel | None, *, batch_size: int = 64, progress: bool = False) -> None:
+    def __init__(
+        self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None
+    ) -> None:
         self.model = model
-        self.batch_size = batch_size
-        self.progress = progress
+        self.batch_size = check_int(batch_size, "batch_size")
+        self.progress = on_terminal() if progress is None else progress  # None: bars on a terminal
         self.fitted_ = False
+        self.threshold_: float | None = None  # score above which an input is called OOD (calibrate)
 
     # -- to implement ----------------------------------------------------------------------------
     @abstractmethod
@@ -91,6 +96,20 @@ class Detector(ABC):
         out = self._score(self._check(images))
         return out.detach().to("cpu", torch.float64).numpy()
 
+    def calibrate(self, images: Tensor | np.ndarray, tpr: float = 0.95) -> Self:
+        """Set ``threshold_`` so that a fraction ``tpr`` of these held-out in-distribution inputs (not
+        the ones fitted on) score at or below it; ``decide`` then calls higher scores OOD."""
+        tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
+        self.threshold_ = float(np.quantile(self.score(images), tpr, method="higher"))
+        return self
+
+    def decide(self, scores: np.ndarray, threshold: float | None = None) -> np.ndarray:
+        """Boolean OOD decisions for ``scores`` at ``threshold`` (default: the calibrated ``threshold_``)."""
+        cut = self.threshold_ if threshold is None else check_float(threshold, "threshold")
+        if cut is None:
+            raise RoseError(f"{self.method} detector has no threshold: calibrate() it or pass a threshold")
+        return np.asarray(scores) > cut
+
     def save(self, path: str | Path) -> None:
         """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically)."""
         if not self.fitted_:
@@ -101,6 +120,7 @@ class Detector(ABC):
                 "method": self.method,
                 "params": self.params(),
                 "state": self.state(),
+                "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
             },
             path,
@@ -129,6 +149,7 @@ class Detector(ABC):
                 )
         det = DETECTORS[method](model, **obj["params"])
         det.load_state(obj["state"])
+        det.threshold_ = obj.get("threshold")
         det.fitted_ = True
         return det
 

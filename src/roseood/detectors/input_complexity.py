@@ -37,7 +37,7 @@ class InputComplexity(Detector):
         compressor: str = "png",
         k: int = 20,
         batch_size: int = 64,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:

@@ -43,7 +43,7 @@ class LikelihoodRatio(Detector):
         background: RoseModel | None = None,
         k: int = 20,
         batch_size: int = 64,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:

@@ -19,7 +19,9 @@ class NLL(Detector):
 
     method = "nll"
 
-    def __init__(self, model: RoseModel | None, *, k: int = 1, batch_size: int = 64, progress: bool = False):
+    def __init__(
+        self, model: RoseModel | None, *, k: int = 1, batch_size: int = 64, progress: bool | None = None
+    ):
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:
             raise RoseError("the NLL score needs a generative model")

@@ -30,6 +30,7 @@ from roseood.detectors.base import Detector, held_out_count
 from roseood.errors import DataError, DegenerateFitWarning, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
+from roseood.validation import check_float
 
 
 class ROSE(Detector):
@@ -65,16 +66,20 @@ class ROSE(Detector):
         stochastic: bool = False,
         aggregate: str = DEFAULT_AGGREGATION,
         batch_size: int = 64,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
         if loss_fn is not None and isinstance(model, torch.nn.Module):
             model = wrap(model, loss_fn, layers=layers if isinstance(layers, list) else None)
         if not isinstance(model, RoseModel) or not isinstance(model, torch.nn.Module):
             raise RoseError("ROSE needs a generative model: a roseood model, roseood.wrap(...), or loss_fn=")
         super().__init__(model, batch_size=batch_size, progress=progress)
+        check_float(p, "p", low=1.0, allow_inf=True)
+        check_float(damping, "damping", low=0.0)
+        for b in beta if isinstance(beta, list) else [beta]:
+            check_float(b, "beta")
         given = {k: v for k, v, default in (("beta", beta, 0.0), ("p", p, math.inf)) if v != default}
         self.aggregation_: Aggregation = make_aggregation(aggregate, **given)
-        if not 0.0 < stats_fraction < 1.0:
+        if not 0.0 < check_float(stats_fraction, "stats_fraction") < 1.0:
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
         make_fisher(fisher)  # validates the name early
         self.model: RoseModel = model

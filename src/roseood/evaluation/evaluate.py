@@ -24,6 +24,7 @@ from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
+from roseood.validation import check_float, check_int, check_seed
 
 
 @dataclass
@@ -44,6 +45,12 @@ class EvalSpec:
     detector_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     test_limits: dict[str, int] = field(default_factory=dict)  # method -> fewer test images (slow methods)
     overall_per_set: int = 1000  # images of each OOD set in "overall" (the paper: one thousand)
+
+    def __post_init__(self) -> None:
+        for name in ("fit_samples", "stats_samples", "test_samples", "batch_size", "overall_per_set"):
+            check_int(getattr(self, name), name)
+        check_seed(self.seed)
+        check_float(self.brightness, "brightness", low=0.0, low_open=True)
 
 
 def machine_description() -> dict[str, Any]:
@@ -157,12 +164,14 @@ def fisher_count(spec: EvalSpec, n_fit: int) -> int:
     return n_fit - held_out_count(n_fit, spec.stats_samples)
 
 
-def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool) -> Detector:
+def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool | None) -> Detector:
     kwargs = spec.detector_kwargs.get(method, {})
     return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
 
 
-def fit_detector(method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec, progress: bool) -> Detector:
+def fit_detector(
+    method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec, progress: bool | None
+) -> Detector:
     """Build and fit one detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics)."""
     det = _make(method, model, spec, progress)
     n_fisher = fisher_count(spec, len(fit))
@@ -193,7 +202,7 @@ class _MethodRun:
     model: RoseModel
     fit: ImageSet
     spec: EvalSpec
-    progress: bool
+    progress: bool | None
     cache: ResultCache | None
     _det: Detector | None = None
 
@@ -246,12 +255,13 @@ class _MethodRun:
 
 
 def evaluate(
-    model: RoseModel, spec: EvalSpec, progress: bool = True, cache: ResultCache | None = None
+    model: RoseModel, spec: EvalSpec, progress: bool | None = None, cache: ResultCache | None = None
 ) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
     every OOD set with the same images and seeds.
 
-    ``spec.test_limits`` gives slow methods a seeded subset of each test set. With a ``cache``,
+    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress=None`` shows
+    progress only on a terminal. With a ``cache``,
     fitted detectors and scores are stored as they are made and reused, so a re-run after an
     interruption only computes what is missing.
     """

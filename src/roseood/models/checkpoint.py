@@ -16,6 +16,7 @@ from torch import nn
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.serialization import atomic_save, fingerprint, safe_load
+from roseood.validation import check_model_config
 
 MODEL_FORMAT = "roseood-model"
 
@@ -72,9 +73,12 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
         _load_state(model, obj.get("state_dict"), path, f"the model of {factory}")
     elif kind in FAMILIES:
         try:
+            check_model_config(obj["config"], f"{kind} config")
             model = FAMILIES[kind].cls(**obj["config"])
-        except (TypeError, KeyError) as exc:
-            raise CheckpointError(f"{path}: bad {kind} config ({_first_line(exc)})") from None
+        except (TypeError, KeyError, ValueError, AttributeError, RoseError) as exc:
+            raise CheckpointError(
+                f"{path}: cannot build a {kind} from its stored config ({_first_line(exc)})"
+            ) from None
         _load_state(model, obj["state_dict"], path, f"the stored {kind} config")
     else:
         raise CheckpointError(

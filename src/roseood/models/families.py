@@ -18,6 +18,7 @@ from roseood.models.base import GenerativeModel
 from roseood.models.classifier import Classifier
 from roseood.models.glow import Glow
 from roseood.models.vae import VAE
+from roseood.validation import count
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,14 +72,14 @@ def get_family(name: str) -> ModelFamily:
 
 
 def _vae_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ngf", type=int, default=32, help="VAE width")
-    p.add_argument("--nz", type=int, default=100, help="VAE latent size")
+    p.add_argument("--ngf", type=count, default=32, help="VAE width")
+    p.add_argument("--nz", type=count, default=100, help="VAE latent size")
 
 
 def _glow_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--levels", type=int, default=2, help="Glow levels L")
-    p.add_argument("--steps", type=int, default=16, help="Glow steps per level K")
-    p.add_argument("--hidden", type=int, default=200, help="Glow coupling width")
+    p.add_argument("--levels", type=count, default=2, help="Glow levels L")
+    p.add_argument("--steps", type=count, default=16, help="Glow steps per level K")
+    p.add_argument("--hidden", type=count, default=200, help="Glow coupling width")
     p.add_argument("--plain-invconv", action="store_true", help="Glow 1x1 convs without LU decomposition")
 
 

@@ -9,8 +9,10 @@ Glow — Adamax 5e-4, batch 64, optional weight decay, warm-up and gradient clip
 from __future__ import annotations
 
 import math
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel, input_dims, model_config, model_name
 from roseood.models.checkpoint import MODEL_FORMAT, save_model
-from roseood.serialization import safe_load
+from roseood.progress import note
+from roseood.progress import progress as progress_bar
+from roseood.serialization import array_digest, safe_load
+from roseood.validation import check_float, check_int, check_seed
 
 
 @dataclass
@@ -42,6 +46,16 @@ class TrainConfig:
     hflip: bool = True  # image models only
     perturb: str | None = None  # e.g. "random:0.3" for a Likelihood-Ratio background model
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_int(self.epochs, "epochs")
+        check_int(self.batch_size, "batch_size")
+        check_float(self.lr, "lr", low=0.0, low_open=True)
+        check_int(self.lr_halve_every, "lr_halve_every", low=0)
+        check_int(self.warmup_steps, "warmup_steps", low=0)
+        check_float(self.weight_decay, "weight_decay", low=0.0)
+        check_float(self.grad_clip, "grad_clip", low=0.0)
+        check_seed(self.seed)
 
     @classmethod
     def for_model(cls, kind: str | None, **overrides: Any) -> TrainConfig:
@@ -66,6 +80,26 @@ def _lr(cfg: TrainConfig, epoch: int, step: int) -> float:
     return lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else lr
 
 
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed Python's, numpy's and torch's global generators and use torch's deterministic algorithms
+    inside the block (restoring the previous algorithm setting after it), so that model initialisation
+    and training repeat bit for bit on a CPU."""
+    check_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def restore_training(
     checkpoint: Path,
     model: Any,
@@ -73,10 +107,12 @@ def restore_training(
     gen: torch.Generator,
     key: str,
     settings: dict[str, Any],
+    data_digest: str | None = None,
 ) -> dict[str, Any]:
-    """Load weights, optimiser and RNG state of a run to resume into ``model``, ``opt`` and ``gen``; return
-    the stored training state. Refuses a checkpoint of another architecture or whose ``train_state[key]``
-    differs from ``settings`` in anything but ``epochs``."""
+    """Load weights, optimiser and RNG states of a run to resume into ``model``, ``opt``, ``gen`` and
+    torch's global generator; return the stored training state. Refuses a checkpoint of another
+    architecture, whose ``train_state[key]`` differs from ``settings`` in anything but ``epochs``, or
+    (given ``data_digest``) that was trained on other data."""
     obj = safe_load(checkpoint, MODEL_FORMAT)
     ts = obj.get("train_state")
     if ts is None:
@@ -85,6 +121,11 @@ def restore_training(
     arch = (obj.get("kind"), obj.get("config"))
     if not same or arch != (model_name(model), model_config(model)):
         raise CheckpointError(f"{checkpoint}: was trained with other settings (only the epochs may change)")
+    if data_digest is not None and ts.get("data_digest") != data_digest:
+        raise CheckpointError(
+            f"{checkpoint}: was trained on other data (digest {ts.get('data_digest')}, now {data_digest}); "
+            "resume with the same data, subset and seed"
+        )
     try:
         model.load_state_dict(obj["state_dict"])
     except (KeyError, RuntimeError) as exc:
@@ -93,6 +134,8 @@ def restore_training(
         ) from None
     opt.load_state_dict(ts["optimizer"])
     gen.set_state(ts["generator"])
+    if "torch_rng" in ts:
+        torch.set_rng_state(ts["torch_rng"])
     return ts
 
 
@@ -107,14 +150,19 @@ def start_run(
     resume: bool,
     key: str,
     settings: dict[str, Any],
+    data_digest: str | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """The training state a run starts from: fresh, or restored from ``checkpoint`` with ``resume``
-    (refusing to overwrite an existing checkpoint otherwise)."""
+    (same settings and, given ``data_digest``, same data); an existing checkpoint is otherwise replaced
+    only with ``overwrite``."""
     state: dict[str, Any] = {key: settings, "epoch": 0, "step": 0, "history": []}
+    if data_digest is not None:
+        state["data_digest"] = data_digest
     if resume and checkpoint.exists():
-        ts = restore_training(checkpoint, model, opt, gen, key, settings)
+        ts = restore_training(checkpoint, model, opt, gen, key, settings, data_digest)
         state.update(epoch=ts["epoch"], step=ts.get("step", 0), history=ts["history"])
-    elif checkpoint.exists():
+    elif checkpoint.exists() and not overwrite:
         raise RoseError(f"{checkpoint} exists; resume it (--resume / resume=True) or choose another output")
     return state
 
@@ -133,12 +181,14 @@ def run_epochs(
     batches: Callable[[Tensor], list[Tensor]] | None = None,
     batch_size: int = 64,
     grad_clip: float = 0.0,
-    progress: bool = True,
+    progress: bool | None = None,
     postfix: Callable[[float], str] = "loss={:.3f}".format,
 ) -> list[dict[str, float]]:
     """The one training loop: every epoch shuffles with ``gen``, and for each batch of indices calls the
     family's ``step(indices, epoch, step) -> (mean loss, summed statistics)``, then backpropagates,
-    clips, steps, and finally records the epoch (``record(sums)``) and writes ``checkpoint`` atomically.
+    clips, steps, and finally records the epoch (``record(sums)``) and writes ``checkpoint`` atomically
+    with the RNG states, so a resumed run continues exactly. History holds no wall times: the same run
+    gives the same checkpoint bytes.
     """
     history: list[dict[str, float]] = state["history"]
     for epoch in range(state["epoch"], epochs):
@@ -147,7 +197,7 @@ def run_epochs(
         sums: dict[str, float] = {"loss": 0.0, "seen": 0}
         t0 = time.time()
         split = batches(order) if batches is not None else list(order.split(batch_size))
-        bar = tqdm(split, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress)
+        bar = progress_bar(split, f"epoch {epoch + 1}/{epochs}", enabled=progress)
         for idx in bar:
             loss, stats = step(idx, epoch, state["step"])
             if not math.isfinite(loss.item()):
@@ -163,13 +213,18 @@ def run_epochs(
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
             bar.set_postfix_str(postfix(loss.item()))
-        history.append({"epoch": epoch + 1, **record(sums), "seconds": time.time() - t0})
-        state.update(epoch=epoch + 1, optimizer=opt.state_dict(), generator=gen.get_state())
+        history.append({"epoch": epoch + 1, **record(sums)})
+        state.update(
+            epoch=epoch + 1,
+            optimizer=opt.state_dict(),
+            generator=gen.get_state(),
+            torch_rng=torch.get_rng_state(),
+        )
         save_model(model, checkpoint, train_state=state)
-        if progress:
+        if progress is not False:
             h = history[-1]
-            summary = ", ".join(f"{k} {v:.4f}" for k, v in h.items() if k not in ("epoch", "seconds"))
-            tqdm.write(f"epoch {h['epoch']}: {summary}, {h['seconds']:.0f} s -> {checkpoint}")
+            summary = ", ".join(f"{k} {v:.10g}" for k, v in h.items() if k != "epoch")
+            note(f"epoch {h['epoch']}: {summary}, {time.time() - t0:.0f} s -> {checkpoint}")
     return history
 
 
@@ -179,14 +234,17 @@ def train(
     cfg: TrainConfig,
     checkpoint: str | Path,
     resume: bool = False,
-    progress: bool = True,
+    progress: bool | None = None,
     device: str | torch.device = "cpu",
+    overwrite: bool = False,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
     """Train ``model`` on its inputs (uint8/float images, tensors, tokens), writing ``checkpoint`` after
     every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
 
-    With ``resume``, an existing checkpoint's weights, optimiser, RNG state and history are restored
-    and training continues from the next epoch (its stored config must match ``cfg``).
+    Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
+    in every checkpoint with the data-order generator, so a run resumed with ``resume`` (weights,
+    optimiser, RNG states and history restored; same config and data required) ends exactly as an
+    uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``.
     Returns the model (eval mode) and the per-epoch history.
     """
     train_loss = getattr(model, "train_loss", None)
@@ -208,7 +266,10 @@ def train(
     gen = torch.Generator().manual_seed(cfg.seed)
     model.to(device)
     opt = _optimizer(model, cfg)
-    state = start_run(checkpoint, model, opt, gen, resume, "config", asdict(cfg))
+    digest = array_digest(x.cpu().numpy())
+    state = start_run(checkpoint, model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
+    if state["epoch"] == 0:
+        torch.manual_seed(cfg.seed)
 
     def step(idx: Tensor, epoch: int, n_step: int) -> tuple[Tensor, dict[str, float]]:
         batch = x[idx]
