@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from roseood.cli import main
-from roseood.detectors import Detector
+from roseood.detectors import ROSE, Detector
 from roseood.models import VAE, Glow, load_model, save_model
 
 
@@ -116,6 +116,14 @@ def test_fit_then_score_writes_csv(workdir):
     assert {r["ood"] for r in csv.DictReader((workdir / "f.csv").open())} == {"true"}
 
 
+def test_fit_with_an_aggregation_saves_it(workdir):
+    args = ["--model", "model.pt", "--method", "rose-diag", "--fit-samples", "30", "--stats-samples", "10"]
+    assert run("fit", *args, "--aggregate", "log-z:p=2", "--out", "det.pt") == 0
+    det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
+    assert isinstance(det, ROSE) and det.aggregate == "log-z:p=2"
+    assert det.aggregation_.params() == {"beta": 0.0, "p": 2.0}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -123,6 +131,7 @@ def test_fit_then_score_writes_csv(workdir):
         (("evaluate", "--model", "model.pt", "--in", "imagenet"), "neither a known dataset"),
         (("fit", "--model", "model.pt", "--in", "imagenet", "--out", "d.pt"), "--fit-data"),
         (("evaluate", "--model", "model.pt", "--methods", "magic"), "unknown method"),
+        (("fit", "--model", "model.pt", "--aggregate", "median", "--out", "d.pt"), "unknown aggregation"),
         (
             ("score", "--model", "model.pt", "--detector", "model.pt", "--data", "mnist", "--out", "x.csv"),
             "expected a roseood-detector",

@@ -159,6 +159,8 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
     for m in methods:
         if m in METHODS and issubclass(METHODS[m][0], ROSE) and args.layers:
             kwargs[m]["layers"] = args.layers
+        if m in METHODS and issubclass(METHODS[m][0], ROSE) and args.aggregate:
+            kwargs[m]["aggregate"] = args.aggregate
     optional = {k: getattr(args, k) for k in ("test_samples", "brightness") if hasattr(args, k)}
     return EvalSpec(
         in_data=args.in_data,
@@ -504,6 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--layers",
             help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
             "PixelCNN: all, first, last, body)",
+        )
+        p.add_argument(
+            "--aggregate",
+            metavar="NAME[:k=v,...]",
+            help="how ROSE combines layer scores: relu-norm (the paper's, default; beta, p), max-z, log-z "
+            "(p, beta), gaussian, gmm (k, reg, seed); e.g. relu-norm:beta=3 or gmm:k=4",
         )
         _add_data_args(p)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from roseood.bench.ablation import run_ablation
 from roseood.bench.paper import paper_value
 from roseood.bench.report import BenchReport, Row
 from roseood.bench.workspace import ModelRecipe, Workspace
@@ -540,5 +541,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment("figure4", "Runtime vs overall AUROC per method", "Figure 4", run_figure4),
         Experiment("figure5", "AUROC vs the number of Fisher samples", "Figure 5", run_figure5),
         Experiment("figure6", "Layer-wise ROSE on classifiers", "Figure 6", run_figure6),
+        Experiment("ablation", "ROSE aggregations × Fisher × layers", "beyond the paper", run_ablation),
     )
 }

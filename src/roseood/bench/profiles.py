@@ -64,6 +64,9 @@ class Profile:
     # experiment -> EvalSpec fields (test_samples, test_limits) and "detector_kwargs" that replace the above
     experiment_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch_size: int = 64
+    # ablation: EKFAC on every layer set (True) or only on the paper's (VAE encoder, Glow invconv) — the VAE
+    # decoder's output layer has a (256·C·16)² Kronecker factor, far too slow to eigendecompose on a CPU
+    ablation_ekfac_everywhere: bool = True
 
     def settings(self) -> dict[str, Any]:
         """Everything about the profile, for reports."""
@@ -87,7 +90,8 @@ PROFILES: dict[str, Profile] = {
                 "Likelihood Regret on 30, Likelihood Ratio and Input Complexity on 200 per set; "
                 "Figure 5: at most 2000 Fisher images, 200 test images per set, 500 statistics images; "
                 "brightness sweep: detectors fitted on 2000 (+500 statistics) images, 300 test images per "
-                "set, Likelihood Ratio on 100 with 5 IWAE samples"
+                "set, Likelihood Ratio on 100 with 5 IWAE samples; ablation: 2000 Fisher + 500 statistics "
+                "images, 1000 test images per set, EKFAC only on the paper's layer set"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
@@ -110,8 +114,10 @@ PROFILES: dict[str, Profile] = {
                     "test_samples": 300,
                     "test_limits": {"lratio": 100},
                     "detector_kwargs": {"lratio": {"k": 5}},
-                }
+                },
+                "ablation": {"fit_samples": 2000, "stats_samples": 500, "test_samples": 1000},
             },
+            ablation_ekfac_everywhere=False,
             fisher_sizes=(10, 100, 1000, 2000),
             fisher_stats_samples=500,
             fisher_test_samples=200,
@@ -143,6 +149,7 @@ PROFILES: dict[str, Profile] = {
             fisher_stats_samples=16,
             fisher_test_samples=16,
             brightness=(0.6, 1.0, 1.4),
+            ablation_ekfac_everywhere=False,
             detector_kwargs={
                 "lr": {"steps": 3, "k": 2},
                 "lratio": {"k": 2},

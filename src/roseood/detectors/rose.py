@@ -3,12 +3,14 @@
 Per layer l, ``s_l(x) = g_lᵀ F_l⁻¹ g_l`` with ``g_l`` the per-sample gradient of the model's −log p(x)
 w.r.t. the layer and ``F_l`` its empirical Fisher on in-distribution data. Layer scores are
 z-normalised with in-distribution statistics taken on images *not* used for the Fisher (the Fisher's
-own samples score systematically low), and aggregated as ``‖ReLU(ẑ + β)‖_p``.
+own samples score systematically low), and aggregated as ``‖ReLU(ẑ + β)‖_p`` (the default; other
+aggregations in ``roseood.detectors.aggregation``, fitted on the same held-out images).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Self
 
 import numpy as np
@@ -18,8 +20,15 @@ from torch import Tensor
 from roseood import distributed
 from roseood.curvature import Fisher, LayerGradients, LayerReport, check_layers, make_fisher
 from roseood.data.tensors import iter_batches
+from roseood.detectors.aggregation import (
+    DEFAULT_AGGREGATION,
+    Aggregation,
+    layer_problems,
+    make_aggregation,
+    tie_problem,
+)
 from roseood.detectors.base import Detector, held_out_count
-from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.validation import check_float
@@ -37,6 +46,11 @@ class ROSE(Detector):
     ``fit`` are held out for the layer means/stds unless ``held_out`` images are passed explicitly.
     ``stochastic=True`` samples the latent (VAE) or the dequantisation noise (Glow) instead of the
     deterministic loss the authors used.
+
+    ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
+    paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
+    the held-out images. Degenerate fits (ties, non-finite, exploding or constant layer scores) raise a
+    ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
     """
 
     method = "rose"
@@ -53,6 +67,7 @@ class ROSE(Detector):
         p: float = math.inf,
         stats_fraction: float = 0.2,
         stochastic: bool = False,
+        aggregate: str = DEFAULT_AGGREGATION,
         batch_size: int = 64,
         progress: bool | None = None,
     ) -> None:
@@ -65,6 +80,8 @@ class ROSE(Detector):
         check_float(damping, "damping", low=0.0)
         for b in beta if isinstance(beta, list) else [beta]:
             check_float(b, "beta")
+        given = {k: v for k, v, default in (("beta", beta, 0.0), ("p", p, math.inf)) if v != default}
+        self.aggregation_: Aggregation = make_aggregation(aggregate, **given)
         if not 0.0 < check_float(stats_fraction, "stats_fraction") < 1.0:
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
         coords = type(make_fisher(fisher)).coords  # validates the name early
@@ -75,12 +92,14 @@ class ROSE(Detector):
         self.damping = damping
         self.beta = beta
         self.p = p
+        self.aggregate = aggregate
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
+        self.fit_warnings_: list[str] = []
 
     def params(self) -> dict[str, Any]:
         return {
@@ -91,6 +110,7 @@ class ROSE(Detector):
             "p": self.p,
             "stats_fraction": self.stats_fraction,
             "stochastic": self.stochastic,
+            "aggregate": self.aggregate,
             "batch_size": self.batch_size,
         }
 
@@ -127,6 +147,8 @@ class ROSE(Detector):
             stats = self._check(held_out)
             if stats.shape[0] < 2:
                 raise DataError("ROSE needs at least 2 images for the layer statistics")
+            if stats.shape == x.shape and torch.equal(stats, x):
+                raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
         self.fit_fisher(x)
         self.fit_stats(stats)
         self.fitted_ = True
@@ -156,12 +178,22 @@ class ROSE(Detector):
                 f.map_tensors(distributed.broadcast)
 
     def fit_stats(self, x: Tensor) -> None:
-        """In-distribution mean and std of every layer score (for z-normalisation); sharded under torchrun."""
+        """Fit the z-normalisation and the aggregation on held-out in-distribution images (never the
+        Fisher's: ``fit`` passes disjoint slices) and warn about a degenerate fit; sharded under torchrun."""
         distributed.check_enough(x.shape[0], "statistics images")
         x = x[distributed.shard(x.shape[0])]
         raw = distributed.gather_rows(self.layer_scores(x, desc="ROSE layer statistics"))
         self.mean_ = raw.mean(0)
         self.std_ = raw.std(0).clamp_min(1e-12)
+        values = raw.numpy()
+        self.fit_warnings_ = self._warn(layer_problems(values, self.layers))
+        self.aggregation_.fit(values)
+        self.fit_warnings_ += self._warn(tie_problem(values, self.layers, self.aggregation_))
+
+    def _warn(self, messages: list[str]) -> list[str]:
+        for message in messages:
+            warnings.warn(f"ROSE-{self.fisher_kind}: {message}", DegenerateFitWarning, stacklevel=4)
+        return messages
 
     def layer_scores(self, images: Tensor | np.ndarray, desc: str = "ROSE scoring") -> Tensor:
         """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, layers), float64."""
@@ -180,10 +212,7 @@ class ROSE(Detector):
         return (self.layer_scores(images) - self.mean_) / self.std_
 
     def _score(self, x: Tensor) -> Tensor:
-        z = self.normalized_layer_scores(x)
-        beta = torch.as_tensor(self.beta, dtype=z.dtype)
-        r = torch.relu(z + beta)
-        return r.amax(1) if math.isinf(self.p) else r.pow(self.p).sum(1).pow(1.0 / self.p)
+        return torch.from_numpy(self.aggregation_(self.layer_scores(x).numpy()))
 
     def state(self) -> dict[str, Any]:
         return {
@@ -191,6 +220,8 @@ class ROSE(Detector):
             "fishers": {n: f.state() for n, f in self.fishers_.items()},
             "mean": self.mean_,
             "std": self.std_,
+            "aggregation": self.aggregation_.state(),
+            "fit_warnings": self.fit_warnings_,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -204,3 +235,6 @@ class ROSE(Detector):
             f.load_state(fs)
             self.fishers_[name] = f
         self.mean_, self.std_ = state["mean"], state["std"]
+        # files from before aggregations were options hold only the paper's z-normalisation
+        self.aggregation_.load_state(state.get("aggregation", {"mean": self.mean_, "std": self.std_}))
+        self.fit_warnings_ = list(state.get("fit_warnings", []))

@@ -17,7 +17,7 @@ import torch
 
 from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images, take
-from roseood.detectors import METHODS, Detector, LikelihoodRatio, make_detector
+from roseood.detectors import METHODS, ROSE, Detector, LikelihoodRatio, make_detector
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
@@ -245,6 +245,14 @@ class _MethodRun:
             out = self.cache.scores(cache_key(self.key | {"images": array_digest(images)}), compute)
         return out[:-1], float(out[-1])
 
+    def fit_warnings(self) -> list[str]:
+        """A ROSE detector's degenerate-fit warnings (kept in its saved state, so cached runs have them)."""
+        if not issubclass(METHODS[self.method][0], ROSE):
+            return []
+        det = self.detector()
+        assert isinstance(det, ROSE)
+        return det.fit_warnings_
+
 
 def evaluate(
     model: RoseModel, spec: EvalSpec, progress: bool | None = None, cache: ResultCache | None = None
@@ -296,4 +304,6 @@ def evaluate(
         if OVERALL in spec.ood:
             scores[OVERALL] = overall_scores(scores, list(ood), spec.overall_per_set, spec.seed)
         result.scores[method] = scores
+        if warned := run.fit_warnings():
+            result.settings.setdefault("fit_warnings", {})[method] = warned
     return result
