@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("zuko")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "zuko_flow.py"
 
 
