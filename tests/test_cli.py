@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
 
 from roseood.cli import main
+from roseood.detectors import ROSE, Detector
 from roseood.models import VAE, Glow, load_model, save_model
 
 
@@ -91,8 +94,11 @@ def test_fit_then_score_writes_csv(workdir):
     assert (
         run("score", "--model", "model.pt", "--detector", "det.pt", "--data", "mnist", "--out", "s.csv") == 0
     )
-    rows = (workdir / "s.csv").read_text().splitlines()
-    assert rows[0] == "index,label,score" and len(rows) == 31
+    rows = list(csv.DictReader((workdir / "s.csv").open()))
+    assert list(rows[0]) == ["index", "file", "label", "score", "ood"] and len(rows) == 30
+    det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
+    assert det.threshold_ is not None
+    assert all((r["ood"] == "true") == (float(r["score"]) > det.threshold_) for r in rows)
     folder = workdir / "imgs"
     folder.mkdir()
     from PIL import Image
@@ -103,7 +109,19 @@ def test_fit_then_score_writes_csv(workdir):
         run("score", "--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv")
         == 0
     )
-    assert len((workdir / "f.csv").read_text().splitlines()) == 4
+    rows = list(csv.DictReader((workdir / "f.csv").open()))
+    assert [r["file"] for r in rows] == ["0.png", "1.png", "2.png"]
+    args = ("--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv")
+    assert run("score", *args, "--threshold=-1e9", "--overwrite") == 0
+    assert {r["ood"] for r in csv.DictReader((workdir / "f.csv").open())} == {"true"}
+
+
+def test_fit_with_an_aggregation_saves_it(workdir):
+    args = ["--model", "model.pt", "--method", "rose-diag", "--fit-samples", "30", "--stats-samples", "10"]
+    assert run("fit", *args, "--aggregate", "log-z:p=2", "--out", "det.pt") == 0
+    det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
+    assert isinstance(det, ROSE) and det.aggregate == "log-z:p=2"
+    assert det.aggregation_.params() == {"beta": 0.0, "p": 2.0}
 
 
 @pytest.mark.parametrize(
@@ -113,6 +131,7 @@ def test_fit_then_score_writes_csv(workdir):
         (("evaluate", "--model", "model.pt", "--in", "imagenet"), "neither a known dataset"),
         (("fit", "--model", "model.pt", "--in", "imagenet", "--out", "d.pt"), "--fit-data"),
         (("evaluate", "--model", "model.pt", "--methods", "magic"), "unknown method"),
+        (("fit", "--model", "model.pt", "--aggregate", "median", "--out", "d.pt"), "unknown aggregation"),
         (
             ("score", "--model", "model.pt", "--detector", "model.pt", "--data", "mnist", "--out", "x.csv"),
             "expected a roseood-detector",
@@ -196,3 +215,99 @@ def test_evaluate_works_for_glow_with_layer_sets(workdir):
     out = json.loads((workdir / "g.json").read_text())
     assert out["settings"]["model"] == "glow" and set(out["results"]) == {"rose-ekfac", "rose-diag", "nll"}
     assert run("evaluate", "--model", "glow.pt", "--ood", "mnist", "--layers", "encoder", "--quiet") == 2
+
+
+def test_pixelcnn_trains_with_a_background_and_every_likelihood_method_runs(workdir):
+    arch = ("--subset", "32", "--epochs", "1", "--width", "4", "--blocks", "1")
+    assert run("train", "pixelcnn", *arch, "--out", "p.pt") == 0
+    assert run("train", "pixelcnn", *arch, "--perturb", "random:0.3", "--out", "bg.pt") == 0
+    assert load_model(workdir / "p.pt").config()["width"] == 4
+    methods = "rose-ekfac,nll,lratio,ic-png"
+    code = run(
+        "evaluate",
+        "--model",
+        "p.pt",
+        "--background",
+        "bg.pt",
+        "--ood",
+        "mnist",
+        "--methods",
+        methods,
+        "--layers",
+        "last",
+        "--fit-samples",
+        "20",
+        "--stats-samples",
+        "8",
+        "--test-samples",
+        "10",
+        "--json",
+        "p.json",
+        "--quiet",
+    )
+    assert code == 0
+    out = json.loads((workdir / "p.json").read_text())
+    assert out["settings"]["model"] == "pixelcnn" and set(out["results"]) == set(methods.split(","))
+
+
+USER_MODEL = """
+import torch
+from torch import nn
+import roseood
+
+
+def build():
+    net = nn.Sequential(nn.Conv2d(1, 2, 4, 4), nn.Flatten(), nn.Linear(2 * 8 * 8, 3), nn.LayerNorm(3))
+    return roseood.wrap(net, lambda x: net(x).pow(2).sum(1), layers=["0", "2"], input_shape=(1, 32, 32))
+
+
+def tokens():
+    net = nn.Sequential(nn.Linear(4, 1))
+    return roseood.wrap(net, lambda x: net(x.float())[:, 0], input_kind="tokens", input_shape=(4,))
+"""
+
+
+def test_model_module_fits_scores_and_checks_a_user_model(workdir, capsys):
+    (workdir / "user.py").write_text(USER_MODEL)
+    torch.manual_seed(0)
+    common = ("--model-module", "user.py:build", "--fit-samples", "20", "--stats-samples", "8")
+    assert run("fit", *common, "--method", "rose-kfac", "--out", "det.pt") == 0
+    assert (
+        run(
+            "score",
+            "--model-module",
+            "user.py:build",
+            "--detector",
+            "det.pt",
+            "--data",
+            "mnist",
+            "--out",
+            "s.csv",
+        )
+        == 2
+    )
+    assert "fitted on model" in capsys.readouterr().err  # a fresh build() has other random weights
+    from roseood.models import load_factory
+
+    torch.save(load_factory("user.py:build").state_dict(), workdir / "w.pt")  # plain weights file
+    assert run("fit", *common, "--model", "w.pt", "--out", "det2.pt") == 0
+    args = ("score", "--model-module", "user.py:build", "--model", "w.pt", "--detector", "det2.pt")
+    assert run(*args, "--data", "mnist", "--out", "s.csv") == 0
+    assert len((workdir / "s.csv").read_text().splitlines()) == 31
+    assert run("check-model", "--model-module", "user.py:build") == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^0 +Conv2d +usable$", out, re.M) and re.search(r"^3 +LayerNorm ", out, re.M)
+    assert run("fit", "--model-module", "user.py:tokens", "--out", "t.pt") == 2
+    assert "takes tokens inputs, not images" in capsys.readouterr().err
+    assert run("fit", "--out", "t.pt") == 2
+    assert "--model-module" in capsys.readouterr().err
+
+
+def test_train_module_trains_a_user_model_and_its_checkpoint_loads_by_itself(workdir, capsys):
+    (workdir / "user.py").write_text(USER_MODEL)
+    args = ("train", "module", "--model-module", "user.py:build", "--subset", "16", "--epochs", "1")
+    assert run(*args, "--out", "u.pt") == 0
+    assert load_model(workdir / "u.pt").rose_layers() == ["0", "2"]
+    assert (
+        run("check-model", "--model", "u.pt") == 0 and "of 3 parameterised layers" in capsys.readouterr().out
+    )

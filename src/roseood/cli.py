@@ -3,78 +3,146 @@
 from __future__ import annotations
 
 import argparse
-import csv
+import contextlib
 import json
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+from roseood import validation as v
 from roseood.errors import RoseError
+from roseood.serialization import check_output
 
 if TYPE_CHECKING:
     from roseood.evaluation.evaluate import EvalSpec
     from roseood.evaluation.result import EvaluationResult
-    from roseood.models.base import GenerativeModel
+    from roseood.models.base import RoseModel
 
 
 def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _model(path: str, device: str) -> GenerativeModel:
-    from roseood.models import load_model
+def _model(args: argparse.Namespace) -> RoseModel:
+    """The model of ``--model`` (a checkpoint) and/or ``--model-module`` (user code; ``--model`` then
+    holds its weights: a roseood checkpoint or a plain state_dict file)."""
+    from roseood import distributed
+    from roseood.models import load_factory, load_model, load_weights
 
-    return load_model(path).to(device)
+    module = getattr(args, "model_module", None)
+    if module is None and args.model is None:
+        raise RoseError("name the model: --model CHECKPOINT and/or --model-module FILE.py:FACTORY")
+    if module is None:
+        model = load_model(args.model)
+    else:
+        model = load_factory(module)
+        if args.model is not None:
+            model = load_weights(model, args.model)
+    return model.to(distributed.device(args.device))
+
+
+INPUT_OPTIONS = (
+    "model",
+    "detector",
+    "background",
+    "encoder",
+    "decoder",
+    "data",
+    "in_data",
+    "fit_data",
+    "ood",
+)
+
+
+def _input_paths(args: argparse.Namespace) -> Iterator[Path]:
+    """Every file or folder a command reads: path options as given and, for dataset names, their files."""
+    from roseood.data import DATASETS, resolve_data_dir
+
+    for option in INPUT_OPTIONS:
+        value = getattr(args, option, None)
+        for item in _csv(value) if option == "ood" and value else [value] if value else []:
+            yield Path(item)
+            spec = DATASETS.get(item.split(":")[0].strip().lower().replace("-", "_"))
+            if spec is not None:
+                yield from (resolve_data_dir(args.data_dir) / spec.filename(s) for s in spec.splits)
+
+
+def _output(args: argparse.Namespace, path: str, *, folder: bool = False, marker: str | None = None) -> Path:
+    """Check one output of this command before any work (see ``serialization.check_output``): never an
+    input, replaced only with ``--overwrite``, its folder writable."""
+    overwrite = getattr(args, "overwrite", False) or getattr(args, "resume", False)
+    hint = "pass --resume to continue it, --overwrite to replace it" if "resume" in args else ""
+    return check_output(
+        path,
+        inputs=_input_paths(args),
+        overwrite=overwrite,
+        folder=folder,
+        marker=marker,
+        hint=hint or "pass --overwrite to replace it",
+    )
 
 
 def cmd_import_vae(args: argparse.Namespace) -> None:
     from roseood.models import load_authors_vae, save_model
 
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise RoseError(f"{out} exists; pass --force to overwrite it")
+    out = _output(args, args.out)
     model = load_authors_vae(args.encoder, args.decoder)
     save_model(model, out)
     print(f"wrote {out}: VAE {model.config()}")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from roseood import distributed
     from roseood.data import load_images
-    from roseood.models import VAE, Glow
-    from roseood.models.train import TrainConfig, train
+    from roseood.evaluation.evaluate import image_options
+    from roseood.models import get_family, load_factory
+    from roseood.models.train import TrainConfig, seeded, train
 
-    channels = args.channels
-    data = load_images(
-        args.data, split="train", n=args.subset, seed=args.seed, channels=channels, data_dir=args.data_dir
-    )
-    model: GenerativeModel
-    if args.kind == "vae":
-        model = VAE(in_channels=channels, ngf=args.ngf, nz=args.nz)
-    else:
-        model = Glow(
-            in_channels=channels,
-            levels=args.levels,
-            steps=args.steps,
-            hidden=args.hidden,
-            lu=not args.plain_invconv,
+    _output(args, args.out)
+    with seeded(args.seed):  # model initialisation and training repeat bit for bit
+        model: RoseModel
+        if args.kind == USER_MODEL:
+            model, kind = load_factory(args.model_module), None
+            channels, size = image_options(model)
+        else:
+            family = get_family(args.kind)
+            model, kind = family.build(args.channels, **family.from_cli_arguments(args)), args.kind
+            channels, size = args.channels, 32
+        data = load_images(
+            args.data,
+            split="train",
+            n=args.subset,
+            seed=args.seed,
+            channels=channels,
+            size=size,
+            data_dir=args.data_dir,
         )
-    cfg = TrainConfig.for_model(
-        args.kind,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup,
-        grad_clip=args.grad_clip,
-        perturb=args.perturb,
-        seed=args.seed,
-        hflip=not args.no_flip,
-    )
-    print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
-    t0 = time.time()
-    train(model, data.images, cfg, args.out, resume=args.resume, device=args.device)
+        cfg = TrainConfig.for_model(
+            kind,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            warmup_steps=args.warmup,
+            grad_clip=args.grad_clip,
+            perturb=args.perturb,
+            seed=args.seed,
+            hflip=not args.no_flip,
+        )
+        print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
+        t0 = time.time()
+        train(
+            model,
+            data.images,
+            cfg,
+            args.out,
+            resume=args.resume,
+            device=distributed.device(args.device),
+            overwrite=args.overwrite,
+        )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
 
@@ -86,9 +154,14 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
         from roseood.models import load_model
 
         kwargs["lratio"] = {"background": load_model(args.background).to(args.device)}
+    from roseood.detectors import METHODS, ROSE
+
     for m in methods:
-        if m.startswith("rose") and args.layers:
+        if m in METHODS and issubclass(METHODS[m][0], ROSE) and args.layers:
             kwargs[m]["layers"] = args.layers
+        if m in METHODS and issubclass(METHODS[m][0], ROSE) and args.aggregate:
+            kwargs[m]["aggregate"] = args.aggregate
+    optional = {k: getattr(args, k) for k in ("test_samples", "brightness") if hasattr(args, k)}
     return EvalSpec(
         in_data=args.in_data,
         ood=_csv(getattr(args, "ood", "")),
@@ -96,12 +169,11 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
         fit_data=args.fit_data,
         fit_samples=args.fit_samples,
         stats_samples=args.stats_samples,
-        test_samples=getattr(args, "test_samples", 0),
         seed=args.seed,
         data_dir=args.data_dir,
         batch_size=args.batch_size,
-        brightness=getattr(args, "brightness", 1.0),
         detector_kwargs=kwargs,
+        **optional,
     )
 
 
@@ -124,12 +196,19 @@ def print_table(result: EvaluationResult) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    from roseood import distributed
     from roseood.evaluation.evaluate import evaluate
 
-    model = _model(args.model, args.device)
-    result = evaluate(model, _spec(args, _csv(args.methods)), progress=not args.quiet)
+    if args.json:
+        _output(args, args.json)
+    if args.report:
+        _output(args, args.report, folder=True, marker="report.md")
+    model = _model(args)
+    result = evaluate(model, _spec(args, list(args.methods)), progress=not args.quiet)
     print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
     print_table(result)
+    if not distributed.is_main():
+        return
     if args.json:
         result.write_json(args.json)
         print(f"wrote {args.json}")
@@ -140,46 +219,125 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
-    from roseood.evaluation.evaluate import fit_detector, load_fit_images
+    from roseood.evaluation.evaluate import fisher_count, fit_detector, load_fit_images
 
-    model = _model(args.model, args.device)
+    _output(args, args.out)
+    model = _model(args)
     spec = _spec(args, [args.method])
     fit = load_fit_images(spec, model)
     det = fit_detector(args.method, model, fit, spec, progress=True)
+    held_out = fit.images[fisher_count(spec, len(fit)) :]
+    det.calibrate(held_out, tpr=args.tpr)
     det.save(args.out)
-    print(f"wrote {args.out}: {args.method} fitted on {len(fit)} images of {fit.name}")
+    print(
+        f"wrote {args.out}: {args.method} fitted on {len(fit)} images of {fit.name}; OOD above "
+        f"{det.threshold_:.6g} ({args.tpr:.0%} of {len(held_out)} held-out in-distribution images below)"
+    )
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from roseood.data import load_images
+    from roseood import distributed
+    from roseood.data import open_images
     from roseood.detectors import Detector
+    from roseood.evaluation.evaluate import image_options
+    from roseood.progress import progress
+    from roseood.serialization import write_csv
 
-    model = _model(args.model, args.device)
+    out = _output(args, args.out)
+    model = _model(args)
+    channels, size = image_options(model)
     det = Detector.load(args.detector, model)
     if args.background:
         from roseood.detectors import LikelihoodRatio
         from roseood.models import load_model
 
         if isinstance(det, LikelihoodRatio):
-            det.set_background(load_model(args.background).to(args.device))
-    data = load_images(
+            det.set_background(load_model(args.background).to(distributed.device(args.device)))
+    data = open_images(
         args.data,
         split=args.split,
         n=args.n,
         seed=args.seed,
-        channels=model.in_channels,
         data_dir=args.data_dir,
+        channels=channels,
+        size=size,
     )
-    det.progress = True
-    scores = det.score(data.images)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["index", "label", "score"])
-        for i, (label, s) in enumerate(zip(data.labels, scores, strict=True)):
-            w.writerow([i, int(label), f"{s:.6g}"])
-    print(f"wrote {len(scores)} {det.method} scores for {data.name} ({data.source}) to {out}")
+    threshold = args.threshold if args.threshold is not None else det.threshold_
+
+    def rows() -> Iterator[list[Any]]:
+        # Chunks in, rows out: memory stays bounded however many images there are.
+        shown = None if distributed.is_main() else False  # None: a bar on a terminal, ~10 % lines otherwise
+        bar = progress(None, "scoring", total=len(data), unit="image", enabled=shown)
+        for lo, scores in det.score_stream(data, chunk=args.chunk * distributed.world()):
+            decisions = det.decide(scores, threshold) if threshold is not None else [None] * len(scores)
+            for i, (s, d) in enumerate(zip(scores, decisions, strict=True), lo):
+                name = data.files[i] if data.files is not None else ""
+                yield [i, name, int(data.labels[i]), f"{s:.6g}", "" if d is None else str(bool(d)).lower()]
+            bar.update(len(scores))
+        bar.close()
+
+    header = ["index", "file", "label", "score", "ood"]
+    if distributed.is_main():
+        write_csv(out, header, rows())
+    else:
+        for _ in rows():  # the other processes score their shares of every chunk
+            pass
+    cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
+    print(f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {out}; {cut}")
+
+
+def layer_checks(model: RoseModel, batch: int = 2) -> list[tuple[str, str, str]]:
+    """(name, type, verdict) for every module holding parameters: whether ROSE can take its per-sample
+    gradients, and, for those it can, whether one forward/backward pass through ``rose_loss`` reaches it."""
+    import torch
+    from torch import nn
+
+    from roseood.curvature import LayerGradients
+    from roseood.curvature.grads import supports
+
+    shape = model.input_shape
+    if shape is None:
+        raise RoseError(
+            "check-model needs a model that declares its input_shape (wrap(..., input_shape=...))"
+        )
+    x = (
+        torch.zeros(batch, *shape, dtype=torch.long)
+        if model.input_kind == "tokens"
+        else torch.full((batch, *shape), 0.5)
+    )
+    x = x.to(next(model.parameters()).device)
+    model.eval()
+    module_tree = cast(nn.Module, model)
+    rows = []
+    for name, module in model.named_modules():
+        if not name or not any(True for _ in module.parameters(recurse=False)):
+            continue
+        verdict = "usable"
+        if not supports(module):
+            verdict = f"not usable: no per-sample gradient handler for {type(module).__name__}"
+        else:
+            try:
+                LayerGradients(module_tree, [name])(model.rose_loss, x)
+            except RoseError as exc:
+                verdict = f"not usable: {exc}"
+        rows.append((name, type(module).__name__, verdict))
+    return rows
+
+
+def cmd_check_model(args: argparse.Namespace) -> None:
+    from roseood.models.base import model_name
+
+    model = _model(args)
+    name = getattr(model, "name", None) or model_name(model)
+    print(f"model: {name}, {model.input_kind} inputs of shape {model.input_shape}")
+    for set_name, names in model.layer_sets().items():
+        print(f"layer set {set_name!r}: {', '.join(names) or '(empty)'}")
+    rows = layer_checks(model)
+    width = max([5, *(len(r[0]) for r in rows)])
+    print(f"\n{'layer':<{width}}  {'type':<18} ROSE")
+    for name, kind, verdict in rows:
+        print(f"{name:<{width}}  {kind:<18} {verdict}")
+    print(f"\n{sum(r[2] == 'usable' for r in rows)} of {len(rows)} parameterised layers usable by ROSE")
 
 
 def cmd_datasets(args: argparse.Namespace) -> None:
@@ -212,9 +370,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
             print(f"  {name:<12} {exp.paper_ref:<20} {exp.title}")
         return
     names = list(EXPERIMENTS) if args.experiments == ["all"] else args.experiments
-    unknown = [n for n in names if n not in EXPERIMENTS]
-    if unknown:
-        raise RoseError(f"unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
+    v.check_names(",".join(names), EXPERIMENTS, "experiment")
     ws = Workspace(
         root=Path(args.out),
         profile=get_profile(args.profile),
@@ -224,6 +380,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         models=tuple(_csv(args.models)),
         datasets=tuple(_csv(args.datasets)),
     )
+    _output(args, args.out, folder=True)
     for name in names:
         t0 = time.time()
         report = run_experiment(name, ws)
@@ -231,100 +388,188 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(f"index: {ws.root / 'index.html'}")
 
 
-def _add_data_args(p: argparse.ArgumentParser) -> None:
+USER_MODEL = "module"  # `rose train module --model-module FILE.py:FACTORY`
+MODEL_MODULE_HELP = (
+    "Python code building your model: a function returning roseood.wrap(...) or a GenerativeModel"
+)
+
+
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to every option's help, except flags and options whose help says what
+    happens when they are unset."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Shows every option's default in ``--help`` and reports a bad option as one ``error:`` line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    """Options every `rose train FAMILY` shares (architecture options come from the family)."""
     p.add_argument(
-        "--data-dir", help="folder of dataset .npz files (default: $ROSEOOD_DATA or ~/.cache/roseood/data)"
+        "--data", default="fashion_mnist", help="dataset name (train split), .npz file or image folder"
     )
-    p.add_argument("--seed", type=int, default=2021, help="seed for subsampling and generated sets")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--out", required=True, help="model checkpoint to write (and resume from)")
+    p.add_argument("--resume", action="store_true", help="continue the run stored in --out (same settings)")
+    _add_overwrite(p)
+    p.add_argument("--epochs", type=v.count, help="epochs (unset: the family's, e.g. VAE 100, Glow 50)")
+    p.add_argument("--subset", type=v.count, help="train on this many images (deterministic by --seed)")
+    p.add_argument("--lr", type=v.positive_float, help="learning rate (unset: the family's, e.g. VAE 1e-3)")
+    p.add_argument("--weight-decay", type=v.non_negative_float, help="weight decay (unset: 0)")
+    p.add_argument("--warmup", type=v.non_negative, help="learning-rate warm-up steps (unset: 0)")
+    p.add_argument("--grad-clip", type=v.non_negative_float, help="max gradient norm (unset: no clipping)")
+    p.add_argument(
+        "--perturb", help="train on perturbed inputs, e.g. random:0.3 (Likelihood-Ratio background)"
+    )
+    p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
+    _add_data_args(p, seed=0)
+    p.set_defaults(func=cmd_train)
+
+
+def _add_data_args(p: argparse.ArgumentParser, seed: int = 2021) -> None:
+    p.add_argument(
+        "--data-dir", help="folder of dataset .npz files (unset: $ROSEOOD_DATA or ~/.cache/roseood/data)"
+    )
+    p.add_argument("--seed", type=v.seed, default=seed, help="seed (0 ≤ seed < 2**32) for subsets and noise")
+    p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
+    p.add_argument("--batch-size", type=v.count, default=64, help="images per forward/backward pass")
+
+
+def _add_overwrite(p: argparse.ArgumentParser, *aliases: str) -> None:
+    p.add_argument("--overwrite", *aliases, action="store_true", help="replace existing output files")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rose", description=__doc__)
+    from roseood.detectors import METHODS
+    from roseood.models.families import FAMILIES
+
+    parser = _Parser(prog="rose", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
         "import-vae", help="convert the ROSE authors' released VAE (netE/netG .pth) to a roseood model"
     )
-    p.add_argument("--encoder", required=True)
-    p.add_argument("--decoder", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument("--encoder", required=True, help="the authors' netE .pth file")
+    p.add_argument("--decoder", required=True, help="the authors' netG .pth file")
+    p.add_argument("--out", required=True, help="roseood model checkpoint to write")
+    _add_overwrite(p, "--force")
     p.set_defaults(func=cmd_import_vae)
 
-    p = sub.add_parser("train", help="train a VAE or Glow (per-epoch checkpoints, --resume)")
-    p.add_argument("kind", choices=["vae", "glow"])
-    p.add_argument(
-        "--data", default="fashion_mnist", help="dataset name (train split), .npz file or image folder"
+    p = sub.add_parser(
+        "train", help="train a model family or your own model (per-epoch checkpoints, --resume)"
     )
-    p.add_argument("--out", required=True, help="model checkpoint to write (and resume from)")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--subset", type=int, help="train on this many images (deterministic by --seed)")
-    p.add_argument("--channels", type=int, default=1)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--warmup", type=int, help="learning-rate warm-up steps")
-    p.add_argument("--grad-clip", type=float, help="max gradient norm")
-    p.add_argument(
-        "--perturb", help="train on perturbed inputs, e.g. random:0.3 (Likelihood-Ratio background)"
+    families = p.add_subparsers(
+        dest="kind", required=True, metavar="FAMILY", help="model family (`rose train FAMILY --help`)"
     )
-    p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
-    p.add_argument("--ngf", type=int, default=32, help="VAE width")
-    p.add_argument("--nz", type=int, default=100, help="VAE latent size")
-    p.add_argument("--levels", type=int, default=2, help="Glow levels L")
-    p.add_argument("--steps", type=int, default=16, help="Glow steps per level K")
-    p.add_argument("--hidden", type=int, default=200, help="Glow coupling width")
-    p.add_argument("--plain-invconv", action="store_true", help="Glow 1x1 convs without LU decomposition")
-    _add_data_args(p)
-    p.set_defaults(func=cmd_train, seed=0)
+    for family in FAMILIES.values():
+        if family.trainable:
+            fp = families.add_parser(family.name, help=family.help)
+            _add_train_args(fp)
+            fp.add_argument("--channels", type=v.channels, default=1, help="image channels: 1 or 3")
+            family.add_cli_arguments(fp)
+    fp = families.add_parser(
+        USER_MODEL, help="your own model: --model-module FILE.py:FACTORY (trains its NLL)"
+    )
+    _add_train_args(fp)
+    fp.add_argument("--model-module", required=True, metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
-    def eval_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", required=True, help="roseood model checkpoint")
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", help="roseood model checkpoint (with --model-module: its weights)")
+        p.add_argument("--model-module", metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
+
+    def eval_args(p: argparse.ArgumentParser, in_help: str) -> None:
+        model_args(p)
+        p.add_argument("--in", dest="in_data", default="fashion_mnist", help=in_help)
+        p.add_argument("--fit-data", help="images to fit detectors on (unset: training split of --in)")
         p.add_argument(
-            "--in", dest="in_data", default="fashion_mnist", help="in-distribution set (test split)"
+            "--fit-samples", type=v.count, default=10000, help="images for the Fisher / detector fit"
         )
-        p.add_argument("--fit-data", help="images to fit detectors on (default: training split of --in)")
-        p.add_argument("--fit-samples", type=int, default=10000, help="images for the Fisher / detector fit")
         p.add_argument(
-            "--stats-samples", type=int, default=2000, help="further images for ROSE layer statistics"
+            "--stats-samples",
+            type=v.count,
+            default=2000,
+            help="further held-out images: ROSE layer statistics and the decision threshold",
         )
         p.add_argument("--background", help="background model checkpoint for the lratio method")
         p.add_argument(
-            "--layers", help="ROSE layer set of the model (VAE: encoder, decoder, all; Glow: invconv, all)"
+            "--layers",
+            help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
+            "PixelCNN: all, first, last, body)",
+        )
+        p.add_argument(
+            "--aggregate",
+            metavar="NAME[:k=v,...]",
+            help="how ROSE combines layer scores: relu-norm (the paper's, default; beta, p), max-z, log-z "
+            "(p, beta), gaussian, gmm (k, reg, seed); e.g. relu-norm:beta=3 or gmm:k=4",
         )
         _add_data_args(p)
 
+    methods = ", ".join(METHODS)
     p = sub.add_parser("evaluate", help="fit detectors and compare them on in-distribution vs OOD sets")
-    eval_args(p)
+    eval_args(p, "in-distribution set: its test split is scored, its training split fitted on")
     p.add_argument(
         "--ood",
         default="mnist,notmnist,omniglot,noise,constant",
         help="comma-separated OOD sets: names, .npz files or image folders",
     )
-    p.add_argument("--methods", default="rose-ekfac,rose-diag,nll")
-    p.add_argument("--test-samples", type=int, default=5000)
-    p.add_argument("--brightness", type=float, default=1.0, help="brightness factor applied to the OOD sets")
-    p.add_argument("--json", help="write settings and metrics as JSON")
-    p.add_argument("--report", help="write a Markdown report with ROC curves and score histograms here")
+    p.add_argument(
+        "--methods",
+        type=cli_names(METHODS, "method"),
+        default="rose-ekfac,rose-diag,nll",
+        help=f"comma-separated detection methods, of: {methods}",
+    )
+    p.add_argument("--test-samples", type=v.count, default=5000, help="images scored per test set")
+    p.add_argument(
+        "--brightness", type=v.positive_float, default=1.0, help="brightness factor applied to the OOD sets"
+    )
+    p.add_argument("--json", help="write settings and metrics as JSON to this file")
+    p.add_argument("--report", help="write a Markdown report with ROC curves and histograms into this folder")
+    _add_overwrite(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("fit", help="fit one detector and save it to a file")
-    eval_args(p)
-    p.add_argument("--method", default="rose-ekfac")
-    p.add_argument("--out", required=True)
+    p = sub.add_parser("fit", help="fit one detector, calibrate its threshold and save it to a file")
+    eval_args(p, "in-distribution set: detectors are fitted on its training split")
+    p.add_argument(
+        "--method",
+        type=v.cli_type(lambda text, _: v.check_choice(text, list(METHODS), "method"), str),
+        default="rose-ekfac",
+        help=f"one of: {methods}",
+    )
+    p.add_argument(
+        "--tpr",
+        type=v.rate,
+        default=0.95,
+        help="decision threshold: this fraction of the held-out in-distribution images counts as in",
+    )
+    p.add_argument("--out", required=True, help="detector file to write")
+    _add_overwrite(p)
     p.set_defaults(func=cmd_fit)
 
-    p = sub.add_parser("score", help="write one score per image (CSV) with a saved detector")
-    p.add_argument("--model", required=True)
+    p = sub.add_parser("score", help="write one score and OOD decision per image (CSV) with a saved detector")
+    model_args(p)
     p.add_argument("--detector", required=True, help="file written by `rose fit`")
     p.add_argument("--data", required=True, help="dataset name, .npz file or image folder")
-    p.add_argument("--split", default="test")
-    p.add_argument("--n", type=int, help="score a deterministic subset of this size")
-    p.add_argument("--out", required=True, help="CSV file")
+    p.add_argument("--split", default="test", help="split of a named dataset")
+    p.add_argument("--n", type=v.count, help="score a deterministic subset of this size (unset: all)")
+    p.add_argument(
+        "--threshold", type=v.finite_float, help="call scores above this OOD (unset: the detector's own)"
+    )
+    p.add_argument("--out", required=True, help="CSV file: index, file, label, score, ood")
+    _add_overwrite(p)
     p.add_argument("--background", help="background model, for a saved lratio detector")
+    p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
     _add_data_args(p)
     p.set_defaults(func=cmd_score)
 
@@ -335,36 +580,85 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the experiments")
     p.add_argument("--profile", default="cpu", help="smoke (seconds), cpu (this machine) or paper (GPU)")
     p.add_argument("--out", default="results/bench", help="results folder (models are cached in OUT/cache)")
-    p.add_argument("--models", default="vae,glow", help="generative models to include")
-    p.add_argument("--datasets", default="fashion_mnist,cifar10", help="in-distribution sets to include")
-    p.add_argument("--data-dir")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument(
+        "--models", default="vae,glow", help="generative models to include (vae, glow; table2 also pixelcnn)"
+    )
+    p.add_argument(
+        "--datasets",
+        default="fashion_mnist,cifar10",
+        help="in-distribution sets to include (fashion_mnist, cifar10)",
+    )
+    p.add_argument("--data-dir", help="folder of dataset .npz files (unset: $ROSEOOD_DATA or the cache)")
+    p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser(
+        "check-model", help="dry run: which layers of a model ROSE can use, and why not (one tiny batch)"
+    )
+    model_args(p)
+    p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
+    p.set_defaults(func=cmd_check_model)
+
     p = sub.add_parser("datasets", help="list the named datasets and whether their files are present")
-    p.add_argument("--data-dir")
+    p.add_argument("--data-dir", help="folder of dataset .npz files (unset: $ROSEOOD_DATA or the cache)")
     p.set_defaults(func=cmd_datasets)
 
     p = sub.add_parser(
         "demo", help="offline demo: the authors' FMNIST VAE, ROSE vs NLL on Fashion-MNIST vs MNIST"
     )
-    p.add_argument("--fit-samples", type=int, default=2000)
-    p.add_argument("--test-samples", type=int, default=1000)
+    p.add_argument("--fit-samples", type=v.count, default=2000, help="Fashion-MNIST images for the Fisher")
+    p.add_argument("--test-samples", type=v.count, default=1000, help="test images per set")
     p.set_defaults(func=cmd_demo)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def cli_names(choices: Iterable[str], what: str) -> Any:
+    """An argparse ``type=`` for a comma-separated list of known names."""
+    return v.cli_type(lambda text, _: list(v.check_names(text, choices, what)), str)
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe (``rose datasets | head``), send the rest of stdout nowhere, so Python's own
+    flush at exit prints no BrokenPipeError either."""
     try:
-        args.func(args)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (tests)
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (2: bad input, 130: interrupted). Under torchrun
+    (``torchrun --nproc-per-node N -m roseood ...``) every process runs it on its share of the work and only
+    rank 0 prints and writes files."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
+        return exc.code if isinstance(exc.code, int) else 2
+    from roseood import distributed
+
+    where = f" (rank {distributed.rank()})" if distributed.launched() else ""
+    joined = not distributed.active()  # leave at the end only a process group this call joined
+    try:
+        distributed.init()
+        where = f" (rank {distributed.rank()})" if distributed.active() else ""
+        with contextlib.ExitStack() as stack:
+            if not distributed.is_main():
+                stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+            args.func(args)
     except RoseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error{where}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
+    finally:
+        if joined:
+            distributed.shutdown()
     return 0
 
 

@@ -16,12 +16,14 @@ import torch
 from roseood.data.preprocess import preprocess
 from roseood.detectors import NLL, ROSE
 from roseood.evaluation.metrics import ood_metrics
-from roseood.models import GenerativeModel, load_model
+from roseood.models import RoseModel, load_model
+from roseood.models.base import model_config
+from roseood.validation import check_int, check_seed
 
 ASSETS = files("roseood") / "assets"
 
 
-def demo_model() -> GenerativeModel:
+def demo_model() -> RoseModel:
     """The ROSE authors' Fashion-MNIST VAE (ngf 32, latent 100) shipped with the package."""
     return load_model(Path(str(ASSETS / "fmnist_vae_ngf32.pt")))
 
@@ -35,6 +37,9 @@ def demo_images() -> dict[str, np.ndarray]:
 
 def run_demo(fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021) -> dict[str, float]:
     """Fit ROSE-EKFAC on Fashion-MNIST training images; print NLL and ROSE AUROC vs MNIST."""
+    check_int(fit_samples, "fit_samples")
+    check_int(test_samples, "test_samples")
+    check_seed(seed)
     torch.manual_seed(seed)
     t0 = time.time()
     model = demo_model()
@@ -44,7 +49,7 @@ def run_demo(fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021
     fit_samples = min(fit_samples, len(train) - n_stats)
     fisher, stats = train[:fit_samples], train[fit_samples : fit_samples + n_stats]
     test_in, test_out = images["fashion_mnist_test"][:test_samples], images["mnist_test"][:test_samples]
-    print(f"model: the ROSE authors' Fashion-MNIST VAE {model.config()}")
+    print(f"model: the ROSE authors' Fashion-MNIST VAE {model_config(model)}")
     print(f"data: {len(fisher)} Fashion-MNIST training images for the Fisher, {len(stats)} for layer stats;")
     print(f"      {len(test_in)} Fashion-MNIST test images (in-distribution) vs {len(test_out)} MNIST ones")
     nll = NLL(model).fit(fisher)

@@ -14,3 +14,11 @@ class DataError(RoseError, ValueError):
 
 class CheckpointError(RoseError):
     """A model or detector file that is missing, corrupt, or belongs to another model."""
+
+
+class RoseWarning(UserWarning):
+    """Base class for warnings about results that are computed but may be misleading."""
+
+
+class DegenerateFitWarning(RoseWarning):
+    """A fitted detector whose scores tie, overflow or do not vary on held-out in-distribution images."""

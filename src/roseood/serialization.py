@@ -1,35 +1,182 @@
-"""Atomic, safe file I/O for everything roseood writes: model checkpoints and fitted detectors.
+"""Safe file I/O for everything roseood writes: checkpoints, detectors, CSV, JSON, reports, arrays.
 
-Files are dicts of tensors and plain Python values, written to a temporary file and renamed (so an
-interrupted write never clobbers a good file) and read with ``weights_only=True``.
+Every output goes through ``atomic_write``: the bytes go to a temporary ``.<name>.*.tmp`` beside the
+target, are fsynced, and the file is renamed over the target, so a write that fails midway (disk full,
+Ctrl-C, a kill) never leaves a fragment or destroys the old file. Temporary files of killed writes are
+removed by the next write into the same folder once they are stale. ``check_output`` refuses, before
+any work starts, outputs that would overwrite an input, replace a file without ``overwrite``, or land
+in a folder that cannot be written. Checkpoints are read with ``weights_only=True``.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
+import json
 import os
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import numpy as np
 import torch
 
-from roseood.errors import CheckpointError
+from roseood.errors import CheckpointError, RoseError
+
+STALE_TMP_S = 3600.0  # a temporary file untouched this long belongs to a write that was killed
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
-def atomic_save(obj: Any, path: str | Path) -> None:
-    """Write ``obj`` with ``torch.save`` to ``path`` atomically (temp file beside it, then rename)."""
+def clean_stale_temps(folder: str | Path, max_age_s: float = STALE_TMP_S) -> list[Path]:
+    """Delete ``.<name>.*.tmp`` files in ``folder`` not modified for ``max_age_s``; return what went."""
+    removed = []
+    now = time.time()
+    for tmp in Path(folder).glob(".*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > max_age_s:
+                tmp.unlink()
+                removed.append(tmp)
+        except OSError:  # vanished meanwhile or not ours to delete
+            continue
+    return removed
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or wraps, a Ctrl-C (torch.save turns one raised inside a write into a
+    RuntimeError when its zip writer closes during the unwinding)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "KeyboardInterrupt" in str(exc)
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
+    """Call ``write(file)`` on a temporary file beside ``path``, fsync it and rename it to ``path``.
+
+    An ``OSError`` (unwritable folder, disk full) becomes a one-line ``RoseError``; a Ctrl-C, even one
+    wrapped by the writer, stays a ``KeyboardInterrupt``. The old file survives any failure.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temps(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise RoseError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; outputs get the usual permissions
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if not isinstance(exc, KeyboardInterrupt) and _interrupted(exc):
+            raise KeyboardInterrupt from None
+        if isinstance(exc, OSError):
+            raise RoseError(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
+    return path
+
+
+def atomic_save(obj: Any, path: str | Path) -> Path:
+    """Write ``obj`` with ``torch.save`` to ``path`` atomically."""
+    return atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    return write_bytes(path, text.encode())
+
+
+def write_json(path: str | Path, obj: Any, indent: int = 2) -> Path:
+    """Write ``obj`` as JSON (non-JSON values by ``str``) to ``path`` atomically."""
+    return write_text(path, json.dumps(obj, indent=indent, default=str) + "\n")
+
+
+def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+    """Write a CSV with ``header`` and ``rows`` to ``path`` atomically; rows are streamed to the temporary
+    file as they come, so a long generator of rows needs no memory for them."""
+
+    def write(f: IO[bytes]) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        writer = csv.writer(text)
+        writer.writerow(header)
+        writer.writerows(rows)
+        text.flush()
+        text.detach()  # leave the binary file open for atomic_write's fsync
+
+    return atomic_write(path, write)
+
+
+def save_npy(path: str | Path, array: np.ndarray) -> Path:
+    """Write one array as ``.npy`` (no pickles) to ``path`` atomically."""
+    return atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
+    """Write named arrays as a compressed ``.npz`` to ``path`` atomically."""
+    return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))  # type: ignore[arg-type]
+
+
+def _writable_folder(folder: Path) -> None:
+    """Refuse a folder that cannot be created or written, by creating and removing a file in it (or in
+    its nearest existing ancestor, which is where it would be created)."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise RoseError(f"cannot create folder {folder}: {probe} is a file")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".rose-probe.", suffix=".tmp", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise RoseError(f"cannot write to {probe}: {exc.strerror or exc}") from None
+
+
+def check_output(
+    path: str | Path,
+    *,
+    inputs: Iterable[str | Path | None] = (),
+    overwrite: bool = False,
+    folder: bool = False,
+    marker: str | None = None,
+    hint: str = "pass --overwrite to replace it",
+) -> Path:
+    """Check an output location before any work: not an input (symlinks resolved), a file or folder as
+    expected, an existing output only with ``overwrite``, and its folder writable.
+
+    ``folder=True`` means ``path`` is a folder the output goes into; ``marker`` then names the file in it
+    whose presence means an earlier output would be replaced (e.g. ``report.md``). ``hint`` ends the
+    message about an existing output.
+    """
+    out = Path(path).expanduser()
+    real = os.path.realpath(out)
+    for source in inputs:
+        if source is not None and os.path.realpath(Path(source).expanduser()) == real:
+            raise RoseError(f"output {path} is also an input; choose another output path")
+    if folder and out.exists() and not out.is_dir():
+        raise RoseError(f"{path} is a file; name a folder for this output")
+    if not folder and out.is_dir():
+        raise RoseError(f"{path} is a folder; name a file for this output")
+    existing = out / marker if folder and marker else None if folder else out
+    if existing is not None and existing.exists() and not overwrite:
+        raise RoseError(f"{existing} exists; {hint}")
+    _writable_folder(out if folder else out.parent)
+    return out
 
 
 def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
@@ -44,6 +191,34 @@ def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
     if not isinstance(obj, dict) or obj.get("format") != expected_format:
         found = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
         raise CheckpointError(f"{path}: expected a {expected_format} file, found {found!r}")
+    return obj
+
+
+def array_digest(images: np.ndarray) -> str:
+    """Hash of an array's shape, dtype and bytes: identifies an image set exactly."""
+    h = hashlib.sha256(f"{images.shape}{images.dtype}".encode())
+    h.update(np.ascontiguousarray(images).tobytes())
+    return h.hexdigest()[:16]
+
+
+def share_equal_tensors(
+    obj: Any, seen: dict[tuple[str, tuple[int, ...], str], torch.Tensor] | None = None
+) -> Any:
+    """``obj`` with equal tensors (anywhere in nested dicts/lists) replaced by one object, so that
+    ``torch.save`` writes them once (e.g. two layers fed the same input share an eigenbasis)."""
+    seen = {} if seen is None else seen
+    if isinstance(obj, dict):
+        return {k: share_equal_tensors(v, seen) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(share_equal_tensors(v, seen) for v in obj)
+    if isinstance(obj, torch.Tensor) and obj.numel():
+        t = obj.detach().to("cpu").contiguous()
+        key = (
+            str(t.dtype),
+            tuple(t.shape),
+            hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest(),
+        )
+        return seen.setdefault(key, t)
     return obj
 
 

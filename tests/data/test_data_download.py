@@ -129,6 +129,11 @@ def test_offline_download_names_the_file_to_place(tmp_path: Path, monkeypatch: p
     message = str(info.value)
     assert "no network" in message and "fashion_mnist_test.npz" in message and str(tmp_path) in message
     assert "\n" not in message and not (tmp_path / "fashion_mnist_test.npz").exists()
+    assert list(tmp_path.iterdir()) == []  # no empty raw/fashion_mnist/ left behind
+    fresh = tmp_path / "new-data"
+    with pytest.raises(DataError):
+        load_images("mnist", data_dir=fresh)
+    assert not fresh.exists()  # folders this call created are gone again
 
 
 def test_cifar10_conversion_keeps_order_and_channel_layout(tmp_path: Path) -> None:

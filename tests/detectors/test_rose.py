@@ -56,7 +56,7 @@ def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
     fitted_rose.save(path)
     loaded = Detector.load(path, tiny_vae)
     assert isinstance(loaded, ROSE) and loaded.fisher_kind == "ekfac" and loaded.p == math.inf
-    np.testing.assert_allclose(loaded.score(images), fitted_rose.score(images))
+    np.testing.assert_allclose(loaded.score(images), fitted_rose.score(images), rtol=1e-5)  # float32 bases
 
 
 def test_loading_against_another_model_is_refused(fitted_rose, tmp_path):

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from roseood.evaluation import evaluate as evaluate_module
+from roseood.errors import DegenerateFitWarning
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.evaluate import OVERALL, EvalSpec, evaluate, overall_scores
 from roseood.models import VAE
+
+# The module, not the function ``roseood.evaluation.evaluate`` that the package exports.
+evaluate_module = importlib.import_module("roseood.evaluation.evaluate")
 
 
 def test_scores_are_computed_once_and_a_corrupt_file_is_recomputed(tmp_path: Path) -> None:
@@ -66,3 +70,17 @@ def test_overall_scores_takes_per_set_from_each_member() -> None:
     scores = {"a": np.arange(5.0), "b": np.arange(100.0, 103.0)}
     mixed = overall_scores(scores, ["a", "b"], per_set=4, seed=0)
     assert len(mixed) == 7 and set(mixed[:4]) <= set(scores["a"]) and set(mixed[4:]) == set(scores["b"])
+
+
+def test_degenerate_fit_warnings_reach_the_settings_also_from_the_cache(
+    tiny_vae: VAE, spec: EvalSpec, tmp_path: Path
+) -> None:
+    spec.methods = ["rose-diag"]
+    spec.detector_kwargs = {"rose-diag": {"beta": -1e6}}  # ReLU puts every image at 0: all tied
+    cache = ResultCache(tmp_path / "cache")
+    with pytest.warns(DegenerateFitWarning, match="tied ROSE scores"):
+        first = evaluate(tiny_vae, spec, progress=False, cache=cache)
+    [message] = first.settings["fit_warnings"]["rose-diag"]
+    assert message.startswith("100% of the statistics images get tied")
+    again = evaluate(tiny_vae, spec, progress=False, cache=cache)  # every score cached
+    assert again.settings["fit_warnings"] == first.settings["fit_warnings"]

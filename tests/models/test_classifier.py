@@ -13,7 +13,7 @@ from roseood.curvature import LayerGradients
 from roseood.detectors import ROSE
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.models import (
-    MODEL_KINDS,
+    FAMILIES,
     Classifier,
     load_checkpoint,
     load_model,
@@ -146,7 +146,7 @@ def test_save_load_round_trip(tmp_path, images):
     save_model(model, tmp_path / "m.pt")
     loaded = load_model(tmp_path / "m.pt")
     assert isinstance(loaded, Classifier) and loaded.config() == model.config()
-    assert MODEL_KINDS["classifier"] is Classifier
+    assert FAMILIES["classifier"].cls is Classifier
     torch.testing.assert_close(loaded.rose_loss(images), model.rose_loss(images))
 
 

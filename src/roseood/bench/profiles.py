@@ -27,6 +27,8 @@ BACKGROUND = {
     ("vae", "cifar10"): ("random:0.2", 0.0),
     ("glow", "fashion_mnist"): ("random:0.3", 0.01),
     ("glow", "cifar10"): ("random:0.2", 5e-5),
+    ("pixelcnn", "fashion_mnist"): ("random:0.3", 0.0),  # not in the paper: the VAE's choice
+    ("pixelcnn", "cifar10"): ("random:0.2", 0.0),
 }
 
 
@@ -46,6 +48,9 @@ class Profile:
     # (training images or None for all, epochs) per in-distribution set
     vae_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 100) for d in PAPER_VAE})
     glow_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 50) for d in PAPER_VAE})
+    # PixelCNN (not in the paper; only with --models pixelcnn): architecture and training budget
+    pixelcnn: dict[str, int] = field(default_factory=lambda: {"width": 64, "blocks": 8})
+    pixelcnn_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 20) for d in PAPER_VAE})
     background_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 100) for d in PAPER_VAE})
     classifier_train: Budget = (None, 30)
     classifier_width: int = 64
@@ -64,6 +69,9 @@ class Profile:
     # experiment -> EvalSpec fields (test_samples, test_limits) and "detector_kwargs" that replace the above
     experiment_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch_size: int = 64
+    # ablation: EKFAC on every layer set (True) or only on the paper's (VAE encoder, Glow invconv) — the VAE
+    # decoder's output layer has a (256·C·16)² Kronecker factor, far too slow to eigendecompose on a CPU
+    ablation_ekfac_everywhere: bool = True
 
     def settings(self) -> dict[str, Any]:
         """Everything about the profile, for reports."""
@@ -87,7 +95,8 @@ PROFILES: dict[str, Profile] = {
                 "Likelihood Regret on 30, Likelihood Ratio and Input Complexity on 200 per set; "
                 "Figure 5: at most 2000 Fisher images, 200 test images per set, 500 statistics images; "
                 "brightness sweep: detectors fitted on 2000 (+500 statistics) images, 300 test images per "
-                "set, Likelihood Ratio on 100 with 5 IWAE samples"
+                "set, Likelihood Ratio on 100 with 5 IWAE samples; ablation: 2000 Fisher + 500 statistics "
+                "images, 1000 test images per set, EKFAC only on the paper's layer set"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
@@ -95,6 +104,8 @@ PROFILES: dict[str, Profile] = {
             },
             vae_train={"fashion_mnist": (None, 1), "cifar10": (20000, 3)},
             glow_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 2)},
+            pixelcnn={"width": 32, "blocks": 5},
+            pixelcnn_train={"fashion_mnist": (12000, 5), "cifar10": (10000, 2)},
             background_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 1)},
             classifier_train=(20000, 2),
             classifier_width=16,
@@ -108,8 +119,10 @@ PROFILES: dict[str, Profile] = {
                     "test_samples": 300,
                     "test_limits": {"lratio": 100},
                     "detector_kwargs": {"lratio": {"k": 5}},
-                }
+                },
+                "ablation": {"fit_samples": 2000, "stats_samples": 500, "test_samples": 1000},
             },
+            ablation_ekfac_everywhere=False,
             fisher_sizes=(10, 100, 1000, 2000),
             fisher_stats_samples=500,
             fisher_test_samples=200,
@@ -122,6 +135,8 @@ PROFILES: dict[str, Profile] = {
             glow=both({"levels": 1, "steps": 1, "hidden": 8}),
             vae_train=both((128, 1)),
             glow_train=both((64, 1)),
+            pixelcnn={"width": 4, "blocks": 1},
+            pixelcnn_train=both((64, 1)),
             background_train=both((64, 1)),
             classifier_train=(128, 1),
             classifier_width=4,
@@ -136,6 +151,7 @@ PROFILES: dict[str, Profile] = {
             fisher_stats_samples=16,
             fisher_test_samples=16,
             brightness=(0.6, 1.0, 1.4),
+            ablation_ekfac_everywhere=False,
             detector_kwargs={
                 "lr": {"steps": 3, "k": 2},
                 "lratio": {"k": 1},

@@ -16,6 +16,7 @@ from typing import Any
 from roseood.bench.workspace import Workspace
 from roseood.evaluation.evaluate import machine_description
 from roseood.evaluation.report import markdown_rows
+from roseood.serialization import write_json, write_text
 
 DELTA_FLAG = 0.05  # |ours − paper| above this is marked in tables
 
@@ -147,7 +148,7 @@ class BenchReport:
             if ws.trained
             else "No trained models (this experiment needs none).",
         ]
-        (out / "report.md").write_text("\n\n".join(header + self.parts) + "\n")
+        write_text(out / "report.md", "\n\n".join(header + self.parts) + "\n")
         payload = {
             "experiment": self.name,
             "title": self.title,
@@ -160,5 +161,5 @@ class BenchReport:
                 {"labels": list(r.labels), "ours": r.ours, "paper": r.paper, "why": r.why} for r in self.rows
             ],
         }
-        (out / "results.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+        write_json(out / "results.json", payload, indent=1)
         return out / "report.md"

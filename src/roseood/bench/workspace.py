@@ -22,11 +22,13 @@ from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate, sweep
 from roseood.evaluation.result import EvaluationResult
-from roseood.models import VAE, Glow, load_checkpoint
-from roseood.models.base import GenerativeModel
+from roseood.models import get_family, load_checkpoint
+from roseood.models.base import GenerativeModel, RoseModel, model_name
 from roseood.models.classifier import Classifier, train_classifier
 from roseood.models.train import TrainConfig, train
+from roseood.validation import check_choice, check_device
 
+BENCH_MODELS = ("vae", "glow", "pixelcnn")  # generative families experiments know how to build
 CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
 
 
@@ -34,7 +36,7 @@ CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
 class ModelRecipe:
     """A model to train: kind, data, architecture and training settings (epochs may grow on resume)."""
 
-    kind: str  # vae | glow | classifier
+    kind: str  # vae | glow | pixelcnn | classifier
     data: str  # fashion_mnist | cifar10
     arch: tuple[tuple[str, Any], ...]
     subset: int | None
@@ -63,14 +65,8 @@ class ModelRecipe:
         return "-".join([*parts, f"s{self.seed}"])
 
     def build(self) -> GenerativeModel:
-        arch = dict(self.arch)
-        if self.kind == "vae":
-            return VAE(in_channels=self.channels, **arch)
-        if self.kind == "glow":
-            return Glow(in_channels=self.channels, **arch)
-        if self.kind == "classifier":
-            return Classifier(in_channels=self.channels, **arch)
-        raise RoseError(f"unknown model kind {self.kind!r}")
+        """A fresh model of the recipe's registered family."""
+        return get_family(self.kind).build(self.channels, **dict(self.arch))
 
 
 @dataclass
@@ -82,10 +78,21 @@ class Workspace:
     data_dir: str | Path | None = None
     device: str = "cpu"
     progress: bool = True
-    models: tuple[str, ...] = ("vae", "glow")  # which generative models experiments loop over
+    models: tuple[str, ...] = (
+        "vae",
+        "glow",
+    )  # which generative models experiments loop over (of BENCH_MODELS)
     datasets: tuple[str, ...] = ("fashion_mnist", "cifar10")  # which in-distribution sets
     trained: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe name -> training summary
     experiment: str = ""  # the experiment running now; selects the profile's experiment_overrides
+
+    def __post_init__(self) -> None:
+        """Refuse unknown model or dataset names before anything is trained or written."""
+        for name in self.models:
+            check_choice(name, BENCH_MODELS, "bench model")
+        for name in self.datasets:
+            check_choice(name, tuple(CHANNELS), "bench dataset")
+        check_device(self.device)
 
     def select_models(self, available: tuple[str, ...]) -> list[str]:
         return [m for m in available if m in self.models]
@@ -112,6 +119,18 @@ class Workspace:
         arch = tuple(self.profile.glow[data].items())
         decay = PAPER_GLOW_WEIGHT_DECAY[data]
         return ModelRecipe("glow", data, arch, subset, epochs, weight_decay=decay, warmup=200, grad_clip=50.0)
+
+    def pixelcnn(self, data: str) -> ModelRecipe:
+        """A PixelCNN for ``data`` (not in the paper), sized by the profile."""
+        subset, epochs = self.profile.pixelcnn_train[data]
+        return ModelRecipe("pixelcnn", data, tuple(self.profile.pixelcnn.items()), subset, epochs)
+
+    def recipe(self, kind: str, data: str) -> ModelRecipe:
+        """The main generative model of ``kind`` (vae, glow or pixelcnn) for ``data``."""
+        recipes = {"vae": self.vae, "glow": self.glow, "pixelcnn": self.pixelcnn}
+        if kind not in recipes:
+            raise RoseError(f"unknown generative model {kind!r}; choose from {', '.join(recipes)}")
+        return recipes[kind](data)
 
     def background(self, main: ModelRecipe, perturb: str | None = None) -> ModelRecipe:
         """Likelihood-Ratio background of ``main``: same architecture, trained on perturbed images
@@ -140,7 +159,7 @@ class Workspace:
             epochs,
         )
 
-    def model(self, recipe: ModelRecipe) -> GenerativeModel:
+    def model(self, recipe: ModelRecipe) -> RoseModel:
         """The trained model of ``recipe``: loaded when its checkpoint has every epoch, else trained
         (resuming from the last finished epoch)."""
         path = self.root / "cache" / "models" / f"{recipe.name}.pt"
@@ -194,12 +213,10 @@ class Workspace:
         return model.to(self.device).eval()
 
     # -- evaluation --------------------------------------------------------------------------------
-    def spec(
-        self, model: GenerativeModel, in_data: str, ood: list[str], methods: list[str], **kw: Any
-    ) -> EvalSpec:
+    def spec(self, model: RoseModel, in_data: str, ood: list[str], methods: list[str], **kw: Any) -> EvalSpec:
         """An ``EvalSpec`` sized by the profile (Glow gets the paper's smaller test sets)."""
         p = self.profile
-        test = p.glow_test_samples if model.kind == "glow" else p.test_samples
+        test = p.glow_test_samples if model_name(model) == "glow" else p.test_samples
         options: dict[str, Any] = {
             "fit_samples": p.fit_samples,
             "stats_samples": p.stats_samples,
@@ -222,13 +239,13 @@ class Workspace:
         special = self.profile.experiment_overrides.get(self.experiment, {}).get("detector_kwargs", {})
         return self.profile.detector_kwargs.get(family, {}) | special.get(family, {})
 
-    def evaluate(self, model: GenerativeModel, spec: EvalSpec) -> EvaluationResult:
+    def evaluate(self, model: RoseModel, spec: EvalSpec) -> EvaluationResult:
         """``roseood.evaluation.evaluate`` with this workspace's result cache and progress setting."""
         torch.manual_seed(spec.seed)
         return evaluate(model, spec, progress=self.progress, cache=self.cache)
 
     def sweep(
-        self, model: GenerativeModel, spec: EvalSpec, field: str, values: Sequence[Any], repeats: int = 1
+        self, model: RoseModel, spec: EvalSpec, field: str, values: Sequence[Any], repeats: int = 1
     ) -> dict[Any, list[EvaluationResult]]:
         """``roseood.evaluation.sweep`` with this workspace's result cache and progress setting."""
         torch.manual_seed(spec.seed)

@@ -1,16 +1,47 @@
-"""Per-sample layer gradients and Fisher approximations (dense, diag, KFAC, EKFAC) behind one interface."""
+"""Per-sample layer gradients and Fisher approximations (dense, diag, KFAC, EKFAC) behind one interface.
 
+Layer types are plug-ins: ``register_layer(module_type, handler)`` adds one; ``check_layers`` lists which
+of a model's layers are usable and how.
+"""
+
+from roseood.curvature.check import LayerReport, check_layers, format_layer_report
 from roseood.curvature.fisher import EKFAC, FISHERS, KFAC, DenseFisher, DiagFisher, Fisher, make_fisher
-from roseood.curvature.grads import LayerGrad, LayerGradients
+from roseood.curvature.grads import LayerGrad, LayerGradients, supports
+from roseood.curvature.handlers import (
+    CONV,
+    CONV_TRANSPOSE,
+    EMBEDDING,
+    INVERTIBLE_1X1,
+    LINEAR,
+    NORM_AFFINE,
+    LayerHandler,
+    declare_mask,
+    register_layer,
+    resolve,
+)
 
 __all__ = [
+    "CONV",
+    "CONV_TRANSPOSE",
     "EKFAC",
+    "EMBEDDING",
     "FISHERS",
+    "INVERTIBLE_1X1",
     "KFAC",
+    "LINEAR",
+    "NORM_AFFINE",
     "DenseFisher",
     "DiagFisher",
     "Fisher",
     "LayerGrad",
     "LayerGradients",
+    "LayerHandler",
+    "LayerReport",
+    "check_layers",
+    "declare_mask",
+    "format_layer_report",
     "make_fisher",
+    "register_layer",
+    "resolve",
+    "supports",
 ]

@@ -6,11 +6,18 @@
 - ``ekfac``: the eigenbasis U_A ⊗ U_B of KFAC with the diagonal re-estimated in it,
   Σ = E[(U_Bᵀ G U_A)²] (George et al. 2018), as in the ROSE paper.
 Statistics are accumulated in float64; ``damping`` is added to the (eigen)values before inverting.
+Saved states hold only what scoring needs: eigenbases as float32 Householder reflectors (half of n²
+numbers), EKFAC/KFAC eigenvalues as float32 (scoring rotates in float32 anyway), the dense Fisher as
+its packed Cholesky factor.
+Grouped layers get one Kronecker block per group (block-diagonal KFAC/EKFAC). Masked weights: diag
+and dense see only the free entries (exact); KFAC/EKFAC keep the factors of the full weight and apply
+them to the masked gradient (zero on masked entries), so masked coordinates add nothing to ``sᵀF⁻¹s``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -22,11 +29,46 @@ from roseood.errors import RoseError
 DENSE_MAX_PARAMS = 4096
 
 
+def pack_tril(m: Tensor, offset: int = 0) -> Tensor:
+    """The lower triangle of square matrices (..., n, n) (below diagonal ``offset``), flat per matrix."""
+    n = m.shape[-1]
+    return m[..., torch.ones(n, n, dtype=torch.bool).tril(offset)]
+
+
+def unpack_tril(flat: Tensor, n: int, offset: int = 0) -> Tensor:
+    """Inverse of ``pack_tril``: (..., n, n) matrices, zero above the triangle."""
+    m = flat.new_zeros(*flat.shape[:-1], n, n)
+    m[..., torch.ones(n, n, dtype=torch.bool).tril(offset)] = flat
+    return m
+
+
+def pack_orthogonal(u: Tensor) -> dict[str, Tensor]:
+    """Orthogonal matrices (..., n, n) (one per group of a grouped layer) as float32 Householder
+    reflectors, n(n+1)/2 numbers each instead of n².
+
+    ``unpack_orthogonal`` returns it up to the sign of each column, which no quadratic form
+    ``Σ (Uᵀ g)² / λ`` can see."""
+    h, tau = torch.geqrf(u.double())
+    return {"reflectors": pack_tril(h, -1).float(), "tau": tau.float()}
+
+
+def unpack_orthogonal(packed: dict[str, Tensor]) -> Tensor:
+    """The float32 orthogonal matrix that ``pack_orthogonal`` stored."""
+    n = packed["tau"].shape[-1]
+    h = unpack_tril(packed["reflectors"], n, -1)
+    return torch.linalg.householder_product(h, packed["tau"])
+
+
 class Fisher(ABC):
-    """Empirical Fisher of one layer. Fed batch by batch for ``passes`` passes over the same data."""
+    """Empirical Fisher of one layer. Fed batch by batch for ``passes`` passes over the same data.
+
+    ``sums[p]`` names the attributes accumulated in pass ``p`` (sums and counts); ``reduce_sums`` lets
+    several processes add theirs together before ``end_pass``."""
 
     name: ClassVar[str]
     passes: ClassVar[int] = 1
+    sums: ClassVar[dict[int, tuple[str, ...]]]
+    coords: ClassVar[str] = "native"  # gradient coordinates it wants: the module's parameters or "weight"
 
     def __init__(self, damping: float = 1e-8) -> None:
         self.damping = damping
@@ -51,6 +93,23 @@ class Fisher(ABC):
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what ``state()`` returned."""
 
+    def reduce_sums(self, pass_index: int, reduce: Callable[[Tensor], Tensor]) -> None:
+        """Replace the sums and counts of pass ``pass_index`` by ``reduce`` of them (e.g. over processes)."""
+        for key in self.sums[pass_index]:
+            value = getattr(self, key)
+            if isinstance(value, int):
+                setattr(self, key, int(reduce(torch.tensor([value], dtype=torch.float64)).item()))
+            elif value is None:
+                raise RoseError("every process needs at least one image to fit the Fisher")
+            else:
+                setattr(self, key, reduce(value))
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> None:
+        """Replace every tensor this Fisher holds by ``fn`` of it (e.g. rank 0's copy of an eigenbasis)."""
+        for key, value in sorted(vars(self).items()):
+            if isinstance(value, Tensor):
+                setattr(self, key, fn(value))
+
     def _need_data(self) -> None:
         if self.count == 0:
             raise RoseError("the Fisher was fitted on no samples")
@@ -58,6 +117,7 @@ class Fisher(ABC):
 
 class DiagFisher(Fisher):
     name = "diag"
+    sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("sq", "count")}
 
     def __init__(self, damping: float = 1e-8) -> None:
         super().__init__(damping)
@@ -87,11 +147,12 @@ class DiagFisher(Fisher):
 
 class DenseFisher(Fisher):
     name = "dense"
+    sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("outer", "count")}
 
     def __init__(self, damping: float = 1e-8) -> None:
         super().__init__(damping)
         self.outer: Tensor | None = None
-        self._chol: Tensor | None = None
+        self.chol: Tensor | None = None
 
     def update(self, g: LayerGrad, pass_index: int) -> None:
         s = g.flat().double()
@@ -103,34 +164,33 @@ class DenseFisher(Fisher):
         self.outer = o if self.outer is None else self.outer + o
         self.count += g.n
 
-    def _factor(self) -> Tensor:
-        if self._chol is None:
-            assert self.outer is not None
-            f = self.outer / self.count
-            f = f + self.damping * torch.eye(f.shape[0], dtype=f.dtype)
-            self._chol = torch.linalg.cholesky(f)
-        return self._chol
-
     def end_pass(self, pass_index: int) -> None:
         self._need_data()
-        self._chol = None
+        assert self.outer is not None
+        f = self.outer / self.count
+        self.chol = torch.linalg.cholesky(f + self.damping * torch.eye(f.shape[0], dtype=f.dtype))
+        self.outer = None
 
     def quad(self, g: LayerGrad) -> Tensor:
+        assert self.chol is not None
         s = g.flat().double()
-        y = torch.linalg.solve_triangular(self._factor(), s.T, upper=False)
+        y = torch.linalg.solve_triangular(self.chol, s.T, upper=False)
         return y.pow(2).sum(0)
 
     def state(self) -> dict[str, Any]:
-        return {"outer": self.outer, "count": self.count}
+        assert self.chol is not None
+        return {"chol": pack_tril(self.chol), "size": self.chol.shape[0], "count": self.count}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.outer, self.count, self._chol = state["outer"], int(state["count"]), None
+        self.chol, self.count = unpack_tril(state["chol"], state["size"]), int(state["count"])
 
 
 class KFAC(Fisher):
     """KFAC factors and their eigenbases; the quadratic form uses the Kronecker eigenvalues."""
 
     name = "kfac"
+    sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("a_cov", "d_cov", "count")}
+    coords = "weight"
 
     def __init__(self, damping: float = 1e-8) -> None:
         super().__init__(damping)
@@ -140,6 +200,7 @@ class KFAC(Fisher):
         self.u_out: Tensor | None = None
         self.eig_in: Tensor | None = None
         self.eig_out: Tensor | None = None
+        self._packed: dict[str, dict[str, Tensor]] | None = None
 
     def _update_factors(self, g: LayerGrad) -> None:
         # Factor scales are irrelevant for EKFAC (only eigenvectors are used); KFAC uses the
@@ -148,7 +209,11 @@ class KFAC(Fisher):
         t = g.a.shape[1]
         a = g.a.double().flatten(0, 1)
         d = g.d.double().flatten(0, 1)
-        ac, dc = a.T @ a / t, d.T @ d
+        if g.groups == 1:
+            ac, dc = a.T @ a / t, d.T @ d
+        else:  # one factor per group: (groups, k, k)
+            a, d = a.view(a.shape[0], g.groups, -1), d.view(d.shape[0], g.groups, -1)
+            ac, dc = torch.einsum("mgi,mgj->gij", a, a) / t, torch.einsum("mgi,mgj->gij", d, d)
         self.a_cov = ac if self.a_cov is None else self.a_cov + ac
         self.d_cov = dc if self.d_cov is None else self.d_cov + dc
         self.count += g.n
@@ -163,26 +228,44 @@ class KFAC(Fisher):
             assert self.a_cov is not None and self.d_cov is not None
             self.eig_in, self.u_in = torch.linalg.eigh(self.a_cov / self.count)
             self.eig_out, self.u_out = torch.linalg.eigh(self.d_cov / self.count)
+            self.a_cov = self.d_cov = None  # only the eigenbases are needed from here on
 
     def _rotate(self, g: LayerGrad) -> LayerGrad:
+        if self.u_in is None and self._packed is not None:  # loaded: rebuild the bases on first use
+            self.u_in, self.u_out = (unpack_orthogonal(self._packed[k]) for k in ("u_in", "u_out"))
         assert self.u_out is not None and self.u_in is not None
         dtype = g.a.dtype
         return g.rotated(self.u_out.to(dtype), self.u_in.to(dtype))
 
     def _eigenvalues(self) -> Tensor:
         assert self.eig_out is not None and self.eig_in is not None
-        return torch.outer(self.eig_out.clamp_min(0), self.eig_in.clamp_min(0))
+        # outer product per group, blocks stacked like the gradient matrix
+        return (self.eig_out.clamp_min(0)[..., :, None] * self.eig_in.clamp_min(0)[..., None, :]).flatten(
+            0, -2
+        )
 
     def quad(self, g: LayerGrad) -> Tensor:
         return self._rotate(g).weighted_square(1.0 / (self._eigenvalues() + self.damping))
 
+    def _values(self) -> dict[str, Tensor | None]:
+        """The eigenvalues scoring needs, by attribute name."""
+        return {"eig_in": self.eig_in, "eig_out": self.eig_out}
+
     def state(self) -> dict[str, Any]:
-        keys = ("a_cov", "d_cov", "u_in", "u_out", "eig_in", "eig_out")
-        return {k: getattr(self, k) for k in keys} | {"count": self.count}
+        values = {k: v.float() for k, v in self._values().items() if v is not None}
+        if self._packed is not None:
+            return self._packed | values | {"count": self.count}
+        assert self.u_in is not None and self.u_out is not None
+        bases = {"u_in": pack_orthogonal(self.u_in), "u_out": pack_orthogonal(self.u_out)}
+        return bases | values | {"count": self.count}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        for k, v in state.items():
-            setattr(self, k, int(v) if k == "count" else v)
+        """Keeps the packed bases; they are rebuilt (≈0.5 s for a 2049-wide layer) when first scored."""
+        self._packed = {"u_in": state["u_in"], "u_out": state["u_out"]}
+        self.u_in = self.u_out = None
+        for k in self._values():
+            setattr(self, k, state[k].double())
+        self.count = int(state["count"])
 
 
 class EKFAC(KFAC):
@@ -190,6 +273,7 @@ class EKFAC(KFAC):
 
     name = "ekfac"
     passes = 2
+    sums: ClassVar[dict[int, tuple[str, ...]]] = KFAC.sums | {1: ("scale", "scale_count")}
 
     def __init__(self, damping: float = 1e-8) -> None:
         super().__init__(damping)
@@ -208,8 +292,15 @@ class EKFAC(KFAC):
         assert self.scale is not None
         return self.scale / self.scale_count
 
+    def _values(self) -> dict[str, Tensor | None]:
+        return {"scale": self.scale}
+
     def state(self) -> dict[str, Any]:
-        return super().state() | {"scale": self.scale, "scale_count": self.scale_count}
+        return super().state() | {"scale_count": self.scale_count}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.scale_count = int(state["scale_count"])
 
 
 FISHERS: dict[str, type[Fisher]] = {f.name: f for f in (DenseFisher, DiagFisher, KFAC, EKFAC)}

@@ -1,117 +1,53 @@
 """Per-sample gradients of chosen layers for a whole batch from one backward pass.
 
-For a linear map ``y_t = W a_t`` applied at positions t (the patches of a convolution), the gradient of
-sample n's loss is ``G_n = Σ_t δ_{n,t} a_{n,t}ᵀ`` with ``δ = ∂loss_n/∂y``. Forward hooks keep ``a`` and
-the layer outputs; ``torch.autograd.grad`` of the summed loss w.r.t. those outputs gives every ``δ`` at
-once (samples never mix when the model is in eval mode). Gradients stay in this factored form, which is
-what the Kronecker-factored Fishers need and is far cheaper than materialising ``G_n`` for wide layers.
+Forward hooks keep each layer's input and output; ``torch.autograd.grad`` of the summed loss w.r.t. the
+outputs gives every ``δ = ∂loss_n/∂y`` at once (samples never mix when the model is in eval mode), and
+the layer's handler (:mod:`roseood.curvature.handlers`) turns them into a factored :class:`LayerGrad`.
+Layers without a handler take their per-sample gradients from ``torch.func`` (``vmap(grad(...))`` over
+the samples, one extra vectorised pass for all such layers together).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
+from roseood.curvature.handlers import LayerHandler, attribute_mask, parametrized_mask, resolve
+from roseood.curvature.layergrad import LayerGrad
 from roseood.errors import RoseError
 
-
-@dataclass
-class LayerGrad:
-    """One layer's per-sample gradients for a batch: ``G_n = d_nᵀ a_n + const`` of shape (Dout, Din)."""
-
-    a: Tensor  # (N, T, Din) inputs at each position (a trailing 1 for the bias)
-    d: Tensor  # (N, T, Dout) gradients w.r.t. the outputs at the same positions
-    const: Tensor | None = None  # (Dout, Din) gradient shared by every sample (e.g. a log-determinant)
-    coords: Callable[[Tensor], Tensor] | None = None  # maps (N, Dout, Din) to (N, P) parameter coordinates
-    g: Tensor | None = None  # the (N, Dout, Din) matrices when already formed
-
-    @property
-    def n(self) -> int:
-        return self.a.shape[0]
-
-    @property
-    def _rank_one(self) -> bool:
-        return self.g is None and self.const is None and self.a.shape[1] == 1
-
-    def matrix(self) -> Tensor:
-        """Per-sample gradient matrices (N, Dout, Din)."""
-        if self.g is not None:
-            return self.g
-        g = torch.einsum("nto,nti->noi", self.d, self.a)
-        return g + self.const if self.const is not None else g
-
-    def flat(self) -> Tensor:
-        """Per-sample gradients in the layer's parameter coordinates, (N, P)."""
-        g = self.matrix()
-        return self.coords(g) if self.coords is not None else g.flatten(1)
-
-    def rotated(self, u_out: Tensor, u_in: Tensor) -> LayerGrad:
-        """The gradients ``U_outᵀ G_n U_in``, rotating the factors or the matrices, whichever is cheaper."""
-        t, d_in, d_out = self.a.shape[1], self.a.shape[2], self.d.shape[2]
-        factors_first = t * (d_in * d_in + d_out * d_out)
-        matrix_first = t * d_out * d_in + d_out * d_in * (d_in + d_out)
-        if self.g is None and factors_first <= matrix_first:
-            const = u_out.T @ self.const @ u_in if self.const is not None else None
-            return LayerGrad(self.a @ u_in, self.d @ u_out, const)
-        return LayerGrad(self.a, self.d, g=u_out.T @ self.matrix() @ u_in)
-
-    def square_sum(self) -> Tensor:
-        """``Σ_n G_n ⊙ G_n`` as float64 (Dout, Din); rank-one gradients never form the matrices."""
-        if self._rank_one:
-            return ((self.d[:, 0] ** 2).T @ self.a[:, 0] ** 2).double()
-        return self.matrix().pow(2).sum(0).double()
-
-    def weighted_square(self, w: Tensor) -> Tensor:
-        """``Σ_ij w_ij G_n,ij²`` per sample, (N,) float64, for a (Dout, Din) weight ``w``."""
-        w = w.to(self.a.dtype)
-        if self._rank_one:
-            return ((self.d[:, 0] ** 2 @ w) * self.a[:, 0] ** 2).sum(1).double()
-        return (self.matrix().pow(2).flatten(1) @ w.flatten()).double()
+__all__ = ["LayerGrad", "LayerGradients", "supports"]
 
 
-def _with_bias(a: Tensor, has_bias: bool) -> Tensor:
-    return torch.cat([a, a.new_ones(*a.shape[:-1], 1)], -1) if has_bias else a
+def supports(module: nn.Module) -> bool:
+    """Whether per-sample gradients can be taken for this module (by a registered handler or the
+    torch.func fallback)."""
+    return resolve(module).usable
 
 
-def _linear(m: nn.Linear, x: Tensor, gy: Tensor) -> LayerGrad:
-    return LayerGrad(_with_bias(x.flatten(1)[:, None], m.bias is not None), gy.flatten(1)[:, None])
+class _Call(nn.Module):
+    """Holds the model as a submodule so ``functional_call`` can swap its parameters under ``fn``."""
 
+    fn: Callable[..., Tensor]
 
-def _conv(m: nn.Conv2d, x: Tensor, gy: Tensor) -> LayerGrad:
-    if m.groups != 1 or m.padding_mode != "zeros" or isinstance(m.padding, str):
-        raise RoseError(f"per-sample gradients need groups=1, zero, numeric padding (layer {m})")
-    a = F.unfold(x, m.kernel_size, m.dilation, m.padding, m.stride).transpose(1, 2)
-    return LayerGrad(_with_bias(a, m.bias is not None), gy.flatten(2).transpose(1, 2))
-
-
-def _conv_transpose(m: nn.ConvTranspose2d, x: Tensor, gy: Tensor) -> LayerGrad:
-    # A transposed conv is the adjoint of a conv with the same weight (Cin, Cout, k, k): its weight
-    # gradient is the correlation of the input with the unfolded output gradient.
-    if m.groups != 1 or any(m.output_padding) or m.bias is not None:
-        raise RoseError(f"per-sample gradients need groups=1, no output padding and no bias (layer {m})")
-    patches = F.unfold(gy, m.kernel_size, m.dilation, m.padding, m.stride)  # type: ignore[arg-type]
-    patches = patches.transpose(1, 2)
-    return LayerGrad(patches, x.flatten(2).transpose(1, 2))
-
-
-class _WeightOf(nn.Module):
-    """Exposes a module's ``weight_matrix()`` as ``forward`` so torch.func can differentiate it."""
-
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, model: nn.Module, fn: Callable[..., Tensor]) -> None:
         super().__init__()
-        self.module = module
+        self.model = model
+        self.__dict__["fn"] = fn  # never a submodule, even when fn is the model itself
 
-    def forward(self) -> Tensor:
-        return self.module.weight_matrix()  # type: ignore[operator]
+    def forward(self, *args: Tensor) -> Tensor:
+        return self.fn(*args)
 
 
-def _weight_matrix_coords(m: nn.Module) -> Callable[[Tensor], Tensor]:
+def _weight_coords(
+    module: nn.Module, effective_weight: Callable[[nn.Module], Tensor]
+) -> Callable[[Tensor], Tensor]:
     """Chain rule from ∂loss/∂W to the module's own parameters (e.g. an LU factorisation of W)."""
-    wrapper = _WeightOf(m)
+    wrapper = _Call(module, lambda: effective_weight(module))
     params = {k: v.detach() for k, v in wrapper.named_parameters() if v.requires_grad}
     jac = torch.func.jacrev(lambda p: torch.func.functional_call(wrapper, p, ()))(params)
     full = torch.cat([j.reshape(j.shape[0] * j.shape[1], -1) for j in jac.values()], 1)
@@ -124,18 +60,10 @@ def _weight_matrix_coords(m: nn.Module) -> Callable[[Tensor], Tensor]:
     return coords
 
 
-def _invertible_conv(m: nn.Module, x: Tensor, gy: Tensor) -> LayerGrad:
-    # y = W x at every pixel, and log p gains +H·W·log|det W|: its gradient −H·W·W⁻ᵀ (for the NLL)
-    # is the same for every sample.
-    w = m.weight_matrix().detach()  # type: ignore[operator]
-    hw = x.shape[2] * x.shape[3]
-    const = -hw * torch.linalg.inv(w).T
-    return LayerGrad(x.flatten(2).transpose(1, 2), gy.flatten(2).transpose(1, 2), const)
-
-
-def supports(module: nn.Module) -> bool:
-    """Whether per-sample gradients can be taken for this module type."""
-    return isinstance(module, nn.Linear | nn.Conv2d | nn.ConvTranspose2d) or hasattr(module, "weight_matrix")
+def _diagonal(g: Tensor) -> LayerGrad:
+    """(N, P) per-sample gradients as P independent 1×1 blocks: every Fisher is then (at most) diagonal,
+    except ``dense``, which is exact."""
+    return LayerGrad(g.new_ones(g.shape[0], 1, g.shape[1]), g[:, None], groups=g.shape[1])
 
 
 class LayerGradients:
@@ -150,23 +78,45 @@ class LayerGradients:
         unknown = [n for n in layer_names if n not in modules]
         if unknown:
             raise RoseError(f"unknown layers {unknown}; the model has e.g. {list(modules)[1:6]}")
-        bad = [n for n in layer_names if not supports(modules[n])]
-        if bad:
-            raise RoseError(f"layers {bad} are not Linear/Conv2d/ConvTranspose2d/invertible 1×1 convs")
         if not layer_names:
             raise RoseError("no layers chosen for ROSE")
-        self.names = list(layer_names)
-        self.modules = [modules[n] for n in self.names]
         if coords not in ("native", "weight"):
             raise RoseError(f"unknown gradient coordinates {coords!r}; use 'native' or 'weight'")
+        self.model = model
+        self.names = list(layer_names)
+        self.modules = [modules[n] for n in self.names]
+        resolved = [resolve(m) for m in self.modules]
+        bad = [f"{n} ({r.note})" for n, r in zip(self.names, resolved, strict=True) if not r.usable]
+        if bad:
+            raise RoseError(f"per-sample gradients cannot be taken for layers {', '.join(bad)}")
+        self.handlers: list[LayerHandler | None] = [r.handler for r in resolved]
+        for m, h in zip(self.modules, self.handlers, strict=True):
+            if h is None:
+                warnings.warn(
+                    f"{type(m).__name__} layers use the torch.func per-sample fallback: correct but slower "
+                    "(one more vectorised forward and backward pass) and a diagonal KFAC/EKFAC",
+                    stacklevel=2,
+                )
         # Jacobians of reparameterised weights are fixed while the model is: compute them once.
         self._coords = {
-            i: _weight_matrix_coords(m)
-            for i, m in enumerate(self.modules)
-            if coords == "native" and hasattr(m, "weight_matrix")
+            i: _weight_coords(m, h.effective_weight)
+            for i, (m, h) in enumerate(zip(self.modules, self.handlers, strict=True))
+            if coords == "native" and h is not None and h.effective_weight is not None
+        }
+        self._masks = {
+            i: parametrized_mask(m)
+            for i, (m, h) in enumerate(zip(self.modules, self.handlers, strict=True))
+            if h is not None and parametrize.is_parametrized(m)
         }
 
-    def __call__(self, loss_fn: Callable[[Tensor], Tensor], x: Tensor) -> dict[str, LayerGrad]:
+    def _mask(self, i: int) -> Tensor | None:
+        masks = [m for m in (attribute_mask(self.modules[i]), self._masks.get(i)) if m is not None]
+        return masks[0] * masks[1] if len(masks) == 2 else (masks[0].detach() if masks else None)
+
+    def _hooked(
+        self, loss_fn: Callable[[Tensor], Tensor], x: Tensor, layers: list[int]
+    ) -> dict[int, LayerGrad]:
+        """One forward and backward pass with hooks on the layers that have handlers."""
         inputs: dict[int, Tensor] = {}
         outputs: dict[int, Tensor] = {}
 
@@ -178,27 +128,58 @@ class LayerGradients:
 
             return store
 
-        handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(self.modules)]
+        handles = [self.modules[i].register_forward_hook(hook(i)) for i in layers]
         try:
             with torch.enable_grad():
                 loss = loss_fn(x)
-                missing = [self.names[i] for i in range(len(self.modules)) if i not in outputs]
+                missing = [self.names[i] for i in layers if i not in outputs]
                 if missing:
                     raise RoseError(f"layers {missing} were not used by the model's forward pass")
-                grads = torch.autograd.grad(loss.sum(), [outputs[i] for i in range(len(self.modules))])
+                grads = torch.autograd.grad(loss.sum(), [outputs[i] for i in layers])
         finally:
             for h in handles:
                 h.remove()
         result = {}
-        for i, (name, m) in enumerate(zip(self.names, self.modules, strict=True)):
-            x_i, g_i = inputs[i], grads[i].detach()
-            if isinstance(m, nn.Linear):
-                result[name] = _linear(m, x_i, g_i)
-            elif isinstance(m, nn.Conv2d):
-                result[name] = _conv(m, x_i, g_i)
-            elif isinstance(m, nn.ConvTranspose2d):
-                result[name] = _conv_transpose(m, x_i, g_i)
-            else:
-                result[name] = _invertible_conv(m, x_i, g_i)
-                result[name].coords = self._coords.get(i)
+        for i, g in zip(layers, grads, strict=True):
+            handler = self.handlers[i]
+            assert handler is not None
+            result[i] = handler.grad(self.modules[i], inputs[i], g.detach(), self._mask(i))
+            result[i].coords = self._coords.get(i)
         return result
+
+    def _vmapped(
+        self, loss_fn: Callable[[Tensor], Tensor], x: Tensor, layers: list[int]
+    ) -> dict[int, LayerGrad]:
+        """Per-sample gradients of the fallback layers' parameters: ``vmap(grad(loss of one sample))``."""
+        wrapper = _Call(self.model, loss_fn)
+        keys = {
+            i: [
+                f"model.{self.names[i]}.{k}" for k, p in self.modules[i].named_parameters() if p.requires_grad
+            ]
+            for i in layers
+        }
+        params = {k: wrapper.get_parameter(k).detach() for ks in keys.values() for k in ks}
+
+        def one(p: dict[str, Tensor], xi: Tensor) -> Tensor:
+            return torch.func.functional_call(wrapper, p, (xi[None],)).sum()
+
+        try:
+            grads = torch.func.vmap(torch.func.grad(one), in_dims=(None, 0), randomness="different")(
+                params, x
+            )
+        except RuntimeError as e:
+            names = [self.names[i] for i in layers]
+            raise RoseError(
+                f"torch.func could not take per-sample gradients of {names}: {str(e).splitlines()[0]}"
+            ) from e
+        return {
+            i: _diagonal(torch.cat([grads[k].flatten(1) for k in ks], 1).detach()) for i, ks in keys.items()
+        }
+
+    def __call__(self, loss_fn: Callable[[Tensor], Tensor], x: Tensor) -> dict[str, LayerGrad]:
+        fast = [i for i, h in enumerate(self.handlers) if h is not None]
+        slow = [i for i, h in enumerate(self.handlers) if h is None]
+        result = self._hooked(loss_fn, x, fast) if fast else {}
+        if slow:
+            result |= self._vmapped(loss_fn, x, slow)
+        return {n: result[i] for i, n in enumerate(self.names)}

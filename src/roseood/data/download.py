@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 import pickle
 import tarfile
-import tempfile
 import urllib.request
 import zlib
 from collections.abc import Callable, Sequence
@@ -24,9 +22,10 @@ from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
-from tqdm.auto import tqdm
 
-from roseood.errors import DataError
+from roseood.errors import DataError, RoseError
+from roseood.progress import progress as progress_bar
+from roseood.serialization import atomic_write, save_npz
 
 CHUNK = 1 << 20
 TIMEOUT_S = 60.0
@@ -205,23 +204,23 @@ def md5sum(path: Path) -> str:
 
 
 def _fetch_one(url: str, dest: Path, md5: str, progress: bool) -> None:
-    """Stream ``url`` into a temporary file next to ``dest``; move it into place only if the md5 matches."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        digest = hashlib.md5(usedforsecurity=False)
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, disable=not progress) as bar:
+    """Stream ``url`` into ``dest`` atomically; the file appears only if the md5 matches."""
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+        total = int(response.headers.get("Content-Length") or 0) or None
+
+        def stream(out: IO[bytes]) -> None:
+            digest = hashlib.md5(usedforsecurity=False)
+            with progress_bar(
+                desc=dest.name, total=total, enabled=progress, unit="B", unit_scale=True
+            ) as bar:
                 while chunk := response.read(CHUNK):
                     out.write(chunk)
                     digest.update(chunk)
                     bar.update(len(chunk))
-        if digest.hexdigest() != md5:
-            raise DownloadError(f"checksum mismatch for {url}: md5 {digest.hexdigest()}, expected {md5}")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+            if digest.hexdigest() != md5:
+                raise DownloadError(f"checksum mismatch for {url}: md5 {digest.hexdigest()}, expected {md5}")
+
+        atomic_write(dest, stream)
 
 
 def fetch(resource: Resource, dest: Path, *, progress: bool = True) -> Path:
@@ -236,37 +235,36 @@ def fetch(resource: Resource, dest: Path, *, progress: bool = True) -> Path:
             errors.append(str(e))
         except OSError as e:  # URLError, HTTPError, timeouts and connection resets are all OSErrors
             errors.append(f"could not download {url}: {getattr(e, 'reason', e)}")
+        except RoseError as e:  # the file could not be written (atomic_write's one-line error)
+            errors.append(f"could not download {url}: {e}")
     raise DownloadError("; ".join(errors))
 
 
 def download_dataset(name: str, split: str, data_dir: Path, *, progress: bool = True) -> Path:
     """Fetch the originals of ``name``/``split`` (unless already verified) and write ``{name}_{split}.npz``.
 
-    Raises ``DataError`` naming the file to place by hand when the network or a checksum fails.
+    Raises ``DataError`` naming the file to place by hand when the network or a checksum fails; folders
+    this call created are removed again when it fails, so an offline attempt leaves no empty ``raw/``.
     """
     if name not in DOWNLOADS or split not in DOWNLOADS[name].resources:
         raise DataError(f"no download source for {name} split {split!r}; known: {sorted(DOWNLOADS)}")
     spec = DOWNLOADS[name]
     target = data_dir / f"{name}_{split}.npz"
     raw_dir = data_dir / "raw" / name
-    data_dir.mkdir(parents=True, exist_ok=True)
+    created = [d for d in (raw_dir, raw_dir.parent, data_dir) if not d.exists()]  # deepest first
     paths = []
-    for resource in spec.resources[split]:
-        path = raw_dir / resource.filename
-        if not (path.is_file() and md5sum(path) == resource.md5):
-            try:
-                fetch(resource, path, progress=progress)
-            except DownloadError as e:
-                raise DataError(
-                    f"{e} — to work offline, put {target.name} (npz with uint8 'images') into {data_dir}"
-                ) from e
-        paths.append(path)
-    images, labels = spec.convert(paths, split)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=data_dir)
     try:
-        with os.fdopen(fd, "wb") as out:
-            np.savez_compressed(out, images=images, labels=labels)
-        os.replace(tmp_name, target)
-    finally:
-        Path(tmp_name).unlink(missing_ok=True)
-    return target
+        for resource in spec.resources[split]:
+            path = raw_dir / resource.filename
+            if not (path.is_file() and md5sum(path) == resource.md5):
+                fetch(resource, path, progress=progress)
+            paths.append(path)
+    except DownloadError as e:
+        for folder in created:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise DataError(
+            f"{e} — to work offline, put {target.name} (npz with uint8 'images') into {data_dir}"
+        ) from e
+    images, labels = spec.convert(paths, split)
+    return save_npz(target, {"images": images, "labels": labels})

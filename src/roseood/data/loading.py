@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from roseood.data.download import DOWNLOADS, download_dataset
 from roseood.data.preprocess import U8, adjust_brightness, check_options, preprocess, resize_crop
 from roseood.data.registry import DATASETS, DatasetSpec, resolve_data_dir
 from roseood.errors import DataError
+from roseood.validation import check_int, check_seed
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 DEFAULT_GENERATED_N = 10000
@@ -27,13 +29,15 @@ Labels = npt.NDArray[np.int64]
 class ImageSet:
     """Preprocessed images ready for a model, with where they came from.
 
-    ``images`` is uint8 ``(N, C, size, size)``; ``labels`` is int64 ``(N,)``, ``-1`` where unknown.
+    ``images`` is uint8 ``(N, C, size, size)``; ``labels`` is int64 ``(N,)``, ``-1`` where unknown;
+    ``files`` the path of each image relative to its folder, for images loaded from a folder.
     """
 
     name: str
     images: np.ndarray
     labels: np.ndarray
     source: str
+    files: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -61,8 +65,9 @@ def load_images(
     A known name wins over a same-named path: pass ``./mnist`` or a ``Path`` to mean the folder.
     """
     check_options(channels, size, brightness)
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise DataError(f"n must be a positive integer or None, got {n!r}")
+    check_seed(seed, error=DataError)
+    if n is not None:
+        check_int(n, "n", error=DataError)
     key, has_split, suffix = str(source).partition(":")
     spec = DATASETS.get(key.strip().lower().replace("-", "_"))
     if spec is not None and not isinstance(source, os.PathLike):
@@ -191,14 +196,8 @@ def _finish(
     )
 
 
-def _load_folder(
-    folder: Path, n: int | None, seed: int, channels: int, size: int, brightness: float
-) -> ImageSet:
-    """Every image file under ``folder`` (recursively, sorted by relative path; hidden files skipped).
-
-    Each file is opened as RGB (as torchvision's ``ImageFolder`` does) and resized/cropped on its own,
-    since sizes may differ; labels are unknown (-1).
-    """
+def _folder_files(folder: Path, n: int | None, seed: int) -> list[Path]:
+    """Image files under ``folder`` (recursively, by relative path; no hidden files), subsampled."""
     files = sorted(
         (p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")),
         key=lambda p: p.relative_to(folder).as_posix(),
@@ -207,8 +206,12 @@ def _load_folder(
     if not files:
         raise DataError(f"no image files ({', '.join(sorted(IMAGE_SUFFIXES))}) found in folder {folder}")
     keep = _subsample(len(files), n, seed)
-    if keep is not None:
-        files = [files[i] for i in keep]
+    return files if keep is None else [files[i] for i in keep]
+
+
+def _read_files(files: list[Path], channels: int, size: int, brightness: float) -> U8:
+    """Each file opened as RGB (as torchvision's ``ImageFolder`` does), resized/cropped on its own since
+    sizes may differ, then preprocessed."""
     images = np.empty((len(files), size, size, 3), dtype=np.uint8)
     for i, file in enumerate(files):
         try:
@@ -216,12 +219,79 @@ def _load_folder(
                 images[i] = np.asarray(resize_crop(img.convert("RGB"), size))
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
             raise DataError(f"cannot read image file {file}: {e}") from e
+    return preprocess(images, channels=channels, size=size, brightness=brightness)
+
+
+def _load_folder(
+    folder: Path, n: int | None, seed: int, channels: int, size: int, brightness: float
+) -> ImageSet:
+    """Every image file under ``folder``; labels are unknown (-1)."""
+    files = _folder_files(folder, n, seed)
     labels = np.full(len(files), -1, dtype=np.int64)
     return ImageSet(
         str(folder),
-        preprocess(images, channels=channels, size=size, brightness=brightness),
+        _read_files(files, channels, size, brightness),
         labels,
         str(folder),
+        _relative(files, folder),
+    )
+
+
+def _relative(files: list[Path], folder: Path) -> tuple[str, ...]:
+    """Each file's path relative to the folder it was found in (what reports and score CSVs print)."""
+    return tuple(p.relative_to(folder).as_posix() for p in files)
+
+
+@dataclass(frozen=True, eq=False)
+class ImageStream:
+    """An image source read by index range, ``read(lo, hi)`` → uint8 (n, C, size, size): an image folder
+    is read file by file on demand (bounded memory for any number of files), other sources are loaded."""
+
+    name: str
+    source: str
+    labels: np.ndarray
+    read: Callable[[int, int], np.ndarray]
+    files: tuple[str, ...] | None = None  # for an image folder, each file's relative path
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+def open_images(
+    source: str | os.PathLike[str],
+    *,
+    split: str = "test",
+    data_dir: str | Path | None = None,
+    n: int | None = None,
+    seed: int = 0,
+    channels: int = 1,
+    size: int = 32,
+    brightness: float = 1.0,
+) -> ImageStream:
+    """Like ``load_images`` (same arguments), but an image folder's files are only read when asked for."""
+    path = Path(source).expanduser()
+    named = str(source).partition(":")[0].strip().lower().replace("-", "_") in DATASETS
+    if not path.is_dir() or (named and not isinstance(source, os.PathLike)):
+        s = load_images(
+            source,
+            split=split,
+            data_dir=data_dir,
+            n=n,
+            seed=seed,
+            channels=channels,
+            size=size,
+            brightness=brightness,
+        )
+        return ImageStream(s.name, s.source, s.labels, lambda lo, hi: s.images[lo:hi], s.files)
+    check_options(channels, size, brightness)
+    files = _folder_files(path, n, seed)
+    labels = np.full(len(files), -1, dtype=np.int64)
+    return ImageStream(
+        str(path),
+        str(path),
+        labels,
+        lambda lo, hi: _read_files(files[lo:hi], channels, size, brightness),
+        _relative(files, path),
     )
 
 
@@ -230,4 +300,5 @@ def take(images: ImageSet, n: int, seed: int) -> ImageSet:
     keep = _subsample(len(images), n, seed)
     if keep is None:
         return images
-    return ImageSet(images.name, images.images[keep], images.labels[keep], f"{n} of {images.source}")
+    files = tuple(images.files[i] for i in keep) if images.files is not None else None
+    return ImageSet(images.name, images.images[keep], images.labels[keep], f"{n} of {images.source}", files)

@@ -11,7 +11,7 @@ from roseood.detectors.nll import NLL
 from roseood.detectors.rnd import RND
 from roseood.detectors.rose import ROSE
 from roseood.errors import RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 
 DETECTORS: dict[str, type[Detector]] = {
     d.method: d for d in (ROSE, NLL, LikelihoodRegret, LikelihoodRatio, InputComplexity, RND)
@@ -36,7 +36,7 @@ METHODS: dict[str, tuple[type[Detector], dict[str, Any]]] = {
 }
 
 
-def make_detector(method: str, model: GenerativeModel | None, **overrides: Any) -> Detector:
+def make_detector(method: str, model: RoseModel | None, **overrides: Any) -> Detector:
     """Build an unfitted detector from a method name of ``METHODS``."""
     if method not in METHODS:
         raise RoseError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")

@@ -1,13 +1,15 @@
 """The detector contract shared by ROSE and every baseline (scikit-learn spirit).
 
-``fit(images)`` learns from in-distribution images, ``score(images)`` returns one number per image
-(higher = more out-of-distribution), ``save``/``load`` round-trip the learned state in one file that
-records the fingerprint of the model it was fitted on.
+``fit(images, held_out=None)`` learns from in-distribution images (``held_out``: further ones the
+detector may keep apart from its main fit, e.g. ROSE's layer statistics; the others learn from both),
+``score(images)`` returns one number per image (higher = more out-of-distribution), ``save``/``load``
+round-trip the learned state in one file that records the fingerprint of the model it was fitted on.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -15,11 +17,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.data.tensors import as_image_tensor
+from roseood import distributed
+from roseood.data.loading import ImageStream
+from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
-from roseood.serialization import atomic_save, safe_load
+from roseood.progress import on_terminal
+from roseood.serialization import atomic_save, safe_load, share_equal_tensors
+from roseood.validation import check_float, check_int
 
 DETECTOR_FORMAT = "roseood-detector"
 
@@ -30,17 +36,18 @@ class Detector(ABC):
     method: ClassVar[str]
 
     def __init__(
-        self, model: GenerativeModel | None, *, batch_size: int = 64, progress: bool = False
+        self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None
     ) -> None:
         self.model = model
-        self.batch_size = batch_size
-        self.progress = progress
+        self.batch_size = check_int(batch_size, "batch_size")
+        self.progress = on_terminal() if progress is None else progress  # None: bars on a terminal
         self.fitted_ = False
+        self.threshold_: float | None = None  # score above which an input is called OOD (calibrate)
 
     # -- to implement ----------------------------------------------------------------------------
     @abstractmethod
     def _fit(self, x: Tensor) -> None:
-        """Learn from validated in-distribution images (float, on the model's device)."""
+        """Learn from validated in-distribution inputs (all of them, held-out ones included)."""
 
     @abstractmethod
     def _score(self, x: Tensor) -> Tensor:
@@ -60,43 +67,91 @@ class Detector(ABC):
     # -- public API ------------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        return self.model.device if self.model is not None else torch.device("cpu")
+        if self.model is None:
+            return torch.device("cpu")
+        return next(self.model.parameters(), torch.empty(0)).device
 
     def _check(self, images: Tensor | np.ndarray) -> Tensor:
-        channels = self.model.in_channels if self.model is not None else None
-        size = self.model.image_size if self.model is not None else None
-        return as_image_tensor(images, channels, size)
+        """Validate inputs against the model's declared input kind and shape (images when no model)."""
+        return check_model_input(images, self.model)
 
-    def fit(self, images: Tensor | np.ndarray) -> Self:
-        """Learn from in-distribution images: uint8 (N, C, H, W) or float in [0, 1]."""
-        self._fit(self._check(images))
+    def _require_images(self) -> None:
+        """Refuse a model whose inputs are not images (for methods built on image perturbations/codecs)."""
+        kind = getattr(self.model, "input_kind", "image")
+        if kind != "image":
+            raise RoseError(f"the {self.method} method works on images only; this model takes {kind} inputs")
+
+    def fit(self, images: Tensor | np.ndarray, held_out: Tensor | np.ndarray | None = None) -> Self:
+        """Learn from in-distribution inputs (images: uint8 (N, C, H, W) or float in [0, 1]).
+
+        ``held_out``: further in-distribution inputs; detectors without a use for a held-out set learn
+        from ``images`` and ``held_out`` together.
+        """
+        x = self._check(images)
+        self._fit(x if held_out is None else torch.cat([x, self._check(held_out)]))
         self.fitted_ = True
         return self
 
-    def score(self, images: Tensor | np.ndarray) -> np.ndarray:
-        """One OOD score per image as float64 numpy (higher = more likely out-of-distribution)."""
+    def score(self, images: Tensor | np.ndarray, *, shard: bool = True) -> np.ndarray:
+        """One OOD score per image as float64 numpy (higher = more likely out-of-distribution).
+
+        Under torchrun each process scores its shard and every process gets all scores in input order;
+        ``shard=False`` scores exactly ``images`` here (a process's own part of a stream)."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted: call fit() or load() first")
-        out = self._score(self._check(images))
-        return out.detach().to("cpu", torch.float64).numpy()
+        x = self._check(images)
+        if shard:
+            x = x[distributed.shard(x.shape[0])]
+        out = self._score(x).detach() if x.shape[0] else torch.empty(0)
+        out = out.to("cpu", torch.float64)
+        return (distributed.gather_rows(out) if shard else out).numpy()
+
+    def score_stream(self, stream: ImageStream, chunk: int = 4096) -> Iterator[tuple[int, np.ndarray]]:
+        """Score images read lazily, ``chunk`` at a time (bounded memory); yields (first index, scores) in
+        input order. Under torchrun each process reads and scores its share of every chunk."""
+        for lo in range(0, len(stream), chunk):
+            hi = min(lo + chunk, len(stream))
+            part = distributed.shard(hi - lo)
+            mine = stream.read(lo + part.start, lo + part.stop)
+            local = self.score(mine, shard=False) if len(mine) else np.empty(0)
+            yield lo, distributed.gather_rows(torch.from_numpy(local)).numpy()
+
+    def calibrate(self, images: Tensor | np.ndarray, tpr: float = 0.95) -> Self:
+        """Set ``threshold_`` so that a fraction ``tpr`` of these held-out in-distribution inputs (not
+        the ones fitted on) score at or below it; ``decide`` then calls higher scores OOD."""
+        tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
+        self.threshold_ = float(np.quantile(self.score(images), tpr, method="higher"))
+        return self
+
+    def decide(self, scores: np.ndarray, threshold: float | None = None) -> np.ndarray:
+        """Boolean OOD decisions for ``scores`` at ``threshold`` (default: the calibrated ``threshold_``)."""
+        cut = self.threshold_ if threshold is None else check_float(threshold, "threshold")
+        if cut is None:
+            raise RoseError(f"{self.method} detector has no threshold: calibrate() it or pass a threshold")
+        return np.asarray(scores) > cut
 
     def save(self, path: str | Path) -> None:
         """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically)."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted; nothing to save")
+        if not distributed.is_main():
+            distributed.barrier()  # rank 0 writes; the others wait until the file is there
+            return
         atomic_save(
             {
                 "format": DETECTOR_FORMAT,
                 "method": self.method,
                 "params": self.params(),
-                "state": self.state(),
+                "state": share_equal_tensors(self.state()),
+                "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
             },
             path,
         )
+        distributed.barrier()
 
     @classmethod
-    def load(cls, path: str | Path, model: GenerativeModel | None) -> Detector:
+    def load(cls, path: str | Path, model: RoseModel | None) -> Detector:
         """Load a saved detector for ``model``; refuses a file fitted on a different model."""
         from roseood.detectors import DETECTORS
 
@@ -117,6 +172,21 @@ class Detector(ABC):
                     "refit the detector for this model"
                 )
         det = DETECTORS[method](model, **obj["params"])
-        det.load_state(obj["state"])
+        try:
+            det.load_state(obj["state"])
+        except CheckpointError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
+        det.threshold_ = obj.get("threshold")
         det.fitted_ = True
         return det
+
+
+def held_out_count(n: int, held_out: int | float) -> int:
+    """The split policy: how many of ``n`` in-distribution inputs to hold out from the main fit.
+
+    A float is a fraction of ``n`` (rounded); an int a count, capped at half of ``n`` so the main fit
+    always keeps the larger part. The held-out inputs are the last ones.
+    """
+    if isinstance(held_out, float):
+        return round(held_out * n)
+    return min(held_out, n // 2)

@@ -22,7 +22,7 @@ from roseood.detectors.base import Detector
 from roseood.detectors.compression import CODECS, compressed_bits, to_uint8
 from roseood.detectors.nll import model_nll
 from roseood.errors import RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 
 
 class InputComplexity(Detector):
@@ -32,12 +32,12 @@ class InputComplexity(Detector):
 
     def __init__(
         self,
-        model: GenerativeModel | None,
+        model: RoseModel | None,
         *,
         compressor: str = "png",
         k: int = 20,
         batch_size: int = 64,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:
@@ -46,7 +46,8 @@ class InputComplexity(Detector):
             raise RoseError(f"unknown compressor {compressor!r}; choose from {', '.join(CODECS)}")
         if k < 1:
             raise RoseError(f"k must be ≥ 1, got {k}")
-        self.model: GenerativeModel = model
+        self.model: RoseModel = model
+        self._require_images()
         self.compressor = compressor
         self.k = k
 

@@ -22,8 +22,13 @@ from torch import Tensor
 from roseood.detectors.base import Detector
 from roseood.detectors.nll import model_nll
 from roseood.errors import CheckpointError, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
+
+
+def _describe(shape: tuple[int, ...] | None) -> str:
+    """``1-channel 32×32`` for a (C, H, W) image shape."""
+    return f"{shape[0]}-channel {shape[1]}×{shape[2]}" if shape and len(shape) == 3 else str(shape)
 
 
 class LikelihoodRatio(Detector):
@@ -33,36 +38,36 @@ class LikelihoodRatio(Detector):
 
     def __init__(
         self,
-        model: GenerativeModel | None,
+        model: RoseModel | None,
         *,
-        background: GenerativeModel | None = None,
+        background: RoseModel | None = None,
         k: int = 20,
         batch_size: int = 64,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:
             raise RoseError("the likelihood ratio needs a generative model")
         if k < 1:
             raise RoseError(f"k must be ≥ 1, got {k}")
-        self.model: GenerativeModel = model
+        self.model: RoseModel = model
+        self._require_images()
         self.k = k
-        self.background: GenerativeModel | None = None
+        self.background: RoseModel | None = None
         self._background_fingerprint: str | None = None
         if background is not None:
             self.set_background(background)
 
-    def set_background(self, background: GenerativeModel) -> None:
+    def set_background(self, background: RoseModel) -> None:
         """Attach the background model; after ``load`` it must be the one the detector was saved with."""
-        if not isinstance(background, GenerativeModel):
+        if not isinstance(background, RoseModel):
             raise RoseError(f"the background must be a generative model, got {type(background).__name__}")
         if background is self.model:
             raise RoseError("the background model must be a different model than the main one")
-        shape = (background.in_channels, background.image_size)
-        if shape != (self.model.in_channels, self.model.image_size):
+        shape, main = background.input_shape, self.model.input_shape
+        if shape != main:
             raise RoseError(
-                f"background model takes {shape[0]}-channel {shape[1]}×{shape[1]} images, the main model "
-                f"{self.model.in_channels}-channel {self.model.image_size}×{self.model.image_size}"
+                f"background model takes {_describe(shape)} images, the main model {_describe(main)}"
             )
         expected = self._background_fingerprint
         if expected is not None and model_fingerprint(background) != expected:
@@ -72,7 +77,7 @@ class LikelihoodRatio(Detector):
             )
         self.background = background
 
-    def _require_background(self) -> GenerativeModel:
+    def _require_background(self) -> RoseModel:
         if self.background is None:
             raise RoseError(
                 "the likelihood-ratio detector has no background model: pass background= when "
@@ -92,9 +97,7 @@ class LikelihoodRatio(Detector):
             self.set_background(self.background)
 
     @classmethod
-    def load(
-        cls, path: str | Path, model: GenerativeModel | None, background: GenerativeModel | None = None
-    ) -> Detector:
+    def load(cls, path: str | Path, model: RoseModel | None, background: RoseModel | None = None) -> Detector:
         """Load a saved detector for ``model`` and its ``background`` model (both checked by fingerprint)."""
         det = super().load(path, model)
         if background is None:

@@ -105,7 +105,7 @@ class LikelihoodRegret(Detector):
         k: int = 20,
         sample: bool = True,
         batch_size: int = 16,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
         if not isinstance(model, VAE):

@@ -10,7 +10,7 @@ from torch import Tensor
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector
 from roseood.errors import RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 from roseood.models.vae import VAE
 
 
@@ -20,14 +20,14 @@ class NLL(Detector):
     method = "nll"
 
     def __init__(
-        self, model: GenerativeModel | None, *, k: int = 1, batch_size: int = 64, progress: bool = False
+        self, model: RoseModel | None, *, k: int = 1, batch_size: int = 64, progress: bool | None = None
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
         if model is None:
             raise RoseError("the NLL score needs a generative model")
         if k > 1 and not isinstance(model, VAE):
             raise RoseError("IWAE (k > 1) applies to VAEs only; the Glow likelihood is exact")
-        self.model: GenerativeModel = model
+        self.model: RoseModel = model
         self.k = k
 
     def params(self) -> dict[str, Any]:
@@ -56,7 +56,7 @@ class NLL(Detector):
         return self.nll(x)
 
 
-def model_nll(model: GenerativeModel, x: Tensor, *, k: int, batch_size: int, progress: bool) -> Tensor:
+def model_nll(model: RoseModel, x: Tensor, *, k: int, batch_size: int, progress: bool) -> Tensor:
     """Per-image NLL in nats on CPU: IWAE with ``k`` samples for a VAE, the exact likelihood otherwise."""
     k = k if isinstance(model, VAE) else 1
     return NLL(model, k=k, batch_size=batch_size, progress=progress).nll(x)

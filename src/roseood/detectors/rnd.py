@@ -21,13 +21,13 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from roseood.data.perturbations import make_perturbation
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector
 from roseood.errors import DataError, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
+from roseood.progress import progress as progress_bar
 
 
 def _cpu_state(net: nn.Module) -> dict[str, Tensor]:
@@ -65,7 +65,7 @@ class RND(Detector):
 
     def __init__(
         self,
-        model: GenerativeModel | None = None,
+        model: RoseModel | None = None,
         *,
         perturbation: str = "svd:28",
         epochs: int = 5,
@@ -75,9 +75,12 @@ class RND(Detector):
         extra: int = 1,
         seed: int = 0,
         batch_size: int = 128,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
-        super().__init__(None, batch_size=batch_size, progress=progress)
+        super().__init__(model, batch_size=batch_size, progress=progress)
+        self._require_images()
+        self._device = super().device
+        self.model = None  # the model only chooses the device: RND never reads it
         self._perturb = make_perturbation(perturbation)  # validates the spec
         sizes = {"epochs": epochs, "width": width, "out_dim": out_dim, "batch_size": batch_size}
         for name, value in sizes.items():
@@ -92,7 +95,6 @@ class RND(Detector):
         self.out_dim = out_dim
         self.extra = extra
         self.seed = seed
-        self._device = model.device if model is not None else torch.device("cpu")
         self.in_channels_: int | None = None
         self.image_size_: int | None = None
         self.predictor_: EmbeddingNet | None = None
@@ -136,7 +138,7 @@ class RND(Detector):
         decay_at = (self.epochs + 1) // 2 if self.epochs > 1 else self.epochs
         self.losses_ = []
         f.train()
-        epochs = tqdm(range(self.epochs), desc="RND training", disable=not self.progress, unit="epoch")
+        epochs = progress_bar(range(self.epochs), "RND training", enabled=self.progress, unit="epoch")
         for epoch in epochs:
             for group in opt.param_groups:
                 group["lr"] = self.lr * (0.1 if epoch >= decay_at else 1.0)

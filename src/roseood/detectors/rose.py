@@ -3,40 +3,63 @@
 Per layer l, ``s_l(x) = g_lᵀ F_l⁻¹ g_l`` with ``g_l`` the per-sample gradient of the model's −log p(x)
 w.r.t. the layer and ``F_l`` its empirical Fisher on in-distribution data. Layer scores are
 z-normalised with in-distribution statistics taken on images *not* used for the Fisher (the Fisher's
-own samples score systematically low), and aggregated as ``‖ReLU(ẑ + β)‖_p``.
+own samples score systematically low), and aggregated as ``‖ReLU(ẑ + β)‖_p`` (the default; other
+aggregations in ``roseood.detectors.aggregation``, fitted on the same held-out images).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Self
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.curvature import Fisher, LayerGradients, make_fisher
+from roseood import distributed
+from roseood.curvature import Fisher, LayerGradients, LayerReport, check_layers, make_fisher
 from roseood.data.tensors import iter_batches
-from roseood.detectors.base import Detector
-from roseood.errors import DataError, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.detectors.aggregation import (
+    DEFAULT_AGGREGATION,
+    Aggregation,
+    layer_problems,
+    make_aggregation,
+    tie_problem,
+)
+from roseood.detectors.base import Detector, held_out_count
+from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
+from roseood.models.base import RoseModel
+from roseood.models.wrap import LossFn, wrap
+from roseood.validation import check_float
+
+STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
 
 class ROSE(Detector):
     """ROSE detector. ``fisher``: ekfac (paper default), kfac, diag or dense; ``layers``: a named layer set
     of the model (e.g. "encoder", "invconv", "all") or a list of module names.
 
-    ``stats_fraction`` of the images given to ``fit`` are held out for the layer means/stds unless
-    ``stats_images`` are passed explicitly. ``stochastic=True`` samples the latent (VAE) or the
-    dequantisation noise (Glow) instead of the deterministic loss the authors used.
+    ``model`` is a :class:`~roseood.models.base.RoseModel` (a built-in family or ``roseood.wrap(...)``),
+    or any image ``nn.Module`` together with ``loss_fn`` (its per-sample −log p(x), shape (N,)), which
+    ROSE wraps itself (for non-image inputs, wrap it first). ``stats_fraction`` of the images given to
+    ``fit`` are held out for the layer means/stds unless ``held_out`` images are passed explicitly.
+    ``stochastic=True`` samples the latent (VAE) or the dequantisation noise (Glow) instead of the
+    deterministic loss the authors used.
+
+    ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
+    paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
+    the held-out images. Degenerate fits (ties, non-finite, exploding or constant layer scores) raise a
+    ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
     """
 
     method = "rose"
 
     def __init__(
         self,
-        model: GenerativeModel | None,
+        model: RoseModel | torch.nn.Module | None,
         *,
+        loss_fn: LossFn | None = None,
         fisher: str = "ekfac",
         layers: str | list[str] | None = None,
         damping: float = 1e-8,
@@ -44,31 +67,39 @@ class ROSE(Detector):
         p: float = math.inf,
         stats_fraction: float = 0.2,
         stochastic: bool = False,
+        aggregate: str = DEFAULT_AGGREGATION,
         batch_size: int = 64,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> None:
+        if loss_fn is not None and isinstance(model, torch.nn.Module):
+            model = wrap(model, loss_fn, layers=layers if isinstance(layers, list) else None)
+        if not isinstance(model, RoseModel) or not isinstance(model, torch.nn.Module):
+            raise RoseError("ROSE needs a generative model: a roseood model, roseood.wrap(...), or loss_fn=")
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if model is None:
-            raise RoseError("ROSE needs a generative model")
-        if p < 1:
-            raise RoseError(f"p must be ≥ 1 (or inf), got {p}")
-        if not 0.0 < stats_fraction < 1.0:
+        check_float(p, "p", low=1.0, allow_inf=True)
+        check_float(damping, "damping", low=0.0)
+        for b in beta if isinstance(beta, list) else [beta]:
+            check_float(b, "beta")
+        given = {k: v for k, v, default in (("beta", beta, 0.0), ("p", p, math.inf)) if v != default}
+        self.aggregation_: Aggregation = make_aggregation(aggregate, **given)
+        if not 0.0 < check_float(stats_fraction, "stats_fraction") < 1.0:
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
-        make_fisher(fisher)  # validates the name early
-        self.model: GenerativeModel = model
+        coords = type(make_fisher(fisher)).coords  # validates the name early
+        self.model: RoseModel = model
         self.fisher_kind = fisher
         self.layer_spec = layers
         self.layers = layers if isinstance(layers, list) else model.rose_layers(layers)
         self.damping = damping
         self.beta = beta
         self.p = p
+        self.aggregate = aggregate
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
-        coords = "weight" if fisher in ("kfac", "ekfac") else "native"
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
+        self.fit_warnings_: list[str] = []
 
     def params(self) -> dict[str, Any]:
         return {
@@ -79,6 +110,7 @@ class ROSE(Detector):
             "p": self.p,
             "stats_fraction": self.stats_fraction,
             "stochastic": self.stochastic,
+            "aggregate": self.aggregate,
             "batch_size": self.batch_size,
         }
 
@@ -86,18 +118,37 @@ class ROSE(Detector):
         self.model.eval()
         return self._grads(lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device))
 
-    def fit(self, images: Tensor | np.ndarray, stats_images: Tensor | np.ndarray | None = None) -> Self:
-        """Fit the per-layer Fishers and the layer-score normalisation on in-distribution images."""
+    def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
+        """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
+        why not (``roseood.curvature.format_layer_report`` prints it as a table)."""
+        self.model.eval()
+        x = self._check(images).to(self.device)
+        return check_layers(
+            self._grads.model, lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x
+        )
+
+    def fit(
+        self,
+        images: Tensor | np.ndarray,
+        held_out: Tensor | np.ndarray | None = None,
+        *,
+        stats_images: Tensor | np.ndarray | None = None,
+    ) -> Self:
+        """Fit the per-layer Fishers on ``images`` and the layer-score normalisation on ``held_out``
+        (``stats_images`` is its former name), else on the last ``stats_fraction`` of ``images``."""
         x = self._check(images)
-        if stats_images is None:
-            n_stats = round(self.stats_fraction * x.shape[0])
+        held_out = held_out if held_out is not None else stats_images
+        if held_out is None:
+            n_stats = held_out_count(x.shape[0], self.stats_fraction)
             if n_stats < 2 or x.shape[0] - n_stats < 1:
                 raise DataError(f"ROSE needs at least 3 in-distribution images to fit, got {x.shape[0]}")
             x, stats = x[: x.shape[0] - n_stats], x[x.shape[0] - n_stats :]
         else:
-            stats = self._check(stats_images)
+            stats = self._check(held_out)
             if stats.shape[0] < 2:
                 raise DataError("ROSE needs at least 2 images for the layer statistics")
+            if stats.shape == x.shape and torch.equal(stats, x):
+                raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
         self.fit_fisher(x)
         self.fit_stats(stats)
         self.fitted_ = True
@@ -107,22 +158,42 @@ class ROSE(Detector):
         self.fit(x)
 
     def fit_fisher(self, x: Tensor) -> None:
-        """Accumulate each layer's Fisher over ``x`` (two passes for EKFAC)."""
+        """Accumulate each layer's Fisher over ``x`` (two passes for EKFAC).
+
+        Under torchrun each process accumulates its shard of ``x``; the sums are added together (float64)
+        before each pass ends, and rank 0's eigendecompositions are shared with every process."""
         self.fishers_ = {name: make_fisher(self.fisher_kind, self.damping) for name in self.layers}
         passes = next(iter(self.fishers_.values())).passes
+        distributed.check_enough(x.shape[0], "Fisher images")
+        x = x[distributed.shard(x.shape[0])]
         for pass_index in range(passes):
             desc = f"ROSE-{self.fisher_kind} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             for batch in iter_batches(x, self.batch_size, desc):
                 for name, g in self._layer_grads(batch).items():
                     self.fishers_[name].update(g, pass_index)
             for f in self.fishers_.values():
+                if distributed.active():
+                    f.reduce_sums(pass_index, distributed.all_reduce)
                 f.end_pass(pass_index)
+                f.map_tensors(distributed.broadcast)
 
     def fit_stats(self, x: Tensor) -> None:
-        """In-distribution mean and std of every layer score (for z-normalisation)."""
-        raw = self._layer_scores(x, desc="ROSE layer statistics")
+        """Fit the z-normalisation and the aggregation on held-out in-distribution images (never the
+        Fisher's: ``fit`` passes disjoint slices) and warn about a degenerate fit; sharded under torchrun."""
+        distributed.check_enough(x.shape[0], "statistics images")
+        x = x[distributed.shard(x.shape[0])]
+        raw = distributed.gather_rows(self._layer_scores(x, desc="ROSE layer statistics"))
         self.mean_ = raw.mean(0)
         self.std_ = raw.std(0).clamp_min(1e-12)
+        values = raw.numpy()
+        self.fit_warnings_ = self._warn(layer_problems(values, self.layers))
+        self.aggregation_.fit(values)
+        self.fit_warnings_ += self._warn(tie_problem(values, self.layers, self.aggregation_))
+
+    def _warn(self, messages: list[str]) -> list[str]:
+        for message in messages:
+            warnings.warn(f"ROSE-{self.fisher_kind}: {message}", DegenerateFitWarning, stacklevel=4)
+        return messages
 
     def layer_scores(self, images: Tensor | np.ndarray, desc: str = "ROSE scoring") -> Tensor:
         """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, layers), float64."""
@@ -147,22 +218,29 @@ class ROSE(Detector):
         return (self._layer_scores(x) - self.mean_) / self.std_
 
     def _score(self, x: Tensor) -> Tensor:
-        z = self._normalized(x)
-        beta = torch.as_tensor(self.beta, dtype=z.dtype)
-        r = torch.relu(z + beta)
-        return r.amax(1) if math.isinf(self.p) else r.pow(self.p).sum(1).pow(1.0 / self.p)
+        return torch.from_numpy(self.aggregation_(self._layer_scores(x).numpy()))
 
     def state(self) -> dict[str, Any]:
         return {
+            "version": STATE_VERSION,
             "fishers": {n: f.state() for n, f in self.fishers_.items()},
             "mean": self.mean_,
             "std": self.std_,
+            "aggregation": self.aggregation_.state(),
+            "fit_warnings": self.fit_warnings_,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise CheckpointError(
+                "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
+            )
         self.fishers_ = {}
         for name, fs in state["fishers"].items():
             f = make_fisher(self.fisher_kind, self.damping)
             f.load_state(fs)
             self.fishers_[name] = f
         self.mean_, self.std_ = state["mean"], state["std"]
+        # files from before aggregations were options hold only the paper's z-normalisation
+        self.aggregation_.load_state(state.get("aggregation", {"mean": self.mean_, "std": self.std_}))
+        self.fit_warnings_ = list(state.get("fit_warnings", []))

@@ -1,0 +1,44 @@
+"""Evaluate detectors side by side and report: the public API behind ``rose evaluate``.
+
+``evaluate(model, EvalSpec(...))`` fits every method on in-distribution images and scores the
+in-distribution test set and each OOD set; the ``EvaluationResult`` gives ``metrics()``, JSON, raw
+scores, and ``write_report`` turns it into a Markdown report with ROC curves and histograms.
+``ood_metrics`` / ``fpr_at_tpr`` compute AUROC, AUPRC and FPR80/95 for any two score arrays.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from roseood.evaluation.cache import ResultCache
+from roseood.evaluation.evaluate import EvalSpec, evaluate, fit_detector, load_fit_images
+from roseood.evaluation.metrics import METRICS, fpr_at_tpr, ood_metrics, roc_points
+from roseood.evaluation.result import EvaluationResult
+
+if TYPE_CHECKING:
+    from roseood.evaluation.report import write_index, write_report
+
+
+def __getattr__(name: str) -> Any:
+    """Reports load matplotlib: import them on first use only."""
+    if name in ("write_report", "write_index"):
+        from roseood.evaluation import report
+
+        return getattr(report, name)
+    raise AttributeError(f"module 'roseood.evaluation' has no attribute {name!r}")
+
+
+__all__ = [
+    "METRICS",
+    "EvalSpec",
+    "EvaluationResult",
+    "ResultCache",
+    "evaluate",
+    "fit_detector",
+    "fpr_at_tpr",
+    "load_fit_images",
+    "ood_metrics",
+    "roc_points",
+    "write_index",
+    "write_report",
+]

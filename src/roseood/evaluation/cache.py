@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,13 +18,8 @@ import numpy as np
 
 from roseood.detectors.base import Detector
 from roseood.errors import CheckpointError
-
-
-def array_digest(images: np.ndarray) -> str:
-    """Hash of an array's shape, dtype and bytes: identifies an image set exactly."""
-    h = hashlib.sha256(f"{images.shape}{images.dtype}".encode())
-    h.update(np.ascontiguousarray(images).tobytes())
-    return h.hexdigest()[:16]
+from roseood.serialization import array_digest as array_digest
+from roseood.serialization import save_npy
 
 
 def cache_key(parts: dict[str, Any]) -> str:
@@ -69,15 +62,7 @@ class ResultCache:
             except (OSError, ValueError):
                 path.unlink()
         values = np.asarray(compute())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, values, allow_pickle=False)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_npy(path, values)
         return values
 
     def has_scores(self, key: str) -> bool:

@@ -26,11 +26,13 @@ from roseood.detectors import (
     make_detector,
     method_params,
 )
+from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
+from roseood.validation import check_float, check_int, check_seed
 
 
 @dataclass
@@ -60,6 +62,12 @@ class EvalSpec:
     layerwise: bool = False
     fit_draw: int | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("fit_samples", "stats_samples", "test_samples", "batch_size", "overall_per_set"):
+            check_int(getattr(self, name), name)
+        check_seed(self.seed)
+        check_float(self.brightness, "brightness", low=0.0, low_open=True)
+
 
 def machine_description() -> dict[str, Any]:
     """Versions and hardware, printed next to every number we report."""
@@ -86,15 +94,32 @@ def fit_source(spec: EvalSpec) -> str:
     )
 
 
+def image_options(model: RoseModel) -> tuple[int, int]:
+    """(channels, size) for ``load_images`` from an image model's input shape (default 1, 32); other
+    models' inputs are not images (named sets, folders) and need the Python API."""
+    shape = model.input_shape
+    if model.input_kind != "image":
+        raise DataError(
+            f"this model takes {model.input_kind} inputs, not images: datasets and image files cannot "
+            "feed it; fit and score it from Python (detector.fit(tensor), detector.score(tensor))"
+        )
+    if shape is None:
+        return 1, 32
+    if len(shape) != 3 or shape[1] != shape[2]:
+        raise DataError(f"image sets are loaded as square (C, S, S) images; the model takes {shape}")
+    return shape[0], shape[1]
+
+
 def _load(
-    source: str, n: int | None, seed: int, model: GenerativeModel, spec: EvalSpec, brightness: float = 1.0
+    source: str, n: int | None, seed: int, model: RoseModel, spec: EvalSpec, brightness: float = 1.0
 ) -> ImageSet:
+    channels, size = image_options(model)
     return load_images(
         source,
         n=n,
         seed=seed,
-        channels=model.in_channels,
-        size=model.image_size,
+        channels=channels,
+        size=size,
         data_dir=spec.data_dir,
         brightness=brightness,
     )
@@ -107,7 +132,7 @@ def derived_seed(spec: EvalSpec, name: str) -> int:
     return spec.seed + 1 + zlib.crc32(name.encode()) % 100_000
 
 
-def load_fit_images(spec: EvalSpec, model: GenerativeModel) -> ImageSet:
+def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
     """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples)."""
     if spec.fit_draw is None:
         return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
@@ -125,7 +150,7 @@ def load_fit_images(spec: EvalSpec, model: GenerativeModel) -> ImageSet:
 OVERALL = "overall"
 
 
-def load_ood_sets(spec: EvalSpec, model: GenerativeModel) -> tuple[dict[str, ImageSet], dict[str, str]]:
+def load_ood_sets(spec: EvalSpec, model: RoseModel) -> tuple[dict[str, ImageSet], dict[str, str]]:
     """Load every OOD set but ``overall``; named sets whose files are absent become 'no data' entries."""
     sets: dict[str, ImageSet] = {}
     missing: dict[str, str] = {}
@@ -158,38 +183,37 @@ def overall_scores(
 
 
 def fisher_count(spec: EvalSpec, n_fit: int) -> int:
-    """How many of the ``n_fit`` fit images go to the Fisher; the rest (at most half) to ROSE statistics."""
+    """How many of the ``n_fit`` fit images every detector fits on; the rest (``stats_samples``, at most
+    half, by the one split policy ``held_out_count``) are passed as ``held_out``. A ``fit_draw`` holds
+    exactly ``fit_samples`` fit images followed by the statistics images."""
     if spec.fit_draw is not None:
         return spec.fit_samples
-    return n_fit - min(spec.stats_samples, n_fit // 2)
+    return n_fit - held_out_count(n_fit, spec.stats_samples)
 
 
-def _make(method: str, model: GenerativeModel, spec: EvalSpec, progress: bool) -> Detector:
+def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool | None) -> Detector:
     kwargs = spec.detector_kwargs.get(method, {})
     return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
 
 
 def fit_detector(
-    method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec, progress: bool
+    method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec, progress: bool | None
 ) -> Detector:
-    """Build and fit one detector; ROSE gets its layer statistics from the held-out tail of ``fit``."""
+    """Build and fit one detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics)."""
     det = _make(method, model, spec, progress)
     n_fisher = fisher_count(spec, len(fit))
-    if method.startswith("rose"):
-        det.fit(fit.images[:n_fisher], stats_images=fit.images[n_fisher:])  # type: ignore[call-arg]
-    else:
-        det.fit(fit.images)
-    return det
+    held_out = fit.images[n_fisher:] if n_fisher < len(fit) else None
+    return det.fit(fit.images[:n_fisher], held_out=held_out)
 
 
-def _fit_key(method: str, model: GenerativeModel, fit: ImageSet, spec: EvalSpec) -> dict[str, Any]:
+def _fit_key(method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec) -> dict[str, Any]:
     """Everything that determines a fitted detector, for the result cache (without building one)."""
     params = method_params(method, batch_size=spec.batch_size, **spec.detector_kwargs.get(method, {}))
     return {
         "model": model_fingerprint(model),
         "method": method,
         "params": {
-            k: model_fingerprint(v) if isinstance(v, GenerativeModel) else v for k, v in params.items()
+            k: model_fingerprint(v) if isinstance(v, RoseModel) else v for k, v in params.items()
         },
         "fit_images": array_digest(fit.images),
         "n_fisher": fisher_count(spec, len(fit)),
@@ -202,10 +226,10 @@ class _MethodRun:
     """One method's detector, fitted (or loaded from the cache) only when a score is actually missing."""
 
     method: str
-    model: GenerativeModel
+    model: RoseModel
     fit: ImageSet
     spec: EvalSpec
-    progress: bool
+    progress: bool | None
     cache: ResultCache | None
     _det: Detector | None = None
 
@@ -254,14 +278,23 @@ class _MethodRun:
         values = out[:-1].reshape(len(images), -1) if layerwise else out[:-1]
         return values, float(out[-1])
 
+    def fit_warnings(self) -> list[str]:
+        """A ROSE detector's degenerate-fit warnings (kept in its saved state, so cached runs have them)."""
+        if not issubclass(METHODS[self.method][0], ROSE):
+            return []
+        det = self.detector()
+        assert isinstance(det, ROSE)
+        return det.fit_warnings_
+
 
 def evaluate(
-    model: GenerativeModel, spec: EvalSpec, progress: bool = True, cache: ResultCache | None = None
+    model: RoseModel, spec: EvalSpec, progress: bool | None = None, cache: ResultCache | None = None
 ) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
     every OOD set with the same images and seeds.
 
-    ``spec.test_limits`` gives slow methods a seeded subset of each test set. With a ``cache``,
+    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress=None`` shows
+    progress only on a terminal. With a ``cache``,
     fitted detectors and scores are stored as they are made and reused, so a re-run after an
     interruption only computes what is missing.
     """
@@ -279,8 +312,8 @@ def evaluate(
     if OVERALL in spec.ood:
         ood_sets[OVERALL] = f"{spec.overall_per_set} random images of each of: {', '.join(ood)}"
     settings = {
-        "model": model.kind,
-        "model_config": model.config(),
+        "model": model_name(model),
+        "model_config": model_config(model),
         "model_fingerprint": model_fingerprint(model),
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
         "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
@@ -306,16 +339,18 @@ def evaluate(
         if OVERALL in spec.ood:
             scores[OVERALL] = overall_scores(scores, list(ood), spec.overall_per_set, spec.seed)
         result.scores[method] = scores
+        if warned := run.fit_warnings():
+            result.settings.setdefault("fit_warnings", {})[method] = warned
     return result
 
 
 def sweep(
-    model: GenerativeModel,
+    model: RoseModel,
     spec: EvalSpec,
     field_name: str,
     values: Sequence[Any],
     repeats: int = 1,
-    progress: bool = True,
+    progress: bool | None = None,
     cache: ResultCache | None = None,
 ) -> dict[Any, list[EvaluationResult]]:
     """``evaluate`` with ``spec.<field_name>`` set to each of ``values``; with ``repeats`` > 1, each value

@@ -19,6 +19,7 @@ from matplotlib.ticker import FuncFormatter
 
 from roseood.evaluation.metrics import roc_points
 from roseood.evaluation.result import EvaluationResult
+from roseood.serialization import atomic_write
 
 DPI = 120
 HIST_BINS = 60
@@ -33,10 +34,7 @@ def _figure(width: float = 6.4, height: float = 4.4) -> tuple[Figure, Axes]:
 
 
 def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
-    return path
+    return atomic_write(path, lambda f: fig.savefig(f, dpi=DPI, format="png"))
 
 
 def _no_data(ax: Axes, message: str) -> None:

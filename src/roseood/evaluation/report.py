@@ -20,6 +20,7 @@ from urllib.parse import quote
 from roseood.evaluation.metrics import METRICS
 from roseood.evaluation.plots import plot_histograms, plot_roc
 from roseood.evaluation.result import EvaluationResult
+from roseood.serialization import write_text
 
 METRIC_TITLES = {
     "auroc": "AUROC (higher is better)",
@@ -136,7 +137,7 @@ def write_report(
         parts.append(f"![score histograms of {method}]({name})")
 
     report = out / "report.md"
-    report.write_text("\n\n".join(parts) + "\n")
+    write_text(report, "\n\n".join(parts) + "\n")
     return report
 
 
@@ -201,7 +202,7 @@ def write_index(results_dir: str | Path) -> Path:
         directory = report.parent.relative_to(root).as_posix()
         title = _report_title(markdown, directory)
         page = report.with_suffix(".html")
-        page.write_text(markdown_to_html(markdown, title))
+        write_text(page, markdown_to_html(markdown, title))
         href = quote(page.relative_to(root).as_posix())
         md_href = quote(report.relative_to(root).as_posix())
         rows.append(
@@ -217,5 +218,5 @@ def write_index(results_dir: str | Path) -> Path:
     else:
         body = "<p>No reports found.</p>"
     index = root / "index.html"
-    index.write_text(_page("Evaluation reports", f"<h1>Evaluation reports</h1>\n{body}"))
+    write_text(index, _page("Evaluation reports", f"<h1>Evaluation reports</h1>\n{body}"))
     return index

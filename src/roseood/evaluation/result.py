@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from roseood.evaluation.metrics import ood_metrics
+from roseood.serialization import save_npz, write_json
 
 
 @dataclass
@@ -58,10 +58,9 @@ class EvaluationResult:
         }
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        """Settings and metrics as JSON, written atomically."""
+        write_json(path, self.to_json())
 
     def save_scores(self, path: str | Path) -> None:
         """All raw scores as one .npz (keys ``method/set``), for re-plotting without recomputing."""
-        flat = {f"{m}/{s}": v for m, per in self.scores.items() for s, v in per.items()}
-        np.savez_compressed(path, **flat)  # type: ignore[arg-type]
+        save_npz(path, {f"{m}/{s}": v for m, per in self.scores.items() for s, v in per.items()})

@@ -1,23 +1,35 @@
-"""Models ROSE can analyse: the paper's VAE and Glow, the Figure 6 classifiers, plus checkpoint I/O."""
+"""Models ROSE can analyse: the paper's VAE and Glow, a PixelCNN, the Figure 6 classifiers, any module through
+``wrap``, the family registry, plus checkpoint I/O."""
 
-from roseood.models.base import GenerativeModel
-from roseood.models.checkpoint import load_checkpoint, load_model, model_fingerprint, save_model
+from roseood.models.base import GenerativeModel, RoseModel
+from roseood.models.checkpoint import load_checkpoint, load_model, load_weights, model_fingerprint, save_model
 from roseood.models.classifier import Classifier, train_classifier
+from roseood.models.families import FAMILIES, ModelFamily, get_family, register_family
 from roseood.models.glow import Glow
+from roseood.models.pixelcnn import PixelCNN
+from roseood.models.user import load_factory
 from roseood.models.vae import VAE, load_authors_vae
-
-MODEL_KINDS: dict[str, type[GenerativeModel]] = {"vae": VAE, "glow": Glow, "classifier": Classifier}
+from roseood.models.wrap import WrappedModel, wrap
 
 __all__ = [
-    "MODEL_KINDS",
+    "FAMILIES",
     "VAE",
     "Classifier",
     "GenerativeModel",
     "Glow",
+    "ModelFamily",
+    "PixelCNN",
+    "RoseModel",
+    "WrappedModel",
+    "get_family",
     "load_authors_vae",
     "load_checkpoint",
+    "load_factory",
     "load_model",
+    "load_weights",
     "model_fingerprint",
+    "register_family",
     "save_model",
     "train_classifier",
+    "wrap",
 ]

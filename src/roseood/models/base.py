@@ -1,13 +1,93 @@
-"""The contract every generative model in roseood fulfils: per-sample log-likelihoods of 32×32 images."""
+"""The model contracts: the narrow protocol every detector needs, and the base of the built-in families.
+
+``RoseModel`` is all a detector asks of a model: an ``nn.Module`` with a per-sample differentiable loss
+(``rose_loss``: −log p(x) or a bound), a per-sample NLL score, named layer sets and the shape/kind of one
+input. Any module meets it through :func:`roseood.wrap`; ``GenerativeModel`` adds what is saved and
+trained (``kind``, ``config``, ``train_loss``) for the families in this package.
+"""
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Iterator
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 import torch
 from torch import Tensor, nn
+
+from roseood.errors import RoseError
+
+INPUT_KINDS = ("image", "tensor", "tokens")
+
+
+@runtime_checkable
+class RoseModel(Protocol):
+    """What detectors use of a model (besides the ``nn.Module`` methods ``eval``, ``to``, ``state_dict``).
+
+    ``input_kind``: "image" (uint8 or [0, 1] float, (C, H, W)), "tensor" (finite floats) or "tokens"
+    (integers); ``input_shape``: the shape of one sample, None for any.
+    """
+
+    @property
+    def input_kind(self) -> str: ...
+
+    @property
+    def input_shape(self) -> tuple[int, ...] | None: ...
+
+    def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
+        """Per-sample differentiable −log p(x|θ) (or a bound), shape (N,)."""
+        ...
+
+    def nll(self, x: Tensor) -> Tensor:
+        """Per-sample negative log-likelihood used as a score, shape (N,)."""
+        ...
+
+    def rose_layers(self, which: str | None = None) -> list[str]:
+        """Module names of a named layer set (the default set when ``which`` is None)."""
+        ...
+
+    def layer_sets(self) -> dict[str, list[str]]:
+        """Named sets of submodule names ROSE can use; the first key is the default."""
+        ...
+
+    # The ``nn.Module`` methods detectors call (every RoseModel is an nn.Module).
+    def eval(self) -> Self: ...
+
+    def train(self, mode: bool = True) -> Self: ...
+
+    def to(self, *args: Any, **kwargs: Any) -> Self: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+    def named_modules(self, *args: Any, **kwargs: Any) -> Iterator[tuple[str, nn.Module]]: ...
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def named_layers(model: Any, sets: dict[str, list[str]], which: str | None) -> list[str]:
+    """Pick one of ``sets`` by name (the first when ``which`` is None), with a clear error if unknown."""
+    key = which or next(iter(sets))
+    if key not in sets:
+        name = getattr(model, "kind", type(model).__name__)
+        raise RoseError(f"unknown layer set {key!r} for {name}; choose from {sorted(sets)}")
+    return sets[key]
+
+
+def model_name(model: Any) -> str:
+    """A short description of a model for settings and messages: its family kind or its given name."""
+    return str(getattr(model, "kind", None) or type(model).__name__)
+
+
+def model_config(model: Any) -> dict[str, Any]:
+    """The model's architecture config when it has one (built-in families and wrapped models)."""
+    config = getattr(model, "config", None)
+    return config() if callable(config) else {}
+
+
+def input_dims(model: RoseModel) -> int:
+    """Number of values in one input (C·H·W for images); 1 when the shape is not declared."""
+    return math.prod(model.input_shape or (1,))
 
 
 class GenerativeModel(nn.Module, ABC):
@@ -18,6 +98,7 @@ class GenerativeModel(nn.Module, ABC):
     """
 
     kind: ClassVar[str]
+    input_kind: ClassVar[str] = "image"
 
     def __init__(self, in_channels: int, image_size: int = 32) -> None:
         super().__init__()
@@ -50,13 +131,12 @@ class GenerativeModel(nn.Module, ABC):
 
     def rose_layers(self, which: str | None = None) -> list[str]:
         """Module names of a named layer set (the default set when ``which`` is None)."""
-        sets = self.layer_sets()
-        key = which or next(iter(sets))
-        if key not in sets:
-            from roseood.errors import RoseError
+        return named_layers(self, self.layer_sets(), which)
 
-            raise RoseError(f"unknown layer set {key!r} for {self.kind}; choose from {sorted(sets)}")
-        return sets[key]
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one image, (C, H, W)."""
+        return (self.in_channels, self.image_size, self.image_size)
 
     @property
     def dims(self) -> int:

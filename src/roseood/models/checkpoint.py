@@ -1,59 +1,115 @@
-"""Model checkpoints: one file holding kind, architecture config, weights and (optionally) training state."""
+"""Model checkpoints: one file holding kind, architecture config, weights and (optionally) training state.
+
+Built-in families are rebuilt from the family registry; user models (``roseood.wrap`` or a
+``GenerativeModel`` of the user's) from the factory they were made by (``--model-module``), which the
+checkpoint records.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from roseood.errors import CheckpointError
-from roseood.models.base import GenerativeModel
+import torch
+from torch import nn
+
+from roseood.errors import CheckpointError, RoseError
+from roseood.models.base import RoseModel, model_config, model_name
 from roseood.serialization import atomic_save, fingerprint, safe_load
+from roseood.validation import check_model_config
 
 MODEL_FORMAT = "roseood-model"
 
 
-def _registry() -> dict[str, type[GenerativeModel]]:
-    from roseood.models import MODEL_KINDS
-
-    return MODEL_KINDS
-
-
-def save_model(model: GenerativeModel, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
+def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
     """Write ``model`` (and, for resumable training, optimiser/epoch state) atomically to ``path``."""
+    assert isinstance(model, nn.Module)
     obj: dict[str, Any] = {
         "format": MODEL_FORMAT,
         "version": 1,
-        "kind": model.kind,
-        "config": model.config(),
+        "kind": model_name(model),
+        "config": model_config(model),
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
     }
+    factory = getattr(model, "factory", None)
+    if factory is not None:
+        obj["factory"] = factory
     if train_state is not None:
         obj["train_state"] = train_state
     atomic_save(obj, path)
 
 
-def load_checkpoint(path: str | Path) -> tuple[GenerativeModel, dict[str, Any]]:
-    """Rebuild the model stored at ``path``; also return the raw file dict (for training state)."""
-    obj = safe_load(path, MODEL_FORMAT)
-    kinds = _registry()
-    kind = obj.get("kind")
-    if kind not in kinds:
-        raise CheckpointError(f"{path}: unknown model kind {kind!r}; known: {sorted(kinds)}")
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _load_state(model: RoseModel, state: Any, path: str | Path, what: str) -> None:
+    assert isinstance(model, nn.Module)
     try:
-        model = kinds[kind](**obj["config"])
-        model.load_state_dict(obj["state_dict"])
-    except (TypeError, KeyError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: weights do not match the stored {kind} config ({first})") from None
+        model.load_state_dict(state)
+    except (TypeError, KeyError, RuntimeError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: weights do not match {what} ({_first_line(exc)})") from None
+
+
+def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[RoseModel, dict[str, Any]]:
+    """Rebuild the model stored at ``path``; also return the raw file dict (for training state).
+
+    ``model_module`` ("file.py:factory") builds a user model whose checkpoint does not name its
+    factory, or whose factory file has moved.
+    """
+    from roseood.models.families import FAMILIES
+    from roseood.models.user import load_factory
+
+    obj = safe_load(path, MODEL_FORMAT)
+    kind = obj.get("kind")
+    factory = model_module or obj.get("factory")
+    if factory is not None:
+        try:
+            model = load_factory(factory)
+        except RoseError as exc:
+            raise CheckpointError(
+                f"{path}: cannot rebuild its {kind} model ({exc}); pass --model-module"
+            ) from None
+        _load_state(model, obj.get("state_dict"), path, f"the model of {factory}")
+    elif kind in FAMILIES:
+        try:
+            check_model_config(obj["config"], f"{kind} config")
+            model = FAMILIES[kind].cls(**obj["config"])
+        except (TypeError, KeyError, ValueError, AttributeError, RoseError) as exc:
+            raise CheckpointError(
+                f"{path}: cannot build a {kind} from its stored config ({_first_line(exc)})"
+            ) from None
+        _load_state(model, obj["state_dict"], path, f"the stored {kind} config")
+    else:
+        raise CheckpointError(
+            f"{path}: model kind {kind!r} is not built in (known: {sorted(FAMILIES)}); "
+            "name the code that builds it with --model-module file.py:factory"
+        )
     model.eval()
     return model, obj
 
 
-def load_model(path: str | Path) -> GenerativeModel:
-    """Load a roseood model checkpoint in eval mode."""
-    return load_checkpoint(path)[0]
+def load_model(path: str | Path, model_module: str | None = None) -> RoseModel:
+    """Load a roseood model checkpoint in eval mode (see ``load_checkpoint``)."""
+    return load_checkpoint(path, model_module)[0]
 
 
-def model_fingerprint(model: GenerativeModel) -> str:
+def load_weights(model: RoseModel, path: str | Path) -> RoseModel:
+    """Load weights into ``model`` from a roseood checkpoint or a plain ``torch.save(state_dict)`` file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for corrupt files
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
+    state = obj.get("state_dict") if isinstance(obj, dict) and obj.get("format") == MODEL_FORMAT else obj
+    assert isinstance(model, nn.Module)
+    _load_state(model, state, path, f"the {model_name(model)} model")
+    return model.eval()
+
+
+def model_fingerprint(model: RoseModel) -> str:
     """Content hash of a model's weights; detectors store it to refuse being used with another model."""
+    assert isinstance(model, nn.Module)
     return fingerprint(model.state_dict())

@@ -10,7 +10,6 @@ global-average-pooled before the linear head, so every architecture works on any
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from roseood.data.tensors import as_image_tensor
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel
-from roseood.models.checkpoint import save_model
-from roseood.models.train import restore_training
+from roseood.models.train import run_epochs, start_run
 
 # Standard VGG configurations (Simonyan & Zisserman 2015): convolutions per stage; every stage ends in a
 # 2×2 max-pool and has 64, 128, 256, 512, 512 channels at width 64.
@@ -217,53 +214,37 @@ def train_classifier(
     if x.shape[0] < 2:
         raise DataError("training a classifier with BatchNorm needs at least 2 images")
     checkpoint = Path(checkpoint)
-    settings = {"batch_size": batch_size, "lr": lr, "seed": seed}
     gen = torch.Generator().manual_seed(seed)
     model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    history: list[dict[str, float]] = []
-    start_epoch = 0
-    if resume and checkpoint.exists():
-        ts = restore_training(checkpoint, model, opt, gen, "settings", settings)
-        start_epoch, history = ts["epoch"], ts["history"]
-    elif checkpoint.exists():
-        raise RoseError(f"{checkpoint} exists; pass resume=True to continue it or choose another output")
-    n = x.shape[0]
-    for epoch in range(start_epoch, epochs):
-        model.train()
-        order = torch.randperm(n, generator=gen)
-        total, correct, t0 = 0.0, 0, time.time()
-        batches = list(order.split(batch_size))
-        if len(batches) > 1 and len(batches[-1]) == 1:  # BatchNorm cannot train on a single 1×1 map
-            batches[-2:] = [torch.cat(batches[-2:])]
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", disable=not progress)
-        for idx in bar:
-            logits = model.logits(x[idx].to(device))
-            target = y[idx].to(device)
-            loss = F.cross_entropy(logits, target)
-            if not torch.isfinite(loss):
-                raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * idx.shape[0]
-            correct += int((logits.argmax(1) == target).sum())
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-        history.append(
-            {"epoch": epoch + 1, "loss": total / n, "accuracy": correct / n, "seconds": time.time() - t0}
-        )
-        state = {
-            "settings": settings,
-            "optimizer": opt.state_dict(),
-            "generator": gen.get_state(),
-            "epoch": epoch + 1,
-            "history": history,
-        }
-        save_model(model, checkpoint, train_state=state)
-        if progress:
-            h = history[-1]
-            tqdm.write(
-                f"epoch {h['epoch']}: loss {h['loss']:.4f}, train accuracy {h['accuracy']:.4f}, "
-                f"{h['seconds']:.0f} s -> {checkpoint}"
-            )
+    settings = {"batch_size": batch_size, "lr": lr, "seed": seed}
+    state = start_run(checkpoint, model, opt, gen, resume, "settings", settings)
+
+    def batches(order: Tensor) -> list[Tensor]:
+        split = list(order.split(batch_size))
+        if len(split) > 1 and len(split[-1]) == 1:  # BatchNorm cannot train on a single 1×1 map
+            split[-2:] = [torch.cat(split[-2:])]
+        return split
+
+    def step(idx: Tensor, epoch: int, n_step: int) -> tuple[Tensor, dict[str, float]]:
+        logits = model.logits(x[idx].to(device))
+        target = y[idx].to(device)
+        return F.cross_entropy(logits, target), {"correct": int((logits.argmax(1) == target).sum())}
+
+    def record(sums: dict[str, float]) -> dict[str, float]:
+        return {"loss": sums["loss"] / sums["seen"], "accuracy": sums["correct"] / sums["seen"]}
+
+    history = run_epochs(
+        model,
+        opt,
+        gen,
+        checkpoint,
+        state,
+        n=x.shape[0],
+        epochs=epochs,
+        step=step,
+        record=record,
+        batches=batches,
+        progress=progress,
+    )
     return model.eval(), history

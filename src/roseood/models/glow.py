@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from roseood.curvature import INVERTIBLE_1X1, register_layer
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel
 
@@ -125,6 +126,9 @@ class InvConv2d(nn.Module):
         if self.lu:
             return height * width * self.log_s.sum()
         return height * width * torch.linalg.slogdet(self.weight)[1]
+
+
+register_layer(InvConv2d, INVERTIBLE_1X1)
 
 
 class ZeroConv2d(nn.Module):

@@ -1,13 +1,18 @@
 """Training loop shared by every model: per-epoch atomic checkpoints, resume, progress bar.
 
-Defaults follow the paper: VAE — Adam 1e-3 halved every 30 epochs, batch 64, random horizontal flips;
+Any model with a per-sample ``train_loss`` trains here (built-in families and ``roseood.wrap`` models,
+whose loss is their NLL). Family defaults live in the family registry and follow the paper:
+VAE — Adam 1e-3 halved every 30 epochs, batch 64, random horizontal flips;
 Glow — Adamax 5e-4, batch 64, optional weight decay, warm-up and gradient clipping.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -15,12 +20,16 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from roseood.data.tensors import as_image_tensor
+from roseood import distributed
+from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
-from roseood.models.base import GenerativeModel
-from roseood.models.checkpoint import load_checkpoint, save_model
+from roseood.models.base import RoseModel, input_dims, model_config, model_name
+from roseood.models.checkpoint import MODEL_FORMAT, save_model
+from roseood.progress import note
+from roseood.progress import progress as progress_bar
+from roseood.serialization import array_digest, safe_load
+from roseood.validation import check_float, check_int, check_seed
 
 
 @dataclass
@@ -35,23 +44,31 @@ class TrainConfig:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     grad_clip: float = 0.0  # max gradient norm; 0 disables
-    hflip: bool = True
+    hflip: bool = True  # image models only
     perturb: str | None = None  # e.g. "random:0.3" for a Likelihood-Ratio background model
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        check_int(self.epochs, "epochs")
+        check_int(self.batch_size, "batch_size")
+        check_float(self.lr, "lr", low=0.0, low_open=True)
+        check_int(self.lr_halve_every, "lr_halve_every", low=0)
+        check_int(self.warmup_steps, "warmup_steps", low=0)
+        check_float(self.weight_decay, "weight_decay", low=0.0)
+        check_float(self.grad_clip, "grad_clip", low=0.0)
+        check_seed(self.seed)
+
     @classmethod
-    def for_model(cls, kind: str, **overrides: Any) -> TrainConfig:
-        """The paper's defaults for a model kind, with ``overrides`` applied (None values ignored)."""
-        base: dict[str, dict[str, Any]] = {
-            "vae": {},
-            "glow": {"optimizer": "adamax", "lr": 5e-4, "lr_halve_every": 0, "epochs": 50},
-        }
-        if kind not in base:
-            raise RoseError(f"unknown model kind {kind!r}")
-        return cls(**(base[kind] | {k: v for k, v in overrides.items() if v is not None}))
+    def for_model(cls, kind: str | None, **overrides: Any) -> TrainConfig:
+        """The registered family's defaults for a model kind (None: a user model, the plain defaults),
+        with ``overrides`` applied (None values ignored)."""
+        from roseood.models.families import get_family
+
+        defaults = get_family(kind).train_defaults if kind is not None else {}
+        return cls(**(defaults | {k: v for k, v in overrides.items() if v is not None}))
 
 
-def _optimizer(model: GenerativeModel, cfg: TrainConfig) -> torch.optim.Optimizer:
+def _optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamax":
@@ -64,109 +81,242 @@ def _lr(cfg: TrainConfig, epoch: int, step: int) -> float:
     return lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else lr
 
 
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed Python's, numpy's and torch's global generators and use torch's deterministic algorithms
+    inside the block (restoring the previous algorithm setting after it), so that model initialisation
+    and training repeat bit for bit on a CPU."""
+    check_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def restore_training(
     checkpoint: Path,
-    model: GenerativeModel,
+    model: Any,
     opt: torch.optim.Optimizer,
     gen: torch.Generator,
     key: str,
     settings: dict[str, Any],
+    data_digest: str | None = None,
 ) -> dict[str, Any]:
-    """Load weights, optimiser and RNG state of a run to resume into ``model``, ``opt`` and ``gen``; return
-    the stored training state. Refuses a checkpoint of another architecture or whose ``train_state[key]``
-    differs from ``settings`` in anything but ``epochs``."""
-    stored, obj = load_checkpoint(checkpoint)
+    """Load weights, optimiser and RNG states of a run to resume into ``model``, ``opt``, ``gen`` and
+    torch's global generator; return the stored training state. Refuses a checkpoint of another
+    architecture, whose ``train_state[key]`` differs from ``settings`` in anything but ``epochs``, or
+    (given ``data_digest``) that was trained on other data."""
+    obj = safe_load(checkpoint, MODEL_FORMAT)
     ts = obj.get("train_state")
     if ts is None:
         raise CheckpointError(f"{checkpoint}: has no training state to resume from")
     same = ts.get(key, {}) | {"epochs": None} == settings | {"epochs": None}
-    if not same or stored.kind != model.kind or stored.config() != model.config():
+    arch = (obj.get("kind"), obj.get("config"))
+    if not same or arch != (model_name(model), model_config(model)):
         raise CheckpointError(f"{checkpoint}: was trained with other settings (only the epochs may change)")
-    model.load_state_dict(stored.state_dict())
+    if data_digest is not None and ts.get("data_digest") != data_digest:
+        raise CheckpointError(
+            f"{checkpoint}: was trained on other data (digest {ts.get('data_digest')}, now {data_digest}); "
+            "resume with the same data, subset and seed"
+        )
+    try:
+        model.load_state_dict(obj["state_dict"])
+    except (KeyError, RuntimeError) as exc:
+        raise CheckpointError(
+            f"{checkpoint}: weights do not match the model ({type(exc).__name__})"
+        ) from None
     opt.load_state_dict(ts["optimizer"])
     gen.set_state(ts["generator"])
+    if "torch_rng" in ts:
+        torch.set_rng_state(ts["torch_rng"])
     return ts
 
 
+StepFn = Callable[[Tensor, int, int], tuple[Tensor, dict[str, float]]]
+
+
+def start_run(
+    checkpoint: Path,
+    model: Any,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    resume: bool,
+    key: str,
+    settings: dict[str, Any],
+    data_digest: str | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """The training state a run starts from: fresh, or restored from ``checkpoint`` with ``resume``
+    (same settings and, given ``data_digest``, same data); an existing checkpoint is otherwise replaced
+    only with ``overwrite``."""
+    state: dict[str, Any] = {key: settings, "epoch": 0, "step": 0, "history": []}
+    if data_digest is not None:
+        state["data_digest"] = data_digest
+    if resume and checkpoint.exists():
+        ts = restore_training(checkpoint, model, opt, gen, key, settings, data_digest)
+        state.update(epoch=ts["epoch"], step=ts.get("step", 0), history=ts["history"])
+    elif checkpoint.exists() and not overwrite:
+        raise RoseError(f"{checkpoint} exists; resume it (--resume / resume=True) or choose another output")
+    return state
+
+
+def run_epochs(
+    model: Any,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    checkpoint: Path,
+    state: dict[str, Any],
+    *,
+    n: int,
+    epochs: int,
+    step: StepFn,
+    record: Callable[[dict[str, float]], dict[str, float]],
+    batches: Callable[[Tensor], list[Tensor]] | None = None,
+    batch_size: int = 64,
+    grad_clip: float = 0.0,
+    progress: bool | None = None,
+    postfix: Callable[[float], str] = "loss={:.3f}".format,
+) -> list[dict[str, float]]:
+    """The one training loop: every epoch shuffles with ``gen``, and for each batch of indices calls the
+    family's ``step(indices, epoch, step) -> (mean loss, summed statistics)``, then backpropagates,
+    clips, steps, and finally records the epoch (``record(sums)``) and writes ``checkpoint`` atomically
+    with the RNG states, so a resumed run continues exactly. History holds no wall times: the same run
+    gives the same checkpoint bytes. Under torchrun every process steps on its shard of each batch with
+    gradients averaged over processes (data parallel), sums are added up, and rank 0 writes the
+    checkpoints.
+    """
+    history: list[dict[str, float]] = state["history"]
+    world = distributed.world()
+    distributed.share_module(model)  # rank 0's weights everywhere
+    progress = progress if distributed.is_main() else False
+    for epoch in range(state["epoch"], epochs):
+        model.train()
+        order = torch.randperm(n, generator=gen)
+        sums: dict[str, float] = {"loss": 0.0, "seen": 0}
+        t0 = time.time()
+        split = batches(order) if batches is not None else list(order.split(batch_size))
+        bar = progress_bar(split, f"epoch {epoch + 1}/{epochs}", enabled=progress)
+        for idx in bar:
+            if len(idx) < world:
+                continue
+            # under torchrun each process takes its shard of the batch; gradients are averaged so the
+            # step is that of the whole batch's mean loss (the weight is exactly 1.0 in one process)
+            whole, idx = len(idx), idx[distributed.shard(len(idx))]
+            loss, stats = step(idx, epoch, state["step"])
+            if not math.isfinite(loss.item()):
+                raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
+            opt.zero_grad(set_to_none=True)
+            (loss * (len(idx) * world / whole)).backward()
+            distributed.average_gradients(model)
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            opt.step()
+            state["step"] += 1
+            sums["loss"] += loss.item() * idx.shape[0]
+            sums["seen"] += idx.shape[0]
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v
+            bar.set_postfix_str(postfix(loss.item()))
+        if distributed.active():
+            totals = distributed.all_reduce(torch.tensor(list(sums.values()), dtype=torch.float64))
+            sums = dict(zip(sums, totals.tolist(), strict=True))
+            distributed.share_module(model, average_buffers=True)  # e.g. BatchNorm statistics
+            gen.set_state(distributed.broadcast(gen.get_state()))  # unequal shards drew unequally
+        history.append({"epoch": epoch + 1, **record(sums)})
+        state.update(
+            epoch=epoch + 1,
+            optimizer=opt.state_dict(),
+            generator=gen.get_state(),
+            torch_rng=torch.get_rng_state(),
+        )
+        if distributed.is_main():
+            save_model(model, checkpoint, train_state=state)
+        if progress is not False:
+            h = history[-1]
+            summary = ", ".join(f"{k} {v:.10g}" for k, v in h.items() if k != "epoch")
+            note(f"epoch {h['epoch']}: {summary}, {time.time() - t0:.0f} s -> {checkpoint}")
+    return history
+
+
 def train(
-    model: GenerativeModel,
+    model: RoseModel,
     images: Tensor | np.ndarray,
     cfg: TrainConfig,
     checkpoint: str | Path,
     resume: bool = False,
-    progress: bool = True,
+    progress: bool | None = None,
     device: str | torch.device = "cpu",
-) -> tuple[GenerativeModel, list[dict[str, float]]]:
-    """Train ``model`` on uint8/float images, writing ``checkpoint`` after every epoch.
+    overwrite: bool = False,
+) -> tuple[RoseModel, list[dict[str, float]]]:
+    """Train ``model`` on its inputs (uint8/float images, tensors, tokens), writing ``checkpoint`` after
+    every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
 
-    With ``resume``, an existing checkpoint's weights, optimiser, RNG state and history are restored
-    and training continues from the next epoch (its stored config must match ``cfg``).
+    Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
+    in every checkpoint with the data-order generator, so a run resumed with ``resume`` (weights,
+    optimiser, RNG states and history restored; same config and data required) ends exactly as an
+    uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``.
     Returns the model (eval mode) and the per-epoch history.
     """
-    x = as_image_tensor(images, model.in_channels, model.image_size)
-    checkpoint = Path(checkpoint)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    model.to(device)
-    opt = _optimizer(model, cfg)
-    history: list[dict[str, float]] = []
-    start_epoch, step = 0, 0
-    if resume and checkpoint.exists():
-        ts = restore_training(checkpoint, model, opt, gen, "config", asdict(cfg))
-        start_epoch, step, history = ts["epoch"], ts["step"], ts["history"]
-    elif checkpoint.exists() and not resume:
-        raise RoseError(f"{checkpoint} exists; pass --resume to continue it or choose another output")
+    train_loss = getattr(model, "train_loss", None)
+    if not callable(train_loss):
+        raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
+    x = check_model_input(images, model)
+    nats_per_bit = input_dims(model) * math.log(2)
+    flips = cfg.hflip and model.input_kind == "image"
+    if cfg.perturb and model.input_kind != "image":
+        raise RoseError(
+            f"perturb={cfg.perturb!r} perturbs images; this model takes {model.input_kind} inputs"
+        )
     perturb = None
     if cfg.perturb:
         from roseood.data.perturbations import make_perturbation
 
         perturb = make_perturbation(cfg.perturb)
-    n = x.shape[0]
-    for epoch in range(start_epoch, cfg.epochs):
-        model.train()
-        order = torch.randperm(n, generator=gen)
-        total, seen, t0 = 0.0, 0, time.time()
-        bar = tqdm(range(0, n, cfg.batch_size), desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress)
-        for i in bar:
-            batch = x[order[i : i + cfg.batch_size]]
-            if cfg.hflip:
-                flip = torch.rand(batch.shape[0], generator=gen) < 0.5
-                batch = torch.where(flip[:, None, None, None], batch.flip(3), batch)
-            if perturb is not None:
-                batch = perturb(batch, gen)
-            for group in opt.param_groups:
-                group["lr"] = _lr(cfg, epoch, step)
-            loss = model.train_loss(batch.to(device)).mean()
-            if not math.isfinite(loss.item()):
-                raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            step += 1
-            total += loss.item() * batch.shape[0]
-            seen += batch.shape[0]
-            bar.set_postfix(bpd=f"{loss.item() / (model.dims * math.log(2)):.3f}")
-        history.append(
-            {
-                "epoch": epoch + 1,
-                "loss_nats": total / seen,
-                "bits_per_dim": total / seen / (model.dims * math.log(2)),
-                "seconds": time.time() - t0,
-            }
-        )
-        state = {
-            "config": asdict(cfg),
-            "optimizer": opt.state_dict(),
-            "generator": gen.get_state(),
-            "epoch": epoch + 1,
-            "step": step,
-            "history": history,
-        }
-        save_model(model, checkpoint, train_state=state)
-        if progress:
-            h = history[-1]
-            tqdm.write(
-                f"epoch {h['epoch']}: {h['bits_per_dim']:.4f} bits/dim, {h['seconds']:.0f} s -> {checkpoint}"
-            )
+    checkpoint = Path(checkpoint)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model.to(device)
+    opt = _optimizer(model, cfg)
+    digest = array_digest(x.cpu().numpy())
+    state = start_run(checkpoint, model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
+    if state["epoch"] == 0:
+        torch.manual_seed(cfg.seed)
+
+    def step(idx: Tensor, epoch: int, n_step: int) -> tuple[Tensor, dict[str, float]]:
+        batch = x[idx]
+        if flips:
+            flip = torch.rand(batch.shape[0], generator=gen) < 0.5
+            batch = torch.where(flip[:, None, None, None], batch.flip(3), batch)
+        if perturb is not None:
+            batch = perturb(batch, gen)
+        for group in opt.param_groups:
+            group["lr"] = _lr(cfg, epoch, n_step)
+        return train_loss(batch.to(device)).mean(), {}
+
+    def record(sums: dict[str, float]) -> dict[str, float]:
+        nats = sums["loss"] / sums["seen"]
+        return {"loss_nats": nats, "bits_per_dim": nats / nats_per_bit}
+
+    history = run_epochs(
+        model,
+        opt,
+        gen,
+        checkpoint,
+        state,
+        n=x.shape[0],
+        epochs=cfg.epochs,
+        step=step,
+        record=record,
+        batch_size=cfg.batch_size,
+        grad_clip=cfg.grad_clip,
+        progress=progress,
+        postfix=lambda loss: f"bpd={loss / nats_per_bit:.3f}",
+    )
     return model.eval(), history

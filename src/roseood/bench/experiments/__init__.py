@@ -4,6 +4,7 @@ and a ``run``), all through the public evaluation API; ``EXPERIMENTS`` lists the
 from __future__ import annotations
 
 from roseood.bench.experiments import (
+    ablation,
     brightness,
     figure1,
     figure3,
@@ -35,6 +36,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         figure4,
         figure5,
         figure6,
+        ablation,
     )
 }
 

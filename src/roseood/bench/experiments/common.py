@@ -19,7 +19,7 @@ from roseood.bench.workspace import ModelRecipe, Workspace
 from roseood.evaluation.evaluate import OVERALL
 from roseood.evaluation.report import write_report
 from roseood.evaluation.result import EvaluationResult
-from roseood.models.base import GenerativeModel
+from roseood.models.base import RoseModel
 
 # OOD sets of the paper's Table 2 per in-distribution set, in its row order ("overall" last).
 OOD_SETS = {
@@ -83,7 +83,7 @@ def rnd_method(perturbation: str) -> str:
 
 
 def evaluate_variants(
-    ws: Workspace, model: GenerativeModel, in_data: str, ood: list[str], variants: Variants, **spec: Any
+    ws: Workspace, model: RoseModel, in_data: str, ood: list[str], variants: Variants, **spec: Any
 ) -> EvaluationResult:
     """Evaluate several configurations (possibly of the same method) on one model and test sets; the
     result's methods are the variant labels."""

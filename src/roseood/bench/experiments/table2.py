@@ -6,26 +6,27 @@ from pathlib import Path
 
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
-from roseood.bench.workspace import Workspace
+from roseood.bench.workspace import BENCH_MODELS, Workspace
 from roseood.evaluation.report import METRIC_TITLES
 
 METHODS = {
     "vae": ["rose-ekfac", "lr", "nll", "lratio", "ic-png", "ic-jp2"],
     "glow": ["rose-diag", "lratio", "ic-png", "ic-jp2"],  # ROSE on Glow: diagonal, InvConv layers (App. B.2)
+    "pixelcnn": ["rose-ekfac", "nll", "lratio", "ic-png", "ic-jp2"],  # not in the paper: "ours" only
 }
 TABLES = (("table2", "auroc"), ("table4", "auprc"), ("table5", "fpr80"))
 USES = common.Uses(
-    ("vae", "glow", "their backgrounds"),
+    ("vae", "glow", "pixelcnn (with --models)", "their backgrounds"),
     common.BOTH,
-    tuple(dict.fromkeys(METHODS["vae"] + METHODS["glow"])),
+    tuple(dict.fromkeys(m for ms in METHODS.values() for m in ms)),
     ("table2", "table4", "table5"),
 )
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
-    for kind in ws.select_models(("vae", "glow")):
+    for kind in ws.select_models(BENCH_MODELS):
         for data in ws.select_data():
-            recipe = ws.vae(data) if kind == "vae" else ws.glow(data)
+            recipe = ws.recipe(kind, data)
             model = ws.model(recipe)
             methods = METHODS[kind]
             variants: common.Variants = {m: (m, {}) for m in methods}

@@ -1,0 +1,324 @@
+"""How ROSE turns its per-layer scores (N, L) into one OOD score per image, and checks for degenerate fits.
+
+Every aggregation is fitted on raw layer scores of held-out in-distribution images (ROSE's statistics
+images, never the Fisher's) and then maps raw layer scores to one score (higher = more OOD):
+
+- ``relu-norm`` (the paper, default): ``‖ReLU(ẑ + β)‖_p`` with ẑ the z-normalised layer scores.
+- ``max-z`` (the authors' notebook): ``max_l ẑ_l`` — no ReLU, so no ties at 0.
+- ``log-z``: z-scores of log layer scores (layer scores are heavy-tailed); ``max`` for ``p = inf``,
+  else ``‖ReLU(ẑ_log + β)‖_p``.
+- ``gaussian``: −log density of the log layer-score vector under a Gaussian with Ledoit-Wolf shrinkage.
+- ``gmm``: −log density under a small Gaussian mixture (``k`` components), in the spirit of DoSE.
+
+``layer_problems`` and ``tie_problem`` name what makes a fit degenerate (non-finite, exploding or constant
+layer scores; tied aggregated scores).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from scipy.special import logsumexp
+from scipy.stats import multivariate_normal
+from sklearn.covariance import LedoitWolf
+from sklearn.mixture import GaussianMixture
+
+from roseood.errors import RoseError
+
+TIE_SHARE = 0.10  # more than this share of statistics images with one identical score: degenerate
+DYNAMIC_RANGE = 1e8  # a layer whose scores span more than this factor: z-scores are meaningless
+MIN_RELATIVE_STD = 1e-6  # a layer whose std / |mean| is below this: its z-scores are rounding noise
+
+
+def log_scores(raw: np.ndarray) -> np.ndarray:
+    """Log of layer scores (which are ≥ 0), with 0 mapped to the log of the smallest positive float."""
+    return np.log(np.maximum(raw, np.finfo(np.float64).tiny))
+
+
+def tie_share(scores: np.ndarray) -> float:
+    """Share of scores that equal at least one other score exactly (0 for continuous scores)."""
+    if len(scores) == 0:
+        return 0.0
+    _, counts = np.unique(scores, return_counts=True)
+    return float(counts[counts > 1].sum() / len(scores))
+
+
+class Aggregation(ABC):
+    """Maps raw layer scores (N, L) to one score per image, after ``fit`` on in-distribution ones."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def fit(self, raw: np.ndarray) -> None:
+        """Learn from raw layer scores (N, L) of held-out in-distribution images."""
+
+    @abstractmethod
+    def __call__(self, raw: np.ndarray) -> np.ndarray:
+        """One score per image (higher = more OOD), float64 (N,)."""
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """Hyper-parameters (keyword arguments of the constructor)."""
+
+    @abstractmethod
+    def state(self) -> dict[str, torch.Tensor]:
+        """Fitted state as tensors (saved with the detector)."""
+
+    @abstractmethod
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what ``state()`` returned."""
+
+    @property
+    def spec(self) -> str:
+        """``name:k=v,...`` — parsed back by ``make_aggregation``."""
+        args = ",".join(f"{k}={v}" for k, v in self.params().items())
+        return f"{self.name}:{args}" if args else self.name
+
+
+class ZScore(Aggregation):
+    """Shared code of relu-norm, max-z and log-z: z-normalise (log) layer scores, then a norm or max."""
+
+    log: ClassVar[bool] = False
+    relu: ClassVar[bool] = True
+
+    def __init__(self, beta: float | list[float] = 0.0, p: float = math.inf) -> None:
+        if p < 1:
+            raise RoseError(f"p must be ≥ 1 (or inf), got {p}")
+        self.beta, self.p = beta, p
+        self.mean_: np.ndarray | None = None
+        self.std_: np.ndarray | None = None
+
+    def _values(self, raw: np.ndarray) -> np.ndarray:
+        return log_scores(raw) if self.log else raw
+
+    def fit(self, raw: np.ndarray) -> None:
+        v = torch.from_numpy(self._values(raw))  # torch's reductions: the same numbers as ROSE had before
+        self.mean_, self.std_ = v.mean(0).numpy(), v.std(0).clamp_min(1e-12).numpy()
+
+    def normalize(self, raw: np.ndarray) -> np.ndarray:
+        """ẑ: (log) layer scores z-normalised with the fitted in-distribution mean and std, (N, L)."""
+        if self.mean_ is None or self.std_ is None:
+            raise RoseError(f"the {self.name} aggregation is not fitted")
+        return (self._values(raw) - self.mean_) / self.std_
+
+    def __call__(self, raw: np.ndarray) -> np.ndarray:
+        r = self.normalize(raw) + np.asarray(self.beta, dtype=np.float64)
+        if self.relu or not math.isinf(self.p):
+            r = np.maximum(r, 0.0)
+        return r.max(1) if math.isinf(self.p) else (r**self.p).sum(1) ** (1.0 / self.p)
+
+    def params(self) -> dict[str, Any]:
+        return {"beta": self.beta, "p": self.p}
+
+    def state(self) -> dict[str, torch.Tensor]:
+        assert self.mean_ is not None and self.std_ is not None
+        return {"mean": torch.from_numpy(self.mean_), "std": torch.from_numpy(self.std_)}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.mean_ = torch.as_tensor(state["mean"], dtype=torch.float64).numpy()
+        self.std_ = torch.as_tensor(state["std"], dtype=torch.float64).numpy()
+
+
+class ReluNorm(ZScore):
+    """The paper's ``‖ReLU(ẑ + β)‖_p`` (default β = 0, p = ∞)."""
+
+    name = "relu-norm"
+
+
+class MaxZ(ZScore):
+    """The authors' notebook: the plain maximum of ẑ over layers (no ReLU, so no ties at 0)."""
+
+    name = "max-z"
+    relu = False
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+
+class LogZ(ZScore):
+    """z-scores of log layer scores: max over layers (p = ∞) or ``‖ReLU(ẑ_log + β)‖_p``."""
+
+    name = "log-z"
+    log = True
+    relu = False
+
+
+class Density(Aggregation):
+    """−log density of the log layer-score vector under a Gaussian mixture fitted on in-distribution
+    images; ``_fit_mixture`` gives the weights (k,), means (k, L) and covariances (k, L, L)."""
+
+    def __init__(self) -> None:
+        self.weights_: np.ndarray | None = None
+        self.means_: np.ndarray | None = None
+        self.covariances_: np.ndarray | None = None
+
+    @abstractmethod
+    def _fit_mixture(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def fit(self, raw: np.ndarray) -> None:
+        v = log_scores(raw)
+        if not np.isfinite(v).all():
+            raise RoseError(
+                f"the {self.name} aggregation cannot be fitted on non-finite layer scores; "
+                "increase the damping or choose other layers"
+            )
+        self.weights_, self.means_, self.covariances_ = self._fit_mixture(v)
+
+    def __call__(self, raw: np.ndarray) -> np.ndarray:
+        if self.weights_ is None or self.means_ is None or self.covariances_ is None:
+            raise RoseError(f"the {self.name} aggregation is not fitted")
+        v = log_scores(raw)
+        logp = np.stack(
+            [
+                np.log(w) + multivariate_normal(m, c, allow_singular=True).logpdf(v)
+                for w, m, c in zip(self.weights_, self.means_, self.covariances_, strict=True)
+            ],
+            axis=-1,
+        ).reshape(len(v), -1)
+        return -logsumexp(logp, axis=1)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        assert self.weights_ is not None and self.means_ is not None and self.covariances_ is not None
+        return {
+            "weights": torch.from_numpy(self.weights_),
+            "means": torch.from_numpy(self.means_),
+            "covariances": torch.from_numpy(self.covariances_),
+        }
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.weights_, self.means_, self.covariances_ = (
+            torch.as_tensor(state[k], dtype=torch.float64).numpy()
+            for k in ("weights", "means", "covariances")
+        )
+
+
+class Gaussian(Density):
+    """One Gaussian with Ledoit-Wolf shrinkage covariance (well-conditioned with few images)."""
+
+    name = "gaussian"
+
+    def _fit_mixture(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lw = LedoitWolf().fit(v)
+        return np.ones(1), lw.location_[None], lw.covariance_[None]
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+
+class GMM(Density):
+    """A small Gaussian mixture (``k`` full-covariance components, ``reg`` added to the diagonals)."""
+
+    name = "gmm"
+
+    def __init__(self, k: int = 3, reg: float = 1e-3, seed: int = 0) -> None:
+        super().__init__()
+        if k < 1:
+            raise RoseError(f"gmm needs k ≥ 1 components, got {k}")
+        self.k, self.reg, self.seed = int(k), float(reg), int(seed)
+
+    def _fit_mixture(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if len(v) < 2 * self.k:
+            raise RoseError(f"gmm:k={self.k} needs at least {2 * self.k} statistics images, got {len(v)}")
+        gm = GaussianMixture(self.k, reg_covar=self.reg, random_state=self.seed, n_init=2).fit(v)
+        return gm.weights_, gm.means_, gm.covariances_
+
+    def params(self) -> dict[str, Any]:
+        return {"k": self.k, "reg": self.reg, "seed": self.seed}
+
+
+AGGREGATIONS: dict[str, type[Aggregation]] = {a.name: a for a in (ReluNorm, MaxZ, LogZ, Gaussian, GMM)}
+DEFAULT_AGGREGATION = ReluNorm.name
+
+
+def _parse_value(text: str) -> Any:
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return text
+
+
+def make_aggregation(spec: str, **params: Any) -> Aggregation:
+    """Build an aggregation from ``name[:k=v,...]`` (the CLI's ``--aggregate``) plus keyword ``params``."""
+    name, _, args = spec.partition(":")
+    if name not in AGGREGATIONS:
+        raise RoseError(f"unknown aggregation {name!r}; choose from {', '.join(AGGREGATIONS)}")
+    for item in filter(None, (a.strip() for a in args.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise RoseError(f"aggregation parameter {item!r} is not key=value (e.g. gmm:k=4)")
+        params[key.strip()] = _parse_value(value.strip())
+    cls = AGGREGATIONS[name]
+    accepted = cls().params()
+    unknown = [k for k in params if k not in accepted]
+    if unknown:
+        raise RoseError(
+            f"aggregation {name!r} does not take {', '.join(unknown)}; its parameters: "
+            f"{', '.join(accepted) or 'none'}"
+        )
+    try:
+        return cls(**params)
+    except (TypeError, ValueError) as exc:
+        raise RoseError(f"bad parameter for aggregation {name!r}: {exc}") from None
+
+
+def layer_problems(raw: np.ndarray, layers: list[str]) -> list[str]:
+    """What makes statistics-image layer scores (N, L) unusable, one message per finding naming the
+    layer and a fix: non-finite, exploding (dynamic range), near-constant or tied scores."""
+    found = []
+    for j, layer in enumerate(layers):
+        col = raw[:, j]
+        bad = int((~np.isfinite(col)).sum())
+        if bad:
+            found.append(
+                f"layer {layer}: {bad} of {len(col)} statistics images have non-finite layer scores "
+                "(singular Fisher or overflowing gradients); increase the damping or drop the layer"
+            )
+            continue
+        positive = col[col > 0]
+        if len(positive) and positive.max() / positive.min() > DYNAMIC_RANGE:
+            found.append(
+                f"layer {layer}: scores span {positive.min():.3g} to {positive.max():.3g} (dynamic range "
+                f"> {DYNAMIC_RANGE:.0e}); z-scores are dominated by a few images: use --aggregate log-z"
+            )
+        if col.std() <= MIN_RELATIVE_STD * max(abs(col.mean()), 1e-300):
+            found.append(
+                f"layer {layer}: scores barely vary on the statistics images (std {col.std():.3g}, mean "
+                f"{col.mean():.3g}); its z-scores are noise: drop it from --layers"
+            )
+        share = tie_share(col)
+        if share > TIE_SHARE:
+            found.append(
+                f"layer {layer}: {share:.0%} of the statistics images have tied layer scores (e.g. "
+                "exactly 0): drop it from --layers or use --aggregate log-z"
+            )
+    return found
+
+
+def tie_problem(raw: np.ndarray, layers: list[str], agg: Aggregation) -> list[str]:
+    """A message when more than ``TIE_SHARE`` of the statistics images get exactly equal scores from the
+    fitted ``agg`` (e.g. ReLU zeros), naming the layer most often below its mean; else nothing."""
+    if not np.isfinite(raw).all():
+        return []
+    scores = agg(raw)
+    share = tie_share(scores)
+    if share <= TIE_SHARE:
+        return []
+    values, counts = np.unique(scores, return_counts=True)
+    cause = ""
+    if isinstance(agg, ZScore):
+        below = (agg.normalize(raw) + np.asarray(agg.beta, dtype=np.float64) <= 0).mean(0)
+        cause = f" (layer {layers[int(below.argmax())]} is below its mean − β on {below.max():.0%})"
+    return [
+        f"{share:.0%} of the statistics images get tied ROSE scores ({counts.max()} at "
+        f"{values[counts.argmax()]:.3g}) with --aggregate {agg.spec}{cause}: "
+        "use --aggregate max-z or log-z, or a larger beta (e.g. relu-norm:beta=3)"
+    ]

@@ -1,0 +1,124 @@
+"""One registry of model families: what checkpoints, ``rose train`` and the bench recipes know of a kind.
+
+A family names a ``GenerativeModel`` class (its ``kind``), its training defaults (``TrainConfig`` fields)
+and its ``rose train`` options. Adding a family is one call::
+
+    register_family(ModelFamily("pixelcnn", PixelCNN, {"lr": 3e-4}, add_arguments, arguments_to_config))
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from roseood.errors import RoseError
+from roseood.models.base import GenerativeModel
+from roseood.models.classifier import Classifier
+from roseood.models.glow import Glow
+from roseood.models.pixelcnn import PixelCNN
+from roseood.models.vae import VAE
+from roseood.validation import count
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """A family without ``rose train`` options of its own."""
+
+
+def _no_config(args: argparse.Namespace) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """A model kind: its class, ``TrainConfig`` overrides, and its ``rose train`` options.
+
+    ``add_cli_arguments(parser)`` adds the architecture options; ``from_cli_arguments(args)`` turns
+    them into constructor keywords (``in_channels`` is added from the data). ``trainable``: whether
+    ``rose train`` / ``roseood.models.train.train`` fit it on images alone (classifiers need labels).
+    """
+
+    name: str
+    cls: type[GenerativeModel]
+    train_defaults: dict[str, Any] = field(default_factory=dict)
+    add_cli_arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    from_cli_arguments: Callable[[argparse.Namespace], dict[str, Any]] = _no_config
+    trainable: bool = True
+    help: str = ""
+
+    def build(self, in_channels: int, **config: Any) -> GenerativeModel:
+        """A fresh model of this family for ``in_channels``-channel images."""
+        return self.cls(in_channels=in_channels, **config)
+
+
+FAMILIES: dict[str, ModelFamily] = {}
+
+
+def register_family(family: ModelFamily) -> ModelFamily:
+    """Add ``family`` (keyed by its name, which must be its class's ``kind``); returns it."""
+    if getattr(family.cls, "kind", None) != family.name:
+        raise RoseError(
+            f"family {family.name!r}: its class {family.cls.__name__} has kind {family.cls.kind!r}"
+        )
+    FAMILIES[family.name] = family
+    return family
+
+
+def get_family(name: str) -> ModelFamily:
+    """The registered family ``name``, or a ``RoseError`` listing the known ones."""
+    if name not in FAMILIES:
+        raise RoseError(f"unknown model kind {name!r}; known: {', '.join(sorted(FAMILIES))}")
+    return FAMILIES[name]
+
+
+def _vae_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ngf", type=count, default=32, help="VAE width")
+    p.add_argument("--nz", type=count, default=100, help="VAE latent size")
+
+
+def _glow_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--levels", type=count, default=2, help="Glow levels L")
+    p.add_argument("--steps", type=count, default=16, help="Glow steps per level K")
+    p.add_argument("--hidden", type=count, default=200, help="Glow coupling width")
+    p.add_argument("--plain-invconv", action="store_true", help="Glow 1x1 convs without LU decomposition")
+
+
+register_family(
+    ModelFamily(
+        "vae",
+        VAE,
+        {},
+        _vae_arguments,
+        lambda a: {"ngf": a.ngf, "nz": a.nz},
+        help="the paper's VAE (Adam 1e-3 halved every 30 epochs, batch 64, flips)",
+    )
+)
+register_family(
+    ModelFamily(
+        "glow",
+        Glow,
+        {"optimizer": "adamax", "lr": 5e-4, "lr_halve_every": 0, "epochs": 50},
+        _glow_arguments,
+        lambda a: {"levels": a.levels, "steps": a.steps, "hidden": a.hidden, "lu": not a.plain_invconv},
+        help="Glow (Adamax 5e-4; --warmup, --grad-clip, --weight-decay)",
+    )
+)
+
+
+def _pixelcnn_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--width", type=int, default=32, help="PixelCNN feature maps")
+    p.add_argument("--blocks", type=int, default=5, help="PixelCNN residual blocks")
+
+
+register_family(
+    ModelFamily(
+        "pixelcnn",
+        PixelCNN,
+        {"epochs": 20, "lr_halve_every": 10},
+        _pixelcnn_arguments,
+        lambda a: {"width": a.width, "blocks": a.blocks},
+        help="PixelCNN, not in the paper (masked convs, 256-way softmax; Adam 1e-3 halved every 10 epochs)",
+    )
+)
+register_family(ModelFamily("classifier", Classifier, trainable=False, help="Figure 6 classifiers"))

@@ -1,0 +1,159 @@
+"""ROSE aggregations on synthetic layer scores, their save/load through ROSE, and degenerate-fit warnings."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import multivariate_normal
+from sklearn.covariance import LedoitWolf
+
+from roseood.detectors import ROSE, Detector
+from roseood.detectors.aggregation import (
+    AGGREGATIONS,
+    layer_problems,
+    make_aggregation,
+    tie_problem,
+    tie_share,
+)
+from roseood.errors import DataError, DegenerateFitWarning, RoseError
+
+LAYERS = ["a", "b", "c"]
+
+
+@pytest.fixture
+def raw() -> np.ndarray:
+    """Heavy-tailed, positive, well-behaved layer scores of 200 'statistics images' (3 layers)."""
+    return np.random.default_rng(0).lognormal(mean=[3.0, 5.0, 1.0], sigma=0.5, size=(200, 3))
+
+
+def test_relu_norm_is_the_papers_formula_and_max_z_has_no_relu(raw):
+    agg, plain = make_aggregation("relu-norm:beta=0.5,p=2"), make_aggregation("max-z")
+    agg.fit(raw[:100])
+    plain.fit(raw[:100])
+    z = (raw - raw[:100].mean(0)) / raw[:100].std(0, ddof=1)
+    np.testing.assert_allclose(agg(raw), np.sqrt((np.maximum(z + 0.5, 0) ** 2).sum(1)))
+    np.testing.assert_allclose(plain(raw), z.max(1))
+    assert (plain(raw) < 0).any() and tie_share(plain(raw)) == 0.0
+
+
+def test_log_z_normalises_log_scores(raw):
+    agg = make_aggregation("log-z")
+    agg.fit(raw)
+    logs = np.log(raw)
+    np.testing.assert_allclose(agg(raw), ((logs - logs.mean(0)) / logs.std(0, ddof=1)).max(1))
+
+
+def test_gaussian_is_negative_log_density_under_ledoit_wolf(raw):
+    agg = make_aggregation("gaussian")
+    agg.fit(raw)
+    lw = LedoitWolf().fit(np.log(raw))
+    expected = -multivariate_normal(lw.location_, lw.covariance_).logpdf(np.log(raw))
+    np.testing.assert_allclose(agg(raw), expected)
+
+
+def test_densities_score_outliers_higher(raw):
+    outlier = raw[:5] * np.array([50.0, 1.0, 1 / 50])  # one layer far up, one far down
+    for name in ("gaussian", "gmm:k=2"):
+        agg = make_aggregation(name)
+        agg.fit(raw)
+        assert agg(outlier).min() > np.quantile(agg(raw), 0.99), name
+
+
+def test_spec_parsing_and_errors():
+    gmm = make_aggregation("gmm:k=4, reg=0.01")
+    assert gmm.params() == {"k": 4, "reg": 0.01, "seed": 0} and gmm.spec == "gmm:k=4,reg=0.01,seed=0"
+    with pytest.raises(RoseError, match="unknown aggregation 'mean'"):
+        make_aggregation("mean")
+    with pytest.raises(RoseError, match="does not take beta"):
+        make_aggregation("max-z:beta=3")
+    with pytest.raises(RoseError, match="bad parameter for aggregation 'gmm'"):
+        make_aggregation("gmm:k=two")
+    with pytest.raises(RoseError, match="not key=value"):
+        make_aggregation("gmm:4")
+    with pytest.raises(RoseError, match="p must be"):
+        make_aggregation("log-z:p=0.5")
+
+
+@pytest.mark.parametrize("name", list(AGGREGATIONS))
+def test_rose_round_trips_each_aggregation_fitted_on_the_statistics_images(name, tiny_vae, images, tmp_path):
+    spec = "gmm:k=1" if name == "gmm" else name  # 8 statistics images: one component
+    det = ROSE(tiny_vae, fisher="diag", aggregate=spec).fit(images[:16], held_out=images[16:])
+    reference = make_aggregation(spec)
+    reference.fit(det.layer_scores(images[16:]).numpy())  # the statistics images, not the Fisher's
+    np.testing.assert_allclose(det.score(images), reference(det.layer_scores(images).numpy()))
+    det.save(tmp_path / "rose.pt")
+    loaded = Detector.load(tmp_path / "rose.pt", tiny_vae)
+    assert isinstance(loaded, ROSE) and loaded.aggregate == spec
+    np.testing.assert_allclose(loaded.score(images), det.score(images))
+
+
+def test_statistics_images_must_not_be_the_fishers(tiny_vae, images):
+    with pytest.raises(DataError, match="statistics need other ones"):
+        ROSE(tiny_vae, fisher="diag").fit(images[:8], held_out=images[:8].clone())
+
+
+def test_beta_and_p_reach_only_aggregations_that_take_them(tiny_vae):
+    assert ROSE(tiny_vae, aggregate="log-z", p=2.0).aggregation_.params() == {"beta": 0.0, "p": 2.0}
+    with pytest.raises(RoseError, match="does not take beta"):
+        ROSE(tiny_vae, aggregate="gaussian", beta=3.0)
+
+
+# -- degenerate fits ---------------------------------------------------------------------------------
+def test_well_behaved_scores_raise_no_warning(raw):
+    agg = make_aggregation("max-z")
+    agg.fit(raw)
+    assert layer_problems(raw, LAYERS) == [] and tie_problem(raw, LAYERS, agg) == []
+
+
+def test_ties_at_zero_are_reported_with_the_fix(raw):
+    agg = make_aggregation("relu-norm")
+    agg.fit(raw[:, :1])  # one skewed layer: most images lie below its mean, so ReLU makes them 0
+    share = float((raw[:, 0] <= raw[:, 0].mean()).mean())
+    [message] = tie_problem(raw[:, :1], LAYERS[:1], agg)
+    assert f"{share:.0%} of the statistics images get tied" in message and "layer a" in message
+    assert "max-z or log-z" in message and "beta=3" in message
+    fixed = make_aggregation("relu-norm:beta=3")
+    fixed.fit(raw[:, :1])
+    assert tie_problem(raw[:, :1], LAYERS[:1], fixed) == []
+
+
+@pytest.mark.parametrize(
+    ("column", "expected"),
+    [
+        (lambda n: np.r_[np.inf, np.ones(n - 1)], "non-finite layer scores"),
+        (lambda n: np.logspace(10, 20, n), "dynamic range"),
+        (lambda n: np.full(n, 7.0) + np.arange(n) * 1e-12, "barely vary"),
+        (lambda n: np.r_[np.zeros(n // 4), np.arange(1, n - n // 4 + 1.0)], "tied layer scores"),
+    ],
+)
+def test_each_layer_problem_names_the_layer(raw, column, expected):
+    bad = raw.copy()
+    bad[:, 1] = column(len(raw))
+    [message] = layer_problems(bad, LAYERS)
+    assert message.startswith("layer b:") and expected in message
+
+
+def test_rose_warns_at_fit_time_and_keeps_the_warning(tiny_vae, images, tmp_path):
+    with pytest.warns(DegenerateFitWarning, match="tied ROSE scores"):
+        det = ROSE(tiny_vae, fisher="diag", beta=-1e6).fit(images[:16], held_out=images[16:])
+    det.save(tmp_path / "rose.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # loading does not warn again
+        loaded = Detector.load(tmp_path / "rose.pt", tiny_vae)
+    assert isinstance(loaded, ROSE) and loaded.fit_warnings_ == det.fit_warnings_ != []
+
+
+def test_files_without_an_aggregation_state_load_as_the_papers_score(tiny_vae, images):
+    det = ROSE(tiny_vae, fisher="diag").fit(images[:16], held_out=images[16:])
+    state = det.state()
+    del state["aggregation"], state["fit_warnings"]
+    old = ROSE(tiny_vae, fisher="diag")
+    old.load_state(state)
+    old.fitted_ = True
+    z = (det.layer_scores(images) - det.mean_) / det.std_
+    np.testing.assert_allclose(old.score(images), torch.relu(z).amax(1).numpy())
+    assert math.isinf(old.p)

@@ -1,0 +1,106 @@
+"""One registry of model families: checkpoints, ``rose train``, ``TrainConfig`` and bench recipes read it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from roseood.bench.workspace import ModelRecipe
+from roseood.cli import build_parser, main
+from roseood.errors import CheckpointError, RoseError
+from roseood.models import (
+    FAMILIES,
+    VAE,
+    GenerativeModel,
+    ModelFamily,
+    load_model,
+    register_family,
+    save_model,
+)
+from roseood.models.train import TrainConfig
+
+
+class Blob(GenerativeModel):
+    """A factorised Gaussian over pixels with a 1×1 conv mean: the smallest trainable image family."""
+
+    kind = "blob"
+
+    def __init__(self, in_channels: int = 1, width: int = 2) -> None:
+        super().__init__(in_channels)
+        self.width = width
+        self.mix = nn.Conv2d(in_channels, in_channels, 1)
+
+    def config(self) -> dict[str, Any]:
+        return {"in_channels": self.in_channels, "width": self.width}
+
+    def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
+        return (x - self.mix(torch.full_like(x, 0.5))).pow(2).flatten(1).sum(1)
+
+    nll = train_loss = rose_loss  # type: ignore[assignment]
+
+    def layer_sets(self) -> dict[str, list[str]]:
+        return {"all": ["mix"]}
+
+
+@pytest.fixture
+def blob_family():
+    def arguments(p: Any) -> None:
+        p.add_argument("--width", type=int, default=2)
+
+    family = register_family(
+        ModelFamily("blob", Blob, {"lr": 0.05, "epochs": 1}, arguments, lambda a: {"width": a.width})
+    )
+    yield family
+    del FAMILIES["blob"]
+
+
+def test_registering_a_family_is_one_call_read_everywhere(blob_family, tmp_path):
+    assert TrainConfig.for_model("blob").lr == 0.05 and TrainConfig.for_model("blob", lr=None).epochs == 1
+    assert isinstance(ModelRecipe("blob", "fashion_mnist", (("width", 3),), None, 1).build(), Blob)
+    save_model(Blob(width=3), tmp_path / "b.pt")
+    assert load_model(tmp_path / "b.pt").config() == {"in_channels": 1, "width": 3}  # type: ignore[attr-defined]
+    args = build_parser().parse_args(["train", "blob", "--width", "5", "--out", "x.pt"])
+    assert blob_family.from_cli_arguments(args) == {"width": 5} and args.kind == "blob"
+
+
+def test_rose_train_builds_the_family_from_its_own_options(blob_family, tmp_path, monkeypatch):
+    import numpy as np
+
+    data = tmp_path / "d.npz"
+    np.savez(data, images=np.random.default_rng(0).integers(0, 255, (8, 32, 32), dtype=np.uint8))
+    assert (
+        main(
+            [
+                "train",
+                "blob",
+                "--data",
+                str(data),
+                "--width",
+                "4",
+                "--batch-size",
+                "4",
+                "--out",
+                str(tmp_path / "m.pt"),
+            ]
+        )
+        == 0
+    )
+    model = load_model(tmp_path / "m.pt")
+    assert isinstance(model, Blob) and model.width == 4
+
+
+def test_unknown_kinds_say_what_is_known(tmp_path):
+    known = ", ".join(sorted(FAMILIES))  # every registered family, built-in and from other tests
+    with pytest.raises(RoseError, match=re.escape(f"unknown model kind 'nope'; known: {known}")):
+        TrainConfig.for_model("nope")
+    save_model(VAE(ngf=2, nz=2), tmp_path / "v.pt")
+    obj = torch.load(tmp_path / "v.pt", weights_only=True)
+    torch.save(obj | {"kind": "mystery"}, tmp_path / "m.pt")
+    with pytest.raises(CheckpointError, match=r"'mystery' is not built in .*--model-module"):
+        load_model(tmp_path / "m.pt")
+    with pytest.raises(RoseError, match="has kind 'vae'"):
+        register_family(ModelFamily("other", VAE))

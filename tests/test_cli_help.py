@@ -1,0 +1,84 @@
+"""The CLI helps: every option documents itself and its default, progress goes to a log as ~10 % lines
+(no ``\\r`` redraws), and ``rose datasets | head`` ends without a BrokenPipeError traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from roseood.cli import build_parser
+from roseood.detectors import METHODS
+from roseood.progress import progress
+
+
+def subcommands(
+    parser: argparse.ArgumentParser | None = None, prefix: str = ""
+) -> dict[str, argparse.ArgumentParser]:
+    """Every (sub)command's parser by name, nested ones (``train vae``) included."""
+    parser = parser or build_parser()
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[prefix + name] = sub
+                found |= subcommands(sub, f"{prefix}{name} ")
+    return found
+
+
+@pytest.mark.parametrize("name", list(subcommands()))
+def test_every_option_has_help_and_shows_its_default(name: str) -> None:
+    sub = subcommands()[name]
+    for action in sub._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"rose {name} {action.option_strings or action.dest} has no help"
+    text = sub.format_help()
+    shown = [
+        a for a in sub._actions if a.default not in (None, False, argparse.SUPPRESS) and a.option_strings
+    ]
+    for action in shown:
+        assert f"(default: {action.default})" in " ".join(text.split()), action.dest
+
+
+def test_methods_help_lists_every_method(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # no line wrapping inside hyphenated names
+    text = " ".join(subcommands()["evaluate"].format_help().split())
+    assert all(m in text for m in METHODS)
+    assert "(test split)" not in subcommands()["fit"].format_help()
+
+
+def test_progress_off_a_terminal_prints_ten_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert list(progress(range(37), "work", enabled=True)) == list(range(37))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 10 and lines[-1] == "work: 37/37 (100 %)" and "\r" not in "".join(lines)
+    list(progress(range(5), "quiet"))  # default: only on a terminal, and pytest's stderr is none
+    assert capsys.readouterr().err == ""
+
+
+def test_detector_calibration_threshold_round_trips(tiny_vae, images: torch.Tensor, tmp_path) -> None:
+    from roseood.detectors import NLL, Detector
+
+    det = NLL(tiny_vae).fit(images[:8]).calibrate(images[8:], tpr=0.75)
+    held = det.score(images[8:])
+    assert det.threshold_ is not None and (held <= det.threshold_).mean() >= 0.75
+    assert det.decide(held).sum() == (held > det.threshold_).sum()
+    det.save(tmp_path / "d.pt")
+    assert Detector.load(tmp_path / "d.pt", tiny_vae).threshold_ == det.threshold_
+
+
+def test_closed_pipe_gives_no_traceback() -> None:
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        f"'{sys.executable}' -m roseood.cli datasets | head -c 10",
+        shell=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert len(proc.stdout) == 10 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr

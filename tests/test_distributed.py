@@ -1,0 +1,160 @@
+"""torchrun, 2 CPU processes (gloo): fit and scores equal 1 process, DDP training resumes, failures end it.
+
+The test launches this very file under ``python -m torch.distributed.run``; run as a script it is the
+worker (see ``worker``), which writes what rank 0 saw for the test to compare with a 1-process run.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import roseood
+from roseood import distributed
+from roseood.cli import main
+from roseood.detectors import ROSE
+from roseood.errors import RoseError
+from roseood.evaluation.metrics import ood_metrics
+from roseood.models import VAE, load_model, save_model
+
+LAYERS = ["encoder.conv0", "encoder.conv1", "encoder.conv2"]  # full-rank factors on 24 images
+KINDS = ("ekfac", "kfac", "diag")
+TIMEOUT_S = 120
+
+pytestmark = pytest.mark.slow  # each launch starts two Python processes with torch (several seconds)
+
+
+def tiny_setup() -> tuple[VAE, torch.Tensor]:
+    """The same tiny VAE (BN statistics set) and 40 images in every process."""
+    torch.manual_seed(0)
+    model = VAE(in_channels=1, ngf=4, nz=4)
+    model.train()
+    with torch.no_grad():
+        model.train_loss(torch.rand(32, 1, 32, 32))
+    return model.eval(), torch.rand(40, 1, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+def fit_and_score(model: VAE, x: torch.Tensor) -> dict[str, dict[str, object]]:
+    """Per Fisher kind: fitted state, in-distribution and OOD scores, and their AUROC."""
+    out: dict[str, dict[str, object]] = {}
+    noise = torch.rand(9, 1, 32, 32, generator=torch.Generator().manual_seed(2))
+    for kind in KINDS:
+        det = ROSE(model, fisher=kind, layers=LAYERS, batch_size=5).fit(x[:24], stats_images=x[24:33])
+        s_in, s_out = det.score(x[33:]), det.score(noise)
+        out[kind] = {
+            "state": det.state(),
+            "in": s_in,
+            "out": s_out,
+            "auroc": ood_metrics(s_in, s_out)["auroc"],
+        }
+    return out
+
+
+def worker(mode: str, folder: Path) -> None:
+    """One process of the torchrun job (mode ``rose`` or ``fail``)."""
+    assert distributed.init(timeout_s=60) and distributed.world() == 2
+    model, x = tiny_setup()
+    if mode == "fail":
+        if distributed.rank() == 1:
+            raise RoseError("injected failure on rank 1")
+        ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], stats_images=x[24:])  # waits for rank 1
+        return
+    result = fit_and_score(model, x)
+    if distributed.is_main():
+        torch.save(result, folder / "two.pt")
+    # the CLI under torchrun: streamed folder scoring, chunks of 3 images per process
+    det = ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], stats_images=x[24:33])
+    det.save(folder / "det.pt")
+    args = ["score", "--model", str(folder / "m.pt"), "--detector", str(folder / "det.pt")]
+    code = main([*args, "--data", str(folder / "pngs"), "--out", str(folder / "two.csv"), "--chunk", "3"])
+    assert code == 0
+    # training under DDP: one epoch, then resumed for a second
+    train = [
+        "train",
+        "vae",
+        "--data",
+        str(folder / "train.npz"),
+        "--ngf",
+        "4",
+        "--nz",
+        "4",
+        "--batch-size",
+        "8",
+    ]
+    for epochs, extra in (("1", []), ("2", ["--resume"])):
+        assert main([*train, "--out", str(folder / "vae.pt"), "--epochs", epochs, *extra]) == 0
+
+
+def launch(mode: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    src = str(Path(roseood.__file__).resolve().parents[1])
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    env |= {"OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += [__file__, mode, str(folder)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def write_inputs(folder: Path) -> None:
+    model, x = tiny_setup()
+    save_model(model, folder / "m.pt")
+    (folder / "pngs").mkdir()
+    u8 = (x[:, 0] * 255).round().to(torch.uint8).numpy()
+    for i, img in enumerate(u8[:10]):
+        Image.fromarray(img).save(folder / "pngs" / f"{i:02d}.png")
+    np.savez(folder / "train.npz", images=u8)
+
+
+def read_csv(path: Path) -> list[list[str]]:
+    with path.open() as f:
+        return list(csv.reader(f))
+
+
+def test_two_processes_fit_score_and_train_like_one(tmp_path):
+    write_inputs(tmp_path)
+    run = launch("rose", tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    # DDP training: rank 0 wrote one checkpoint per epoch, printed once per command, and resumed
+    ts = torch.load(tmp_path / "vae.pt", weights_only=False)["train_state"]
+    assert ts["epoch"] == 2 and len(ts["history"]) == 2 and np.isfinite(ts["history"][-1]["loss_nats"])
+    assert run.stdout.count("wrote") == 3  # score, train, resumed train: rank 0 only
+    two = torch.load(tmp_path / "two.pt", weights_only=False)
+    one = fit_and_score(*tiny_setup())
+    for kind in KINDS:
+        a, b = one[kind], two[kind]
+        torch.testing.assert_close(b["state"], a["state"], rtol=1e-6, atol=1e-7)  # Fisher + layer stats
+        # scores rotate gradients in float32, and batches split differently over two processes
+        np.testing.assert_allclose(b["in"], a["in"], rtol=1e-5, atol=1e-9)
+        np.testing.assert_allclose(b["out"], a["out"], rtol=1e-5, atol=1e-9)
+        assert b["auroc"] == a["auroc"]
+        print(f"{kind}: AUROC 1 process {a['auroc']:.4f}, 2 processes {b['auroc']:.4f}")
+    # rank 0 wrote the streamed CSV in input order; same rows as one process
+    det = ROSE(load_model(tmp_path / "m.pt"), fisher="ekfac", layers=LAYERS)
+    det.fit(tiny_setup()[1][:24], stats_images=tiny_setup()[1][24:33]).save(tmp_path / "det1.pt")
+    args = ["score", "--model", str(tmp_path / "m.pt"), "--detector", str(tmp_path / "det1.pt")]
+    assert main([*args, "--data", str(tmp_path / "pngs"), "--out", str(tmp_path / "one.csv")]) == 0
+    rows_one, rows_two = read_csv(tmp_path / "one.csv"), read_csv(tmp_path / "two.csv")
+    assert len(rows_two) == 11 and [r[0] for r in rows_two[1:]] == [str(i) for i in range(10)]
+    np.testing.assert_allclose(
+        [float(r[2]) for r in rows_two[1:]], [float(r[2]) for r in rows_one[1:]], rtol=1e-5
+    )
+
+
+def test_a_failing_rank_ends_the_job_with_its_error(tmp_path):
+    t0 = time.time()
+    run = launch("fail", tmp_path)
+    assert run.returncode != 0
+    assert "injected failure on rank 1" in run.stderr
+    assert time.time() - t0 < TIMEOUT_S / 2
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], Path(sys.argv[2]))

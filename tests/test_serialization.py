@@ -1,0 +1,141 @@
+"""The atomic writers: a finished write has exactly the new bytes, a failed one (disk full, Ctrl-C, even
+wrapped by torch.save) leaves the old file and no temporary file; stale temp files are cleaned; output
+checks refuse inputs, folders and existing files before any work."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import time
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from roseood.errors import RoseError
+from roseood.serialization import (
+    STALE_TMP_S,
+    atomic_save,
+    atomic_write,
+    check_output,
+    save_npy,
+    write_bytes,
+    write_csv,
+)
+
+FIXTURE_OK = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@FIXTURE_OK
+@given(old=st.binary(max_size=2000), new=st.binary(max_size=2000), cut=st.integers(0, 2000))
+def test_write_is_all_or_nothing(tmp_path: Path, old: bytes, new: bytes, cut: int) -> None:
+    target = tmp_path / "out.bin"
+    write_bytes(target, old)
+
+    def disk_full(f: IO[bytes]) -> None:
+        f.write(new[:cut])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(RoseError, match="No space left"):
+        atomic_write(target, disk_full)
+    assert target.read_bytes() == old and leftovers(tmp_path) == []
+    write_bytes(target, new)
+    assert target.read_bytes() == new and leftovers(tmp_path) == []
+
+
+@FIXTURE_OK
+@given(
+    array=hnp.arrays(hnp.floating_dtypes() | hnp.integer_dtypes(), hnp.array_shapes(min_dims=0, max_dims=3))
+)
+def test_npy_round_trip(tmp_path: Path, array: np.ndarray) -> None:
+    save_npy(tmp_path / "a.npy", array)
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy", allow_pickle=False), array)
+
+
+@FIXTURE_OK
+@given(rows=st.lists(st.tuples(st.text(max_size=10), st.floats(allow_nan=False)), max_size=20))
+def test_csv_round_trip(tmp_path: Path, rows: list[tuple[str, float]]) -> None:
+    import csv
+
+    write_csv(tmp_path / "s.csv", ["file", "score"], rows)
+    with (tmp_path / "s.csv").open(newline="") as f:
+        back = list(csv.reader(f))
+    assert back == [["file", "score"], *([name, str(x)] for name, x in rows)]
+
+
+class InterruptingFile(io.RawIOBase):
+    """A file whose third write is hit by Ctrl-C (torch.save then raises a RuntimeError on close)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f, self.calls = f, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes) -> int:  # type: ignore[override]
+        self.calls += 1
+        if self.calls == 3:
+            raise KeyboardInterrupt
+        return self.f.write(b)
+
+
+def test_ctrl_c_inside_torch_save_stays_an_interrupt(tmp_path: Path) -> None:
+    target = tmp_path / "m.pt"
+    atomic_save({"old": torch.ones(3)}, target)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, lambda f: torch.save({"x": torch.zeros(1000)}, InterruptingFile(f)))
+    assert torch.equal(torch.load(target, weights_only=True)["old"], torch.ones(3))
+    assert leftovers(tmp_path) == []
+
+
+def test_ctrl_c_during_a_cli_save_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from roseood import serialization
+    from roseood.cli import main
+
+    real = torch.save
+    monkeypatch.setattr(serialization.torch, "save", lambda obj, f: real(obj, InterruptingFile(f)))
+    monkeypatch.setenv("ROSEOOD_DATA", str(tmp_path))
+    np.savez(tmp_path / "fashion_mnist_train.npz", images=np.zeros((8, 28, 28), np.uint8))
+    args = ["train", "vae", "--ngf", "2", "--nz", "2", "--epochs", "1", "--out", str(tmp_path / "m.pt")]
+    assert main(args) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted"
+    assert not (tmp_path / "m.pt").exists() and leftovers(tmp_path) == []
+
+
+def test_stale_temp_files_are_cleaned_by_the_next_write(tmp_path: Path) -> None:
+    stale, fresh = tmp_path / ".out.bin.abc.tmp", tmp_path / ".other.pt.def.tmp"
+    stale.write_bytes(b"killed save")
+    fresh.write_bytes(b"save in progress")
+    old = time.time() - STALE_TMP_S - 60
+    os.utime(stale, (old, old))
+    write_bytes(tmp_path / "out.bin", b"x")
+    assert not stale.exists() and fresh.exists()
+
+
+def test_output_checks(tmp_path: Path) -> None:
+    (tmp_path / "in.npz").write_bytes(b"data")
+    (tmp_path / "dir").mkdir()
+    os.symlink(tmp_path / "in.npz", tmp_path / "link.npz")
+    with pytest.raises(RoseError, match="also an input"):
+        check_output(tmp_path / "link.npz", inputs=[tmp_path / "in.npz"], overwrite=True)
+    with pytest.raises(RoseError, match="is a folder"):
+        check_output(tmp_path / "dir")
+    with pytest.raises(RoseError, match="exists"):
+        check_output(tmp_path / "in.npz")
+    with pytest.raises(RoseError, match="is a file"):
+        check_output(tmp_path / "in.npz", folder=True)
+    assert check_output(tmp_path / "new" / "deeper" / "x.csv") == tmp_path / "new" / "deeper" / "x.csv"
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+    assert check_output(tmp_path / "in.npz", overwrite=True) == tmp_path / "in.npz"

@@ -1,0 +1,78 @@
+"""The validation layer: every check either returns the value or raises a one-line ``RoseError``;
+arrays become valid image tensors or a ``DataError``; API entry points use the same checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from roseood.data import load_images
+from roseood.data.tensors import as_image_tensor
+from roseood.detectors import ROSE
+from roseood.errors import DataError, RoseError
+from roseood.validation import check_float, check_int, check_seed
+
+ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5))
+
+
+@given(value=ANY)
+def test_int_checks_accept_exactly_the_valid_integers(value: object) -> None:
+    valid = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    try:
+        assert check_int(value) == value and valid
+    except RoseError as exc:
+        assert not valid and "\n" not in str(exc)
+
+
+@given(value=ANY)
+def test_seed_range(value: object) -> None:
+    valid = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
+    try:
+        assert check_seed(value) == value and valid
+    except RoseError:
+        assert not valid
+
+
+@given(value=ANY, low=st.floats(-10, 10))
+def test_float_checks_refuse_nan_inf_and_out_of_range(value: object, low: float) -> None:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    valid = number and math.isfinite(float(value)) and float(value) >= low  # type: ignore[arg-type]
+    try:
+        assert check_float(value, low=low) == float(value) and valid  # type: ignore[arg-type]
+    except RoseError:
+        assert not valid
+
+
+SHAPES = hnp.array_shapes(min_dims=1, max_dims=5, min_side=0, max_side=5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    images=st.one_of(
+        hnp.arrays(st.sampled_from([np.uint8, np.float32, np.float64, np.int32]), SHAPES),
+        hnp.arrays(np.float32, SHAPES, elements=st.floats(0, 1, width=32)),
+    )
+)
+def test_as_image_tensor_gives_valid_images_or_one_data_error(images: np.ndarray) -> None:
+    try:
+        x = as_image_tensor(images)
+    except DataError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert x.dtype == torch.float32 and x.shape == images.shape and x.ndim == 4 and x.shape[0] > 0
+    assert bool(torch.isfinite(x).all()) and float(x.min()) >= 0.0 and float(x.max()) <= 1.0
+
+
+def test_api_entry_points_validate(tiny_vae) -> None:
+    with pytest.raises(RoseError, match="p must be"):
+        ROSE(tiny_vae, p=math.nan)
+    with pytest.raises(RoseError, match="batch_size must be a positive integer"):
+        ROSE(tiny_vae, batch_size=0)
+    with pytest.raises(DataError, match="seed must be a non-negative integer"):
+        load_images("noise", n=2, seed=-1)
