@@ -48,7 +48,7 @@ def fit_and_score(model: VAE, x: torch.Tensor) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     noise = torch.rand(9, 1, 32, 32, generator=torch.Generator().manual_seed(2))
     for kind in KINDS:
-        det = ROSE(model, fisher=kind, layers=LAYERS, batch_size=5).fit(x[:24], stats_images=x[24:33])
+        det = ROSE(model, fisher=kind, layers=LAYERS, batch_size=5).fit(x[:24], held_out=x[24:33])
         s_in, s_out = det.score(x[33:]), det.score(noise)
         out[kind] = {
             "state": det.state(),
@@ -66,13 +66,13 @@ def worker(mode: str, folder: Path) -> None:
     if mode == "fail":
         if distributed.rank() == 1:
             raise RoseError("injected failure on rank 1")
-        ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], stats_images=x[24:])  # waits for rank 1
+        ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], held_out=x[24:])  # waits for rank 1
         return
     result = fit_and_score(model, x)
     if distributed.is_main():
         torch.save(result, folder / "two.pt")
     # the CLI under torchrun: streamed folder scoring, chunks of 3 images per process
-    det = ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], stats_images=x[24:33])
+    det = ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], held_out=x[24:33])
     det.save(folder / "det.pt")
     args = ["score", "--model", str(folder / "m.pt"), "--detector", str(folder / "det.pt")]
     code = main([*args, "--data", str(folder / "pngs"), "--out", str(folder / "two.csv"), "--chunk", "3"])
@@ -130,6 +130,8 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
     one = fit_and_score(*tiny_setup())
     for kind in KINDS:
         a, b = one[kind], two[kind]
+        warned_a, warned_b = a["state"].pop("fit_warnings"), b["state"].pop("fit_warnings")
+        assert warned_b == warned_a  # the same degenerate-fit warnings from sharded statistics
         torch.testing.assert_close(b["state"], a["state"], rtol=1e-6, atol=1e-7)  # Fisher + layer stats
         # scores rotate gradients in float32, and batches split differently over two processes
         np.testing.assert_allclose(b["in"], a["in"], rtol=1e-5, atol=1e-9)
@@ -138,13 +140,15 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
         print(f"{kind}: AUROC 1 process {a['auroc']:.4f}, 2 processes {b['auroc']:.4f}")
     # rank 0 wrote the streamed CSV in input order; same rows as one process
     det = ROSE(load_model(tmp_path / "m.pt"), fisher="ekfac", layers=LAYERS)
-    det.fit(tiny_setup()[1][:24], stats_images=tiny_setup()[1][24:33]).save(tmp_path / "det1.pt")
+    det.fit(tiny_setup()[1][:24], held_out=tiny_setup()[1][24:33]).save(tmp_path / "det1.pt")
     args = ["score", "--model", str(tmp_path / "m.pt"), "--detector", str(tmp_path / "det1.pt")]
     assert main([*args, "--data", str(tmp_path / "pngs"), "--out", str(tmp_path / "one.csv")]) == 0
     rows_one, rows_two = read_csv(tmp_path / "one.csv"), read_csv(tmp_path / "two.csv")
     assert len(rows_two) == 11 and [r[0] for r in rows_two[1:]] == [str(i) for i in range(10)]
+    assert rows_two[0] == rows_one[0] and [r[1] for r in rows_two] == [r[1] for r in rows_one]
+    col = rows_one[0].index("score")
     np.testing.assert_allclose(
-        [float(r[2]) for r in rows_two[1:]], [float(r[2]) for r in rows_one[1:]], rtol=1e-5
+        [float(r[col]) for r in rows_two[1:]], [float(r[col]) for r in rows_one[1:]], rtol=1e-5
     )
 
 

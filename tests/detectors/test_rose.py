@@ -16,7 +16,7 @@ from roseood.models import VAE
 @pytest.fixture
 def fitted_rose(tiny_vae, images) -> ROSE:
     return ROSE(tiny_vae, fisher="ekfac", damping=1e-6, batch_size=8).fit(
-        images[:16], stats_images=images[16:]
+        images[:16], held_out=images[16:]
     )
 
 
@@ -27,7 +27,7 @@ def test_score_is_max_of_relu_normalised_layer_scores(fitted_rose, images):
 
 
 def test_p_norm_and_beta(tiny_vae, images):
-    det = ROSE(tiny_vae, fisher="diag", p=2.0, beta=0.5).fit(images[:16], stats_images=images[16:])
+    det = ROSE(tiny_vae, fisher="diag", p=2.0, beta=0.5).fit(images[:16], held_out=images[16:])
     z = det.normalized_layer_scores(images[:5])
     expected = torch.relu(z + 0.5).pow(2).sum(1).sqrt().numpy()
     np.testing.assert_allclose(det.score(images[:5]), expected)
@@ -130,7 +130,7 @@ def test_rose_on_the_authors_vae_separates_mnist_where_the_likelihood_fails():
 
     model, imgs = demo_model(), demo_images()
     train = imgs["fashion_mnist_train"]
-    det = ROSE(model, fisher="ekfac").fit(train[:400], stats_images=train[400:600])
+    det = ROSE(model, fisher="ekfac").fit(train[:400], held_out=train[400:600])
     fm, mn = imgs["fashion_mnist_test"][:150], imgs["mnist_test"][:150]
     torch.manual_seed(0)
     nll = NLL(model).fit(fm)

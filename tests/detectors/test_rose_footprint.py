@@ -15,7 +15,7 @@ from roseood.serialization import atomic_save
 def test_compact_file_scores_like_the_float64_fit(fisher, tiny_vae, images, tmp_path):
     layers = ["encoder.conv0"] if fisher == "dense" else None
     det = ROSE(tiny_vae, fisher=fisher, layers=layers, batch_size=8).fit(
-        images[:16], stats_images=images[16:]
+        images[:16], held_out=images[16:]
     )
     det.save(tmp_path / "rose.pt")
     loaded = Detector.load(tmp_path / "rose.pt", tiny_vae)
@@ -30,7 +30,7 @@ def test_compact_file_scores_like_the_float64_fit(fisher, tiny_vae, images, tmp_
 
 
 def test_ekfac_file_stores_reflectors_and_no_factors(tiny_vae, images, tmp_path):
-    det = ROSE(tiny_vae, fisher="ekfac").fit(images[:16], stats_images=images[16:])
+    det = ROSE(tiny_vae, fisher="ekfac").fit(images[:16], held_out=images[16:])
     state = det.state()["fishers"]["encoder.mu"]
     assert set(state) == {"u_in", "u_out", "scale", "count", "scale_count"}
     n_in = det.fishers_["encoder.mu"].u_in.shape[0]  # type: ignore[attr-defined]
@@ -43,7 +43,7 @@ def test_ekfac_file_stores_reflectors_and_no_factors(tiny_vae, images, tmp_path)
 
 
 def test_old_format_file_asks_for_a_refit(tiny_vae, images, tmp_path):
-    det = ROSE(tiny_vae, fisher="diag").fit(images[:16], stats_images=images[16:])
+    det = ROSE(tiny_vae, fisher="diag").fit(images[:16], held_out=images[16:])
     det.save(tmp_path / "rose.pt")
     obj = torch.load(tmp_path / "rose.pt", weights_only=True)
     del obj["state"]["version"]

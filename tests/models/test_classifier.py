@@ -178,7 +178,7 @@ def test_bad_settings_are_clear_errors(tiny_cnn, images):
 
 
 def test_rose_scores_every_layer_of_a_classifier(tiny_cnn, images):
-    det = ROSE(tiny_cnn, fisher="diag", layers="all", batch_size=8).fit(images[:16], stats_images=images[16:])
+    det = ROSE(tiny_cnn, fisher="diag", layers="all", batch_size=8).fit(images[:16], held_out=images[16:])
     scores = det.layer_scores(images[:5])
     assert scores.shape == (5, len(tiny_cnn.rose_layers("all"))) and (scores > 0).all()
     assert det.score(images[:5]).shape == (5,)

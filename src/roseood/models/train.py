@@ -239,6 +239,7 @@ def run_epochs(
         )
         if distributed.is_main():
             save_model(model, checkpoint, train_state=state)
+        distributed.barrier()  # no rank runs ahead to read (--resume) a checkpoint rank 0 is writing
         if progress is not False:
             h = history[-1]
             summary = ", ".join(f"{k} {v:.10g}" for k, v in h.items() if k != "epoch")
