@@ -15,9 +15,7 @@ from roseood.models import VAE
 
 @pytest.fixture
 def fitted_rose(tiny_vae, images) -> ROSE:
-    return ROSE(tiny_vae, fisher="ekfac", damping=1e-6, batch_size=8).fit(
-        images[:16], held_out=images[16:]
-    )
+    return ROSE(tiny_vae, fisher="ekfac", damping=1e-6, batch_size=8).fit(images[:16], held_out=images[16:])
 
 
 def test_score_is_max_of_relu_normalised_layer_scores(fitted_rose, images):

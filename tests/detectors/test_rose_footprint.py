@@ -14,9 +14,7 @@ from roseood.serialization import atomic_save
 @pytest.mark.parametrize("fisher", ["ekfac", "kfac", "diag", "dense"])
 def test_compact_file_scores_like_the_float64_fit(fisher, tiny_vae, images, tmp_path):
     layers = ["encoder.conv0"] if fisher == "dense" else None
-    det = ROSE(tiny_vae, fisher=fisher, layers=layers, batch_size=8).fit(
-        images[:16], held_out=images[16:]
-    )
+    det = ROSE(tiny_vae, fisher=fisher, layers=layers, batch_size=8).fit(images[:16], held_out=images[16:])
     det.save(tmp_path / "rose.pt")
     loaded = Detector.load(tmp_path / "rose.pt", tiny_vae)
     assert isinstance(loaded, ROSE)

@@ -212,9 +212,7 @@ def _fit_key(method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec) -> di
     return {
         "model": model_fingerprint(model),
         "method": method,
-        "params": {
-            k: model_fingerprint(v) if isinstance(v, RoseModel) else v for k, v in params.items()
-        },
+        "params": {k: model_fingerprint(v) if isinstance(v, RoseModel) else v for k, v in params.items()},
         "fit_images": array_digest(fit.images),
         "n_fisher": fisher_count(spec, len(fit)),
         "seed": spec.seed,
