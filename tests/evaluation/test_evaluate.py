@@ -3,6 +3,7 @@ without building a detector, missing sets as warnings, images validated once per
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,11 +13,13 @@ import pytest
 from roseood.detectors import ROSE, method_params
 from roseood.detectors import base as detector_base
 from roseood.errors import RoseError
-from roseood.evaluation import evaluate as evaluate_module
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate, load_fit_images, sweep
 from roseood.evaluation.result import EvaluationResult
 from roseood.models import VAE
+
+# the module (``roseood.evaluation.evaluate`` the attribute is the function of that name)
+evaluate_module = importlib.import_module("roseood.evaluation.evaluate")
 
 
 def test_layer_metrics_give_one_auroc_per_layer_ties_counted() -> None:
@@ -94,7 +97,7 @@ def test_rose_validates_images_once_per_score(
         np.random.default_rng(0).integers(0, 255, (12, 1, 32, 32), np.uint8)
     )
     calls = []
-    original = detector_base.as_image_tensor
-    monkeypatch.setattr(detector_base, "as_image_tensor", lambda *a: calls.append(1) or original(*a))
+    original = detector_base.check_model_input
+    monkeypatch.setattr(detector_base, "check_model_input", lambda *a: calls.append(1) or original(*a))
     det.score(np.zeros((3, 1, 32, 32), np.uint8))
     assert len(calls) == 1
