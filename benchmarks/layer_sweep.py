@@ -1,8 +1,9 @@
-"""ROSE AUROC of every named layer set and a few aggregations, from ONE fit on all layers.
+"""ROSE AUROC of every named layer set × every aggregation, from ONE fit on all layers.
 
-Per-layer scores and their z-normalisation do not depend on which other layers are used, so one ROSE
-fit on the model's largest layer set gives every subset's score by selecting columns. Prints the NLL
-AUROC beside them, and the settings.
+Per-layer scores do not depend on which other layers are used, so one ROSE fit on the model's largest
+layer set gives every subset's raw layer scores by selecting columns; each aggregation is fitted on the
+statistics images' columns (as ``ROSE.fit`` does) and applied to the test columns. Prints the NLL AUROC
+beside them, and the settings.
 
     python benchmarks/layer_sweep.py --model runs/pixelcnn-w32b5.pt --fisher ekfac --ood mnist
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import time
 
@@ -19,14 +19,11 @@ import torch
 
 from roseood.data import load_images
 from roseood.detectors import NLL, ROSE
+from roseood.detectors.aggregation import make_aggregation
 from roseood.evaluation.metrics import ood_metrics
 from roseood.models import load_model
 
-
-def aggregate(z: torch.Tensor, p: float) -> torch.Tensor:
-    """``‖ReLU(z)‖_p`` over layers (β = 0), as ROSE does."""
-    r = torch.relu(z)
-    return r.amax(1) if math.isinf(p) else r.pow(p).sum(1).pow(1.0 / p)
+AGGREGATES = ("relu-norm", "relu-norm:p=2", "relu-norm:p=1", "max-z", "log-z", "gaussian", "gmm")
 
 
 def main() -> None:
@@ -55,22 +52,21 @@ def main() -> None:
     results: dict[str, float] = {"nll": ood_metrics(nll.score(test_in), nll.score(test_out))["auroc"]}
     t0 = time.time()
     rose = ROSE(model, fisher=args.fisher, layers=args.layers)
-    rose.fit(held[: args.fit_samples], stats_images=held[args.fit_samples :])
-    z_in, z_out = rose.normalized_layer_scores(test_in), rose.normalized_layer_scores(test_out)
+    rose.fit(held[: args.fit_samples], held_out=held[args.fit_samples :])
+    raw_stats = rose.layer_scores(held[args.fit_samples :]).numpy()
+    raw_in, raw_out = rose.layer_scores(test_in).numpy(), rose.layer_scores(test_out).numpy()
     seconds = time.time() - t0
     for set_name, names in model.layer_sets().items():
         cols = [rose.layers.index(n) for n in names if n in rose.layers]
         if len(cols) != len(names):
             continue
-        for p in (math.inf, 2.0, 1.0):
-            s_in, s_out = aggregate(z_in[:, cols], p), aggregate(z_out[:, cols], p)
-            results[f"rose-{args.fisher}/{set_name}/p={p:g}"] = ood_metrics(s_in.numpy(), s_out.numpy())[
-                "auroc"
-            ]
-    for i, name in enumerate(rose.layers):
-        results[f"rose-{args.fisher}/layer {name}"] = ood_metrics(z_in[:, i].numpy(), z_out[:, i].numpy())[
-            "auroc"
-        ]
+        for spec in AGGREGATES:
+            agg = make_aggregation(spec)
+            agg.fit(raw_stats[:, cols])
+            auroc = ood_metrics(agg(raw_in[:, cols]), agg(raw_out[:, cols]))["auroc"]
+            results[f"rose-{args.fisher}/{set_name}/{spec}"] = auroc
+    for i, name in enumerate(rose.layers):  # z-normalising a column does not change its AUROC
+        results[f"rose-{args.fisher}/layer {name}"] = ood_metrics(raw_in[:, i], raw_out[:, i])["auroc"]
     settings = {
         "model": args.model,
         "model_config": model.config(),

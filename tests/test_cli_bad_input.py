@@ -64,6 +64,9 @@ def make_workdir(root: Path) -> Path:
     NLL(model).fit(square[:4]).save(root / "det.pt")
     cfg = TrainConfig.for_model("vae", epochs=1, seed=0)
     train(VAE(ngf=4, nz=4), square, cfg, root / "trained.pt", progress=False)
+    old = torch.load(root / "trained.pt", weights_only=False)  # as written before data digests existed
+    old["train_state"].pop("data_digest")
+    atomic_save(old, root / "undigested.pt")
     (root / "imgs").mkdir()
     for i in range(2):
         Image.fromarray(np.full((30, 30, 3), 60 * i, np.uint8)).save(root / "imgs" / f"{i}.png")
@@ -140,6 +143,16 @@ CASES = [
         "--resume",
         "--out",
         "{d}/trained.pt",
+    ),
+    _c(
+        "train --resume a checkpoint without a data digest",
+        "records no digest of its training data",
+        *TRAIN[:-2],
+        "--epochs",
+        "2",
+        "--resume",
+        "--out",
+        "{d}/undigested.pt",
     ),
     _c(
         "train --resume other settings",

@@ -122,6 +122,11 @@ def restore_training(
     arch = (obj.get("kind"), obj.get("config"))
     if not same or arch != (model_name(model), model_config(model)):
         raise CheckpointError(f"{checkpoint}: was trained with other settings (only the epochs may change)")
+    if data_digest is not None and ts.get("data_digest") is None:
+        raise CheckpointError(
+            f"{checkpoint}: records no digest of its training data (written before roseood checked it), "
+            f"so resuming cannot confirm the data is the same; the data now has digest {data_digest}"
+        )
     if data_digest is not None and ts.get("data_digest") != data_digest:
         raise CheckpointError(
             f"{checkpoint}: was trained on other data (digest {ts.get('data_digest')}, now {data_digest}); "
