@@ -17,6 +17,8 @@ from roseood.errors import RoseError
 from roseood.serialization import check_output
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from roseood.evaluation.evaluate import EvalSpec
     from roseood.evaluation.result import EvaluationResult
     from roseood.models.base import RoseModel
@@ -286,45 +288,26 @@ def cmd_score(args: argparse.Namespace) -> None:
     print(f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {out}; {cut}")
 
 
-def layer_checks(model: RoseModel, batch: int = 2) -> list[tuple[str, str, str]]:
-    """(name, type, verdict) for every module holding parameters: whether ROSE can take its per-sample
-    gradients, and, for those it can, whether one forward/backward pass through ``rose_loss`` reaches it."""
+def _probe_inputs(model: RoseModel, batch: int = 2) -> Tensor:
+    """A couple of plain inputs of the model's declared shape, for a dry run."""
     import torch
-    from torch import nn
-
-    from roseood.curvature import LayerGradients
-    from roseood.curvature.grads import supports
 
     shape = model.input_shape
     if shape is None:
         raise RoseError(
             "check-model needs a model that declares its input_shape (wrap(..., input_shape=...))"
         )
-    x = (
-        torch.zeros(batch, *shape, dtype=torch.long)
-        if model.input_kind == "tokens"
-        else torch.full((batch, *shape), 0.5)
-    )
-    x = x.to(next(model.parameters()).device)
-    model.eval()
-    module_tree = cast(nn.Module, model)
-    rows = []
-    for name, module in model.named_modules():
-        if not name or not any(True for _ in module.parameters(recurse=False)):
-            continue
-        verdict = "usable"
-        if not supports(module):
-            verdict = f"not usable: no per-sample gradient handler for {type(module).__name__}"
-        else:
-            try:
-                LayerGradients(module_tree, [name])(model.rose_loss, x)
-            except RoseError as exc:
-                verdict = f"not usable: {exc}"
-        rows.append((name, type(module).__name__, verdict))
-    return rows
+    if model.input_kind == "tokens":
+        x = torch.zeros(batch, *shape, dtype=torch.long)
+    else:
+        x = torch.full((batch, *shape), 0.5)
+    return x.to(next(model.parameters()).device)
 
 
 def cmd_check_model(args: argparse.Namespace) -> None:
+    from torch import nn
+
+    from roseood.curvature import check_layers, format_layer_report
     from roseood.models.base import model_name
 
     model = _model(args)
@@ -332,12 +315,11 @@ def cmd_check_model(args: argparse.Namespace) -> None:
     print(f"model: {name}, {model.input_kind} inputs of shape {model.input_shape}")
     for set_name, names in model.layer_sets().items():
         print(f"layer set {set_name!r}: {', '.join(names) or '(empty)'}")
-    rows = layer_checks(model)
-    width = max([5, *(len(r[0]) for r in rows)])
-    print(f"\n{'layer':<{width}}  {'type':<18} ROSE")
-    for name, kind, verdict in rows:
-        print(f"{name:<{width}}  {kind:<18} {verdict}")
-    print(f"\n{sum(r[2] == 'usable' for r in rows)} of {len(rows)} parameterised layers usable by ROSE")
+    model.eval()
+    reports = check_layers(cast(nn.Module, model), model.rose_loss, _probe_inputs(model))
+    print()
+    print(format_layer_report(reports))
+    print(f"\n{sum(r.usable for r in reports)} of {len(reports)} parameterised layers usable by ROSE")
 
 
 def cmd_datasets(args: argparse.Namespace) -> None:

@@ -106,6 +106,6 @@ def format_layer_report(reports: list[LayerReport]) -> str:
     rows = [(r.name, r.type, r.handler, str(r.params), "yes" if r.usable else "no", r.note) for r in reports]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(5)]
     return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5]
+        ("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5]).rstrip()
         for row in [header, *rows]
-    ).rstrip()
+    )
