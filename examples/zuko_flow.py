@@ -103,7 +103,7 @@ def evaluate(
 ) -> dict[str, float]:
     """AUROC of ROSE and of the plain NLL, in-distribution test vs OOD test images."""
     model.eval()
-    rose = ROSE(model, fisher=fisher, layers=layers).fit(fit_images, stats_images=stats_images)
+    rose = ROSE(model, fisher=fisher, layers=layers).fit(fit_images, held_out=stats_images)
     nll = NLL(model).fit(fit_images)
     return {
         f"rose-{fisher}": ood_metrics(rose.score(in_test), rose.score(ood_test))["auroc"],

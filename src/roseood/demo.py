@@ -53,7 +53,7 @@ def run_demo(fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021
     print(f"data: {len(fisher)} Fashion-MNIST training images for the Fisher, {len(stats)} for layer stats;")
     print(f"      {len(test_in)} Fashion-MNIST test images (in-distribution) vs {len(test_out)} MNIST ones")
     nll = NLL(model).fit(fisher)
-    rose = ROSE(model, fisher="ekfac", progress=True).fit(fisher, stats_images=stats)
+    rose = ROSE(model, fisher="ekfac", progress=True).fit(fisher, held_out=stats)
     auroc = {
         "nll": ood_metrics(nll.score(test_in), nll.score(test_out))["auroc"],
         "rose-ekfac": ood_metrics(rose.score(test_in), rose.score(test_out))["auroc"],

@@ -42,7 +42,7 @@ def test_dense_rose_is_the_same_in_lu_and_weight_coordinates(tiny_glow):
 @pytest.mark.parametrize(("fisher", "layers"), [("ekfac", "invconv"), ("diag", "invconv"), ("diag", "all")])
 def test_rose_runs_on_glow_and_round_trips(tiny_glow, tmp_path, fisher, layers):
     x = torch.rand(40, 1, 8, 8)
-    det = ROSE(tiny_glow, fisher=fisher, layers=layers, batch_size=16).fit(x[:30], stats_images=x[30:])
+    det = ROSE(tiny_glow, fisher=fisher, layers=layers, batch_size=16).fit(x[:30], held_out=x[30:])
     s = det.score(x[:5])
     assert s.shape == (5,) and np.isfinite(s).all()
     det.save(tmp_path / "d.pt")
