@@ -11,9 +11,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: its tests package
 
-from test_cli_bad_input import CASES, make_workdir, run_case, snapshot
+from tests.test_cli_bad_input import CASES, make_workdir, run_case, snapshot
 
 
 def main() -> None:

@@ -16,9 +16,11 @@ needs_shared_data = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="session")
 def _single_thread():
-    """Tiny tensors run faster on one thread, and tests must not fight over the two CI cores."""
+    """Tiny tensors run faster on one thread, and tests must not fight over the two CI cores. Session
+    scope: module-scoped fixtures (the bench smoke runs) are set up before any function-scoped one, and
+    two workers × two threads on two cores ran them about three times slower."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tests.bench.smoke import GROUPS, TABLES_WITH_SCORES, Smoke, run_group
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.conftest import SHARED_DATA, needs_shared_data
 
 from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
 from roseood.bench.paper import PAPER
+from tests.conftest import SHARED_DATA, needs_shared_data
 
 # Group 1: the VAE/Glow tables on both sets; group 2: the CIFAR-10 extras, the sweep and the classifiers.
 GROUPS = (

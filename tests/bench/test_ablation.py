@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from tests.conftest import SHARED_DATA, needs_shared_data
 
 from roseood.bench import Workspace, get_profile, run_experiment
 from roseood.bench.experiments.ablation import AGGREGATES, LayerScores, ablation_models
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
 from roseood.evaluation.evaluate import fisher_count, load_fit_images
+from tests.conftest import SHARED_DATA, needs_shared_data
 
 
 @needs_shared_data

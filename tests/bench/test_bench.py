@@ -7,10 +7,6 @@ import json
 
 import numpy as np
 import pytest
-from tests.bench.smoke import Smoke
-from tests.bench.smoke import test_experiment_report as test_experiment_report  # run on this GROUP
-from tests.bench.smoke import test_table_aurocs_match_saved_scores as test_table_aurocs_match_saved_scores
-from tests.conftest import SHARED_DATA, needs_shared_data
 
 from roseood.bench import EXPERIMENTS, experiment_table, get_profile, run_experiment
 from roseood.bench.experiments.common import compare_rows
@@ -19,6 +15,10 @@ from roseood.bench.report import Row, comparison_table, overview_grid
 from roseood.cli import main
 from roseood.errors import RoseError
 from roseood.evaluation.result import EvaluationResult
+from tests.bench.smoke import Smoke
+from tests.bench.smoke import test_experiment_report as test_experiment_report  # run on this GROUP
+from tests.bench.smoke import test_table_aurocs_match_saved_scores as test_table_aurocs_match_saved_scores
+from tests.conftest import SHARED_DATA, needs_shared_data
 
 GROUP = 0
 

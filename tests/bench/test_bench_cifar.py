@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+
 from tests.bench.smoke import Smoke
 from tests.bench.smoke import test_experiment_report as test_experiment_report  # run on this GROUP
 from tests.bench.smoke import test_table_aurocs_match_saved_scores as test_table_aurocs_match_saved_scores

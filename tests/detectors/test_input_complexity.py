@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_models import ScaledSumModel, tiny_vae
 from PIL import Image
 
 from roseood.detectors import DETECTORS, METHODS, NLL, Detector, InputComplexity, make_detector
 from roseood.detectors.compression import CODECS, compressed_bits, encode, to_uint8
 from roseood.errors import DataError, RoseError
 from roseood.models.glow import Glow
+from tests.detectors.fake_models import ScaledSumModel, tiny_vae
 
 
 def _noise(n: int = 2, channels: int = 1) -> np.ndarray:

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_models import ScaledSumModel, tiny_vae
 from sklearn.metrics import roc_auc_score
 
 from roseood.detectors import DETECTORS, METHODS, NLL, Detector, LikelihoodRatio
 from roseood.errors import CheckpointError, DataError, RoseError
+from tests.detectors.fake_models import ScaledSumModel, tiny_vae
 
 SHARED = Path("/work/shared")
 VAES = SHARED / "models" / "rose-paper-vae"

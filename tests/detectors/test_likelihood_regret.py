@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fake_models import ScaledSumModel, tiny_vae
 from torch import Tensor, nn
 
 from roseood.detectors import DETECTORS, METHODS, Detector, LikelihoodRegret, make_detector
 from roseood.errors import DataError, RoseError
 from roseood.models.glow import Glow
 from roseood.models.vae import VAE
+from tests.detectors.fake_models import ScaledSumModel, tiny_vae
 
 STEPS = 4
 

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fake_models import ScaledSumModel
 
 from roseood.data.perturbations import gaussian_blur
 from roseood.detectors import DETECTORS, METHODS, RND, Detector, make_detector
 from roseood.errors import DataError, RoseError
+from tests.detectors.fake_models import ScaledSumModel
 
 TINY: dict[str, Any] = {"width": 4, "out_dim": 8, "extra": 1, "batch_size": 16}
 
