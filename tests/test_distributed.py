@@ -92,6 +92,8 @@ def worker(mode: str, folder: Path) -> None:
     ]
     for epochs, extra in (("1", []), ("2", ["--resume"])):
         assert main([*train, "--out", str(folder / "vae.pt"), "--epochs", epochs, *extra]) == 0
+    distributed.barrier()  # leave together: a process exiting with gloo's threads alive may abort
+    distributed.shutdown()
 
 
 def launch(mode: str, folder: Path) -> subprocess.CompletedProcess[str]:

@@ -629,6 +629,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not distributed.is_main():
                 stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
             args.func(args)
+        if joined:
+            distributed.barrier()  # finish together before leaving the group (see finally)
     except RoseError as exc:
         print(f"error{where}: {exc}", file=sys.stderr)
         return 2
