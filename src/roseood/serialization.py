@@ -179,15 +179,20 @@ def check_output(
     return out
 
 
-def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
-    """Load a roseood file, raising ``CheckpointError`` with a one-line reason if it is unusable."""
+def read_torch_file(path: str | Path) -> Any:
+    """``torch.load`` (weights only, to CPU); a missing or corrupt file is a one-line ``CheckpointError``."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for corrupt files
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
+
+
+def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
+    """Load a roseood file, raising ``CheckpointError`` with a one-line reason if it is unusable."""
+    obj = read_torch_file(path)
     if not isinstance(obj, dict) or obj.get("format") != expected_format:
         found = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
         raise CheckpointError(f"{path}: expected a {expected_format} file, found {found!r}")

@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel, model_config, model_name
-from roseood.serialization import atomic_save, fingerprint, safe_load
+from roseood.serialization import atomic_save, fingerprint, read_torch_file, safe_load
 from roseood.validation import check_model_config
 
 MODEL_FORMAT = "roseood-model"
@@ -97,12 +96,7 @@ def load_model(path: str | Path, model_module: str | None = None) -> RoseModel:
 def load_weights(model: RoseModel, path: str | Path) -> RoseModel:
     """Load weights into ``model`` from a roseood checkpoint or a plain ``torch.save(state_dict)`` file."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such file")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types for corrupt files
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
+    obj = read_torch_file(path)
     state = obj.get("state_dict") if isinstance(obj, dict) and obj.get("format") == MODEL_FORMAT else obj
     assert isinstance(model, nn.Module)
     _load_state(model, state, path, f"the {model_name(model)} model")
