@@ -209,30 +209,20 @@ def main() -> None:
     t["ROSE-EKFAC per-sample loop"] = timed(lambda: per_sample_loop_scores(ekfac, x), 1)
     ours = ekfac.layer_scores(x).numpy()
     agreement: dict[str, list[float]] = {}
-    if importlib.util.find_spec("nngeometry") is not None:
-        nng = NNGeometryEKFAC(model, ekfac.layers, ekfac.damping, args.batch)
+    for name, package, cls in (
+        ("nngeometry PMatEKFAC", "nngeometry", NNGeometryEKFAC),
+        ("kronfluence EKFAC", "kronfluence", KronfluenceEKFAC),
+    ):
+        if importlib.util.find_spec(package) is None:
+            print(f"{package} not installed (pip install -e '.[bench]'): skipped")
+            continue
+        lib = cls(model, ekfac.layers, ekfac.damping, args.batch)
         t0 = time.perf_counter()
-        nng.fit(fit)
-        fit_s["nngeometry PMatEKFAC"] = time.perf_counter() - t0
-        t["nngeometry PMatEKFAC"] = timed(lambda: nng.layer_scores(x), args.repeats)
-        theirs = nng.layer_scores(x).numpy()
-        agreement["nngeometry PMatEKFAC"] = [
-            float(spearmanr(ours[:, j], theirs[:, j]).statistic) for j in range(ours.shape[1])
-        ]
-    else:
-        print("nngeometry not installed (pip install -e '.[bench]'): skipped")
-    if importlib.util.find_spec("kronfluence") is not None:
-        kf = KronfluenceEKFAC(model, ekfac.layers, ekfac.damping, args.batch)
-        t0 = time.perf_counter()
-        kf.fit(fit)
-        fit_s["kronfluence EKFAC"] = time.perf_counter() - t0
-        t["kronfluence EKFAC"] = timed(lambda: kf.layer_scores(x), args.repeats)
-        theirs = kf.layer_scores(x).numpy()
-        agreement["kronfluence EKFAC"] = [
-            float(spearmanr(ours[:, j], theirs[:, j]).statistic) for j in range(ours.shape[1])
-        ]
-    else:
-        print("kronfluence not installed (pip install -e '.[bench]'): skipped")
+        lib.fit(fit)
+        fit_s[name] = time.perf_counter() - t0
+        t[name] = timed(lambda lib=lib: lib.layer_scores(x), args.repeats)
+        theirs = lib.layer_scores(x).numpy()
+        agreement[name] = [float(spearmanr(ours[:, j], theirs[:, j]).statistic) for j in range(ours.shape[1])]
     print(
         "settings:",
         {"model": model.config(), "batch": args.batch, "repeats": args.repeats, "fisher_fit_images": args.fit}
