@@ -8,6 +8,7 @@ from torch import nn
 
 from roseood.curvature import EKFAC, KFAC, DenseFisher, DiagFisher, LayerGradients, make_fisher
 from roseood.curvature.fisher import pack_orthogonal, unpack_orthogonal
+from roseood.curvature.handlers import declare_mask
 from roseood.errors import RoseError
 
 
@@ -88,6 +89,32 @@ def test_ekfac_equals_dense_when_the_fisher_is_diagonal_in_the_kronecker_basis()
     torch.testing.assert_close(
         d.quad(grads).mean(), torch.tensor(1.0, dtype=torch.float64), rtol=1e-6, atol=0
     )
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac"])
+def test_kronecker_masks_give_the_kronecker_fisher_of_the_free_parameters(kind):
+    """Masking inputs 1 and 3 for every output (as a PixelCNN masks future pixels) leaves a layer on
+    inputs 0, 2, 4: its KFAC/EKFAC scores must be exactly those of that smaller layer, which the
+    factors of the full weight (with the unseen inputs' covariances mixed in) are not."""
+    torch.manual_seed(0)
+    free = [0, 2, 4]
+    mask = torch.zeros(3, 5)
+    mask[:, free] = 1.0
+    masked, small = nn.Linear(5, 3), nn.Linear(3, 3)
+    with torch.no_grad():
+        masked.weight.mul_(mask)
+        small.weight.copy_(masked.weight[:, free]), small.bias.copy_(masked.bias)
+    declare_mask(masked, mask)
+    x = torch.randn(4, 64, 5) @ torch.randn(5, 5)  # correlated inputs, so the masked ones would matter
+
+    def grads(layer: nn.Linear, inputs: list[torch.Tensor]) -> list:
+        net = nn.Sequential(layer)
+        lg = LayerGradients(net, ["0"], coords="weight")
+        return [lg(lambda b: net(b).tanh().sum(1), xb)["0"] for xb in inputs]
+
+    big, reduced = grads(masked, list(x)), grads(small, [xb[:, free] for xb in x])
+    f_big, f_small = fitted(kind, big), fitted(kind, reduced)
+    torch.testing.assert_close(f_big.quad(big[0]), f_small.quad(reduced[0]), rtol=1e-4, atol=1e-8)
 
 
 def test_factor_first_and_matrix_first_rotations_agree(layer_batches):

@@ -10,8 +10,11 @@ Saved states hold only what scoring needs: eigenbases as float32 Householder ref
 numbers), EKFAC/KFAC eigenvalues as float32 (scoring rotates in float32 anyway), the dense Fisher as
 its packed Cholesky factor.
 Grouped layers get one Kronecker block per group (block-diagonal KFAC/EKFAC). Masked weights: diag
-and dense see only the free entries (exact); KFAC/EKFAC keep the factors of the full weight and apply
-them to the masked gradient (zero on masked entries), so masked coordinates add nothing to ``sᵀF⁻¹s``.
+and dense see only the free entries (exact); KFAC/EKFAC build their factors from the inputs and outputs
+that meet a free entry only, eigendecomposed on those coordinates, and apply them to the masked gradient
+(zero on masked entries). For a mask that is a Kronecker product (a PixelCNN's "past pixels only") that
+is exactly KFAC/EKFAC of the free parameters; the factors of the full weight would mix in the
+covariances of inputs the layer never sees (the future pixels), and a worse basis for EKFAC.
 """
 
 from __future__ import annotations
@@ -40,6 +43,22 @@ def unpack_tril(flat: Tensor, n: int, offset: int = 0) -> Tensor:
     m = flat.new_zeros(*flat.shape[:-1], n, n)
     m[..., torch.ones(n, n, dtype=torch.bool).tril(offset)] = flat
     return m
+
+
+def eigh_on(cov: Tensor, support: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Eigenvalues and eigenvectors of factors (..., k, k) that are zero outside ``support`` (..., k):
+    the supported block's own eigenvectors, and unit vectors with eigenvalue 0 on the other coordinates,
+    so that these never mix into the supported ones however close the eigenvalues."""
+    if support is None or bool(support.all()):
+        return torch.linalg.eigh(cov)
+    k = cov.shape[-1]
+    covs, supports = cov.reshape(-1, k, k), support.reshape(-1, k)
+    values, vectors = covs.new_zeros(covs.shape[:-1]), torch.zeros_like(covs)
+    for c, s, vals, vecs in zip(covs, supports, values, vectors, strict=True):
+        on, off = s.nonzero().flatten(), (~s).nonzero().flatten()
+        vals[on], vecs[on[:, None], on[None, :]] = torch.linalg.eigh(c[on[:, None], on[None, :]])
+        vecs[off, off] = 1.0
+    return values.view(cov.shape[:-1]), vectors.view(cov.shape)
 
 
 def pack_orthogonal(u: Tensor) -> dict[str, Tensor]:
@@ -201,6 +220,8 @@ class KFAC(Fisher):
         self.eig_in: Tensor | None = None
         self.eig_out: Tensor | None = None
         self._packed: dict[str, dict[str, Tensor]] | None = None
+        self.in_support: Tensor | None = None  # inputs and outputs that meet a free entry (masked layers)
+        self.out_support: Tensor | None = None
 
     def _update_factors(self, g: LayerGrad) -> None:
         # Factor scales are irrelevant for EKFAC (only eigenvectors are used); KFAC uses the
@@ -209,6 +230,10 @@ class KFAC(Fisher):
         t = g.a.shape[1]
         a = g.a.double().flatten(0, 1)
         d = g.d.double().flatten(0, 1)
+        support = g.free_support()
+        if support is not None:
+            a, d = a * support[0], d * support[1]
+            self.in_support, self.out_support = (s.view(g.groups, -1).squeeze(0) for s in support)
         if g.groups == 1:
             ac, dc = a.T @ a / t, d.T @ d
         else:  # one factor per group: (groups, k, k)
@@ -226,9 +251,9 @@ class KFAC(Fisher):
         if pass_index == 0:
             self._need_data()
             assert self.a_cov is not None and self.d_cov is not None
-            self.eig_in, self.u_in = torch.linalg.eigh(self.a_cov / self.count)
-            self.eig_out, self.u_out = torch.linalg.eigh(self.d_cov / self.count)
-            self.a_cov = self.d_cov = None  # only the eigenbases are needed from here on
+            self.eig_in, self.u_in = eigh_on(self.a_cov / self.count, self.in_support)
+            self.eig_out, self.u_out = eigh_on(self.d_cov / self.count, self.out_support)
+            self.a_cov = self.d_cov = self.in_support = self.out_support = None  # bases suffice now
 
     def _rotate(self, g: LayerGrad) -> LayerGrad:
         if self.u_in is None and self._packed is not None:  # loaded: rebuild the bases on first use

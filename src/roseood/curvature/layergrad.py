@@ -42,6 +42,16 @@ class LayerGrad:
         """(N, T, D) → (N, T, groups, D/groups)."""
         return t.view(*t.shape[:2], self.groups, -1)
 
+    def free_support(self) -> tuple[Tensor, Tensor] | None:
+        """Inputs (Din,) and outputs (Dout,) that meet at least one free weight entry (None without a
+        mask). When the mask is a Kronecker product (PixelCNN's spatial masks: the same past pixels for
+        every output), the free parameters are exactly these inputs times these outputs."""
+        if self.mask is None:
+            return None
+        free = self.mask != 0
+        inputs = free.view(self.groups, -1, free.shape[1]).any(1).flatten()
+        return inputs, free.any(1)
+
     def matrix(self) -> Tensor:
         """Per-sample gradient matrices (N, Dout, Din/groups)."""
         if self.g is not None:
