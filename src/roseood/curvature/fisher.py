@@ -231,8 +231,7 @@ class KFAC(Fisher):
         a = g.a.double().flatten(0, 1)
         d = g.d.double().flatten(0, 1)
         support = g.free_support()
-        if support is not None:
-            a, d = a * support[0], d * support[1]
+        if support is not None:  # eigh_on reads only the supported block of each factor
             self.in_support, self.out_support = (s.view(g.groups, -1).squeeze(0) for s in support)
         if g.groups == 1:
             ac, dc = a.T @ a / t, d.T @ d
