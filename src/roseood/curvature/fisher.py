@@ -230,8 +230,8 @@ class KFAC(Fisher):
         t = g.a.shape[1]
         a = g.a.double().flatten(0, 1)
         d = g.d.double().flatten(0, 1)
-        support = g.free_support()
-        if support is not None:  # eigh_on reads only the supported block of each factor
+        # The mask is fixed for a fit, so its support is read once; eigh_on uses only that block.
+        if self.in_support is None and (support := g.free_support()) is not None:
             self.in_support, self.out_support = (s.view(g.groups, -1).squeeze(0) for s in support)
         if g.groups == 1:
             ac, dc = a.T @ a / t, d.T @ d
