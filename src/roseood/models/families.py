@@ -108,7 +108,8 @@ register_family(
 
 def _pixelcnn_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=32, help="PixelCNN feature maps")
-    p.add_argument("--blocks", type=int, default=5, help="PixelCNN residual blocks")
+    p.add_argument("--blocks", type=int, default=5, help="residual blocks (gated: layers after the first)")
+    p.add_argument("--gated", action="store_true", help="gated two-stack PixelCNN (no blind spot)")
 
 
 register_family(
@@ -117,7 +118,7 @@ register_family(
         PixelCNN,
         {"epochs": 20, "lr_halve_every": 10},
         _pixelcnn_arguments,
-        lambda a: {"width": a.width, "blocks": a.blocks},
+        lambda a: {"width": a.width, "blocks": a.blocks, "gated": a.gated},
         help="PixelCNN, not in the paper (masked convs, 256-way softmax; Adam 1e-3 halved every 10 epochs)",
     )
 )
