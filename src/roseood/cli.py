@@ -487,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--layers",
             help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
-            "PixelCNN: all, first, last, body)",
+            "PixelCNN: all, first, last, body; gated PixelCNN: vertical, ...)",
         )
         p.add_argument(
             "--aggregate",

@@ -78,11 +78,12 @@ def test_nll_is_per_sample_finite_deterministic_and_near_8_bits_untrained(gated)
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["residual", "gated"])
-def test_layer_sets_name_every_conv_and_all_is_the_default(gated):
+def test_layer_sets_name_every_conv_and_the_default_is_all_or_the_vertical_stack(gated):
     model = _tiny(1, gated)
     modules = dict(model.named_modules())
     sets = model.layer_sets()
-    assert next(iter(sets)) == "all" and model.rose_layers() == sets["all"]
+    default = "vertical" if gated else "all"
+    assert next(iter(sets)) == default and model.rose_layers() == sets[default]
     assert sets["all"] == [n for n, m in modules.items() if isinstance(m, nn.Conv2d)]
     assert sets["all"] == sets["first"] + sets["body"] + sets["last"]
     assert all(isinstance(modules[n], MaskedConv2d) for n in sets["last"])

@@ -188,11 +188,12 @@ class PixelCNN(GenerativeModel):
         return self._nll(x)
 
     def layer_sets(self) -> dict[str, list[str]]:
-        """``all`` (default): every conv in network order — the likelihood's gradient spreads over the
-        whole stack, and the paper found more layers helped its VAE; ``first``: the input layer's convs;
-        ``last``: the two output convs (the softmax's own features); ``body``: the later layers;
-        gated only, ``vertical``: the vertical stack's convs (context from the rows above, not the
-        left neighbours, whose local texture the paper's Appendix D finds dominates the likelihood)."""
+        """``all`` (the residual model's default): every conv in network order — the likelihood's
+        gradient spreads over the whole stack, and the paper found more layers helped its VAE;
+        ``first``: the input layer's convs; ``last``: the two output convs (the softmax's own features);
+        ``body``: the later layers. Gated only, ``vertical`` (its default): the vertical stack's convs,
+        the context from the rows above rather than the left neighbours' local texture, which the
+        paper's Appendix D finds dominates the likelihood (benchmarks/README.md has the comparison)."""
 
         def convs(name: str) -> list[str]:
             module = self.get_submodule(name)
@@ -201,5 +202,5 @@ class PixelCNN(GenerativeModel):
         first, body, last = convs("input"), convs("body"), ["head", "output"]
         sets = {"all": [*first, *body, *last], "first": first, "last": last, "body": body}
         if self.gated:
-            sets["vertical"] = [n for n in sets["all"] if n.endswith(".vertical")]
+            return {"vertical": [n for n in sets["all"] if n.endswith(".vertical")]} | sets
         return sets
