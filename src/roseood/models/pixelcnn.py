@@ -1,11 +1,13 @@
 """PixelCNN (van den Oord et al. 2016): an autoregressive model with exact per-sample likelihoods.
 
 ``p(x) = Π_i p(x_i | x_<i)`` over pixels in raster order and, within a pixel, over colour channels in
-order (R, G, B). Every convolution is a ``MaskedConv2d``: a plain ``nn.Conv2d`` whose forward uses
-``weight * mask``, so the curvature code hooks it like any conv and can read the ``mask`` buffer to
-restrict gradients and Fishers to the free weight entries. The first conv uses mask 'A' (a pixel does
-not see itself), later ones mask 'B' (a feature sees its own position). Each pixel and channel gets a
-256-way softmax, as in the paper's VAE decoder, so the NLL is in nats of the quantised image.
+order (R, G, B). A convolution that could see the current pixel is a ``MaskedConv2d``: a plain
+``nn.Conv2d`` whose forward uses ``weight * mask``, so the curvature code hooks it like any conv and can
+read the ``mask`` buffer to restrict gradients and Fishers to the free weight entries. The first such
+conv uses mask 'A' (a pixel does not see itself), later ones mask 'B' (a feature sees its own position).
+The gated variant's vertical stack needs no mask: its kernels end at the row above. Each pixel and
+channel gets a 256-way softmax, as in the paper's VAE decoder, so the NLL is in nats of the quantised
+image.
 """
 
 from __future__ import annotations
