@@ -60,6 +60,8 @@ def test_evaluate_writes_json_and_report(workdir, capsys):
         "out.json",
         "--report",
         "rep",
+        "--bootstrap",
+        "0",
         "--quiet",
     )
     assert code == 0
@@ -67,6 +69,7 @@ def test_evaluate_writes_json_and_report(workdir, capsys):
     assert set(out["results"]) == {"rose-ekfac", "rose-diag", "nll"}
     assert set(out["results"]["nll"]) == {"mnist", "noise"}
     assert set(out["results"]["nll"]["mnist"]) == {"auroc", "auprc", "fpr80", "fpr95"}
+    assert "intervals" not in out and "intervals" not in out["settings"]  # --bootstrap 0
     assert "svhn" in out["missing"]
     assert out["settings"]["seed"] == 2021
     report = (workdir / "rep" / "report.md").read_text()
@@ -214,6 +217,11 @@ def test_evaluate_works_for_glow_with_layer_sets(workdir):
     assert code == 0
     out = json.loads((workdir / "g.json").read_text())
     assert out["settings"]["model"] == "glow" and set(out["results"]) == {"rose-ekfac", "rose-diag", "nll"}
+    assert "1000 resamples" in out["settings"]["intervals"]  # --bootstrap defaults to 1000
+    for method, per_set in out["results"].items():
+        for metric, value in per_set["mnist"].items():
+            low, high = out["intervals"][method]["mnist"][metric]
+            assert low <= value <= high, (method, metric)
     assert run("evaluate", "--model", "glow.pt", "--ood", "mnist", "--layers", "encoder", "--quiet") == 2
 
 
@@ -243,6 +251,8 @@ def test_pixelcnn_trains_with_a_background_and_every_likelihood_method_runs(work
         "10",
         "--json",
         "p.json",
+        "--bootstrap",
+        "0",
         "--quiet",
     )
     assert code == 0

@@ -163,7 +163,7 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
             kwargs[m]["layers"] = args.layers
         if m in METHODS and issubclass(METHODS[m][0], ROSE) and args.aggregate:
             kwargs[m]["aggregate"] = args.aggregate
-    optional = {k: getattr(args, k) for k in ("test_samples", "brightness") if hasattr(args, k)}
+    optional = {k: getattr(args, k) for k in ("test_samples", "brightness", "bootstrap") if hasattr(args, k)}
     return EvalSpec(
         in_data=args.in_data,
         ood=_csv(getattr(args, "ood", "")),
@@ -181,14 +181,19 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
 
 def print_table(result: EvaluationResult) -> None:
     from roseood.evaluation.metrics import METRICS
+    from roseood.evaluation.result import metric_text
 
     metrics = result.metrics()
+    width = max(20 if result.intervals else 12, *(len(m) for m in result.methods))
     for metric in METRICS:
         print(f"\n{metric.upper()}  (in-distribution: {result.in_name}; in-distribution = positive class)")
-        width = max(12, *(len(m) for m in result.methods))
         print(f"{'OOD set':<22}" + "".join(f"{m:>{width + 2}}" for m in result.methods))
         for s in result.ood_sets:
-            print(f"{s:<22}" + "".join(f"{metrics[m][s][metric]:>{width + 2}.3f}" for m in result.methods))
+            cells = (
+                metric_text(f"{metrics[m][s][metric]:.3f}", result.interval(m, s, metric))
+                for m in result.methods
+            )
+            print(f"{s:<22}" + "".join(f"{c:>{width + 2}}" for c in cells))
         for s, why in result.missing.items():
             print(f"{s:<22}  no data ({why})")
     print(
@@ -514,6 +519,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-samples", type=v.count, default=5000, help="images scored per test set")
     p.add_argument(
         "--brightness", type=v.positive_float, default=1.0, help="brightness factor applied to the OOD sets"
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=v.non_negative,
+        default=1000,
+        metavar="N",
+        help="95 %% interval of every metric from N bootstrap resamples of the test images (0: none); "
+        "it shows the test-image noise, not that of the Fisher images or of the model's training",
     )
     p.add_argument("--json", help="write settings and metrics as JSON to this file")
     p.add_argument("--report", help="write a Markdown report with ROC curves and histograms into this folder")

@@ -1,5 +1,6 @@
 """The evaluation API's options: layer-wise scores, Fisher-size sweeps with fresh draws, cache keys found
-without building a detector, missing sets as warnings, images validated once per score."""
+without building a detector, missing sets as warnings, images validated once per score, bootstrap
+intervals."""
 
 from __future__ import annotations
 
@@ -101,3 +102,19 @@ def test_rose_validates_images_once_per_score(
     monkeypatch.setattr(detector_base, "check_model_input", lambda *a: calls.append(1) or original(*a))
     det.score(np.zeros((3, 1, 32, 32), np.uint8))
     assert len(calls) == 1
+
+
+def test_bootstrap_gives_every_metric_an_interval(tiny_vae: VAE, spec: EvalSpec) -> None:
+    result = evaluate(tiny_vae, replace(spec, methods=["nll"], bootstrap=40), progress=False)
+    metrics = result.metrics()["nll"]
+    assert set(result.intervals["nll"]) == set(metrics) == set(result.ood_sets)
+    for ood_set, per_metric in metrics.items():
+        for metric, value in per_metric.items():
+            low, high = result.interval("nll", ood_set, metric) or (np.nan, np.nan)
+            assert low <= value <= high, (ood_set, metric)
+    assert "40 resamples" in result.settings["intervals"]
+    assert result.to_json()["intervals"] == result.intervals
+    plain = evaluate(tiny_vae, replace(spec, methods=["nll"]), progress=False)
+    assert plain.interval("nll", spec.ood[0], "auroc") is None and "intervals" not in plain.to_json()
+    with pytest.raises(RoseError, match="layer-wise"):
+        replace(spec, methods=["rose-diag"], layerwise=True, bootstrap=10)

@@ -1,12 +1,14 @@
-"""Metric conventions on hand-made cases (in-distribution positive, higher score = more OOD)."""
+"""Metric conventions on hand-made cases (in-distribution positive, higher score = more OOD), and the
+bootstrap intervals: they hold the estimate, cover the true AUROC, narrow with more images, repeat by seed."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
-from roseood.errors import DataError
-from roseood.evaluation.metrics import fpr_at_tpr, ood_metrics
+from roseood.errors import DataError, RoseError
+from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics
 
 
 def test_perfect_and_inverted_separation():
@@ -39,3 +41,44 @@ def test_bad_inputs():
         ood_metrics(np.array([]), np.array([1.0]))
     with pytest.raises(DataError, match="NaN"):
         ood_metrics(np.array([np.nan]), np.array([1.0]))
+
+
+def _shifted(n: int, seed: int, shift: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """In-distribution N(0, 1) and OOD N(shift, 1) scores: the true AUROC is Φ(shift / √2)."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(0.0, 1.0, n), rng.normal(shift, 1.0, n)
+
+
+def test_intervals_hold_the_estimate_and_repeat_by_seed():
+    scores_in, scores_out = _shifted(150, 0)
+    point = ood_metrics(scores_in, scores_out)
+    ci = metric_intervals(scores_in, scores_out, resamples=200, seed=3)
+    assert set(ci) == set(METRICS)
+    for m in METRICS:
+        assert 0.0 <= ci[m][0] <= point[m] <= ci[m][1] <= 1.0, m
+        assert ci[m][1] > ci[m][0], m  # overlapping scores: resampling moves every metric
+    assert metric_intervals(scores_in, scores_out, resamples=200, seed=3) == ci
+    assert metric_intervals(scores_in, scores_out, resamples=200, seed=4) != ci
+    perfect = metric_intervals(np.arange(5.0), np.arange(10.0, 15.0), resamples=50)
+    assert perfect["auroc"] == (1.0, 1.0) and perfect["fpr95"] == (0.0, 0.0)
+
+
+def test_auroc_intervals_cover_the_true_value_and_narrow_with_more_images():
+    true_auroc = float(norm.cdf(1.0 / np.sqrt(2.0)))
+    draws = [metric_intervals(*_shifted(60, seed), resamples=150, seed=seed)["auroc"] for seed in range(20)]
+    covered = sum(lo <= true_auroc <= hi for lo, hi in draws)
+    assert covered >= 16  # 95 % intervals: 19 of 20 expected; a broken resampler covers far fewer
+    small = metric_intervals(*_shifted(100, 0), resamples=100)["auroc"]
+    large = metric_intervals(*_shifted(1600, 0), resamples=100)["auroc"]
+    width_ratio = (small[1] - small[0]) / (large[1] - large[0])
+    assert 2.5 < width_ratio < 6.5  # √16 = 4: the width falls as 1/√n
+
+
+def test_interval_arguments_are_checked():
+    scores_in, scores_out = _shifted(10, 0)
+    with pytest.raises(RoseError, match="resamples"):
+        metric_intervals(scores_in, scores_out, resamples=0)
+    with pytest.raises(RoseError, match="level"):
+        metric_intervals(scores_in, scores_out, level=1.0)
+    with pytest.raises(DataError, match="NaN"):
+        metric_intervals(np.array([np.nan]), scores_out)

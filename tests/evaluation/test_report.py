@@ -154,3 +154,15 @@ def test_index_of_real_report_and_of_empty_tree(
     rendered = (out / "report.html").read_text()
     assert "no data (not downloaded)" in rendered and 'src="hist_rose_fine.png"' in rendered
     assert "No reports found." in write_index(tmp_path / "empty").read_text()
+
+
+def test_report_cells_carry_bootstrap_intervals(tmp_path: Path) -> None:
+    result = synthetic_result()
+    result.add_intervals(resamples=50, seed=0)
+    report = write_report(result, tmp_path / "r").read_text()
+    lines = section(report, "AUROC (higher is better)")
+    for ood_set in ("svhn", "lsun"):
+        for method, cell in zip(METHODS, row(lines, ood_set), strict=True):
+            low, high = result.interval(method, ood_set, "auroc") or (np.nan, np.nan)
+            assert cell.endswith(f" [{low:.3f}, {high:.3f}]") and low < high, cell
+    assert "50 resamples" in row(section(report, "Settings"), "intervals")[0]

@@ -3,7 +3,8 @@
 ``evaluate(model, EvalSpec(...))`` fits every method on in-distribution images and scores the
 in-distribution test set and each OOD set; the ``EvaluationResult`` gives ``metrics()``, JSON, raw
 scores, and ``write_report`` turns it into a Markdown report with ROC curves and histograms.
-``ood_metrics`` / ``fpr_at_tpr`` compute AUROC, AUPRC and FPR80/95 for any two score arrays.
+``ood_metrics`` / ``fpr_at_tpr`` compute AUROC, AUPRC and FPR80/95 for any two score arrays, and
+``metric_intervals`` their bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate, fit_detector, load_fit_images
-from roseood.evaluation.metrics import METRICS, fpr_at_tpr, ood_metrics, roc_points
+from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
 from roseood.evaluation.result import EvaluationResult
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ __all__ = [
     "fit_detector",
     "fpr_at_tpr",
     "load_fit_images",
+    "metric_intervals",
     "ood_metrics",
     "roc_points",
     "write_index",

@@ -42,7 +42,8 @@ class EvalSpec:
     ``layerwise``: ROSE methods return raw per-layer scores ``(N, layers)`` instead of one score per image
     (the paper's Figure 6). ``fit_draw``: the Fisher gets ``fit_samples`` images drawn at random (draw
     number ``fit_draw``) from the whole fit set while the ``stats_samples`` statistics images stay fixed
-    (Figure 5's repeats; see ``sweep``).
+    (Figure 5's repeats; see ``sweep``). ``bootstrap``: resamples for every metric's 95 % interval
+    over the test images (``EvaluationResult.add_intervals``); 0 for none.
     """
 
     in_data: str
@@ -61,10 +62,14 @@ class EvalSpec:
     overall_per_set: int = 1000  # images of each OOD set in "overall" (the paper: one thousand)
     layerwise: bool = False
     fit_draw: int | None = None
+    bootstrap: int = 0
 
     def __post_init__(self) -> None:
         for name in ("fit_samples", "stats_samples", "test_samples", "batch_size", "overall_per_set"):
             check_int(getattr(self, name), name)
+        check_int(self.bootstrap, "bootstrap", low=0)
+        if self.bootstrap and self.layerwise:
+            raise RoseError("bootstrap intervals are for one score per image, not layer-wise scores")
         check_seed(self.seed)
         check_float(self.brightness, "brightness", low=0.0, low_open=True)
 
@@ -339,6 +344,8 @@ def evaluate(
         result.scores[method] = scores
         if warned := run.fit_warnings():
             result.settings.setdefault("fit_warnings", {})[method] = warned
+    if spec.bootstrap:
+        result.add_intervals(spec.bootstrap, spec.seed)
     return result
 
 

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from roseood.evaluation.metrics import METRICS
 from roseood.evaluation.plots import plot_histograms, plot_roc
-from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.result import EvaluationResult, metric_text
 from roseood.serialization import write_text
 
 METRIC_TITLES = {
@@ -69,7 +69,8 @@ def _setting_text(value: Any) -> str:
 def _metric_table(
     result: EvaluationResult, metrics: dict[str, dict[str, dict[str, float]]], metric: str
 ) -> str:
-    """Rows: OOD sets (then missing sets), columns: methods; 3 decimals, best value(s) per row bold."""
+    """Rows: OOD sets (then missing sets), columns: methods; 3 decimals, best value(s) per row bold, and
+    each value's bootstrap interval when the result has them."""
     rows = result.ood_sets + [s for s in result.missing if s not in result.ood_sets]
     pick = min if metric in LOWER_IS_BETTER else max
 
@@ -80,7 +81,8 @@ def _metric_table(
             return f"no data ({reason})" if reason is not None else "–"
         # Compare the printed values so that ties as the reader sees them are all bold.
         best = pick(values.values(), key=float)
-        return f"**{values[method]}**" if len(values) > 1 and values[method] == best else values[method]
+        interval = result.interval(method, ood_set, metric)
+        return metric_text(values[method], interval, len(values) > 1 and values[method] == best)
 
     return markdown_table(rows, result.methods, cell, corner="OOD set")
 

@@ -8,8 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from roseood.evaluation.metrics import ood_metrics
+from roseood.evaluation.metrics import metric_intervals, ood_metrics
 from roseood.serialization import save_npz, write_json
+
+
+def metric_text(value: str, interval: tuple[float, float] | None, bold: bool = False) -> str:
+    """A metric printed to 3 decimals (bold if ``bold``), then its bootstrap interval if there is one."""
+    text = f"**{value}**" if bold else value
+    return f"{text} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else text
 
 
 @dataclass
@@ -21,6 +27,7 @@ class EvaluationResult:
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     images_per_second: dict[str, float] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # OOD set -> why it was not evaluated
+    intervals: dict[str, dict[str, dict[str, tuple[float, float]]]] = field(default_factory=dict)
 
     @property
     def methods(self) -> list[str]:
@@ -39,6 +46,26 @@ class EvaluationResult:
             for m, per in self.scores.items()
         }
 
+    def add_intervals(self, resamples: int, seed: int, level: float = 0.95) -> None:
+        """Bootstrap intervals ``intervals[method][ood_set][metric]`` of every metric (``metric_intervals``),
+        and a line in the settings that says what they cover."""
+        self.intervals = {
+            m: {
+                s: metric_intervals(per[self.in_name], v, resamples, level, seed)
+                for s, v in per.items()
+                if s != self.in_name
+            }
+            for m, per in self.scores.items()
+        }
+        self.settings["intervals"] = (
+            f"{level * 100:g} % percentile bootstrap, {resamples} resamples of the test images "
+            f"(seed {seed}); the Fisher images and the model's training are held fixed"
+        )
+
+    def interval(self, method: str, ood_set: str, metric: str) -> tuple[float, float] | None:
+        """The bootstrap interval of one metric, or ``None`` without ``add_intervals``."""
+        return self.intervals.get(method, {}).get(ood_set, {}).get(metric)
+
     def layer_metrics(self, method: str, metric: str = "auroc") -> dict[str, list[float]]:
         """For layer-wise scores ``(N, layers)`` (``EvalSpec.layerwise``): ``[ood_set][layer]`` metric."""
         per = self.scores[method]
@@ -55,6 +82,7 @@ class EvaluationResult:
             "results": self.metrics(),
             "images_per_second": self.images_per_second,
             "missing": self.missing,
+            **({"intervals": self.intervals} if self.intervals else {}),
         }
 
     def write_json(self, path: str | Path) -> None:
