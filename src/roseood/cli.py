@@ -184,7 +184,7 @@ def print_table(result: EvaluationResult) -> None:
     from roseood.evaluation.result import metric_text
 
     metrics = result.metrics()
-    width = max(20 if result.intervals else 12, *(len(m) for m in result.methods))
+    width = max(20 if result.bootstrap else 12, *(len(m) for m in result.methods))
     for metric in METRICS:
         print(f"\n{metric.upper()}  (in-distribution: {result.in_name}; in-distribution = positive class)")
         print(f"{'OOD set':<22}" + "".join(f"{m:>{width + 2}}" for m in result.methods))

@@ -37,6 +37,14 @@ def test_compare_rows_read_the_right_metric_and_paper_cell() -> None:
     assert [r.ours for r in rows] == [1.0, 0.5, None]
     assert rows[0].paper == PAPER["table2"]["vae/fashion_mnist/mnist/rose-ekfac/auroc"] == 0.995
     assert rows[2].why == "no data"
+    assert all(r.interval is None for r in rows)  # no bootstrap asked for
+    result.add_intervals(resamples=50, seed=0)
+    rows = compare_rows(
+        result, "table2", "vae/fashion_mnist", ["mnist", "noise", "kmnist"], {"rose-ekfac": "rose-ekfac"}
+    )
+    assert rows[0].interval == (1.0, 1.0) and rows[0].paper_outside  # 0.995 < 1.0: beyond image noise
+    low, high = rows[1].interval or (np.nan, np.nan)
+    assert low < 0.5 < high and rows[2].interval is None
 
 
 @needs_shared_data
@@ -50,6 +58,9 @@ def test_missing_sets_say_no_data(smoke_run: Smoke) -> None:
         if not (SHARED_DATA / f"{ood}_test.npz").exists():
             assert row["ours"] is None and row["why"] == "no data"
     assert rows[("overall", "rose-ekfac")]["ours"] is not None
+    low, high = rows[("mnist", "rose-ekfac")]["interval"]  # the smoke profile's 20 resamples
+    assert low <= rows[("mnist", "rose-ekfac")]["ours"] <= high
+    assert "† marks a paper number outside it" in reports["table2"].read_text()
 
 
 @needs_shared_data
@@ -84,6 +95,19 @@ def test_comparison_table_marks_large_differences_and_missing_data() -> None:
     assert "**-0.095**" in lines[2]
     assert "no data" in lines[3] and lines[3].endswith("| – |")
     assert lines[4] == "| x | y | – | 0.500 | – |"
+
+
+def test_comparison_table_gives_intervals_and_marks_paper_numbers_outside_them() -> None:
+    table = comparison_table(
+        ("OOD set", "method"),
+        [
+            Row(("mnist", "rose"), 0.90, 0.995, interval=(0.88, 0.92)),
+            Row(("noise", "rose"), 0.99, 0.995, interval=(0.98, 1.0)),
+        ],
+    )
+    lines = table.splitlines()
+    assert lines[2] == "| mnist | rose | 0.995 | 0.900 [0.880, 0.920] † | **-0.095** |"
+    assert lines[3] == "| noise | rose | 0.995 | 0.990 [0.980, 1.000] | -0.005 |"
 
 
 def test_overview_grid_lays_out_rows_like_the_paper() -> None:

@@ -107,13 +107,13 @@ def test_rose_validates_images_once_per_score(
 def test_bootstrap_gives_every_metric_an_interval(tiny_vae: VAE, spec: EvalSpec) -> None:
     result = evaluate(tiny_vae, replace(spec, methods=["nll"], bootstrap=40), progress=False)
     metrics = result.metrics()["nll"]
-    assert set(result.intervals["nll"]) == set(metrics) == set(result.ood_sets)
+    assert set(result.intervals()["nll"]) == set(metrics) == set(result.ood_sets)
     for ood_set, per_metric in metrics.items():
         for metric, value in per_metric.items():
             low, high = result.interval("nll", ood_set, metric) or (np.nan, np.nan)
             assert low <= value <= high, (ood_set, metric)
     assert "40 resamples" in result.settings["intervals"]
-    assert result.to_json()["intervals"] == result.intervals
+    assert result.to_json()["intervals"] == result.intervals()
     plain = evaluate(tiny_vae, replace(spec, methods=["nll"]), progress=False)
     assert plain.interval("nll", spec.ood[0], "auroc") is None and "intervals" not in plain.to_json()
     with pytest.raises(RoseError, match="layer-wise"):

@@ -59,6 +59,7 @@ class Profile:
     test_samples: int = 5000  # per set, VAE (the paper's Appendix B)
     glow_test_samples: int = 1000  # per set, Glow
     overall_per_set: int = 1000
+    bootstrap: int = 1000  # resamples for the 95 % intervals of compared numbers (0: none)
     test_limits: dict[str, int] = field(default_factory=dict)  # slow methods: fewer test images per set
     fisher_sizes: tuple[int, ...] = (10, 100, 1000, 10000)
     fisher_repeats: int = 10
@@ -145,6 +146,7 @@ PROFILES: dict[str, Profile] = {
             test_samples=16,
             glow_test_samples=16,
             overall_per_set=8,
+            bootstrap=20,
             test_limits={"lr": 4, "lratio": 4, "ic-png": 8, "ic-jp2": 8},
             fisher_sizes=(4, 16),
             fisher_repeats=2,

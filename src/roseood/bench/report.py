@@ -16,6 +16,7 @@ from typing import Any
 from roseood.bench.workspace import Workspace
 from roseood.evaluation.evaluate import machine_description
 from roseood.evaluation.report import markdown_rows
+from roseood.evaluation.result import metric_text
 from roseood.serialization import write_json, write_text
 
 DELTA_FLAG = 0.05  # |ours − paper| above this is marked in tables
@@ -23,12 +24,21 @@ DELTA_FLAG = 0.05  # |ours − paper| above this is marked in tables
 
 @dataclass(frozen=True)
 class Row:
-    """One compared number: row labels, ours (None: not measured, with ``why``) and the paper's."""
+    """One compared number: row labels, ours (None: not measured, with ``why``), the paper's, and ours'
+    bootstrap interval over the test images when the evaluation made one."""
 
     labels: tuple[str, ...]
     ours: float | None
     paper: float | None
     why: str = ""
+    interval: tuple[float, float] | None = None
+
+    @property
+    def paper_outside(self) -> bool:
+        """The paper's number lies outside our interval: more than test-image noise separates them."""
+        if self.interval is None or self.paper is None:
+            return False
+        return not self.interval[0] <= self.paper <= self.interval[1]
 
 
 def _fmt(value: float | None) -> str:
@@ -41,11 +51,14 @@ def ours_paper(ours: float | None, paper: float | None) -> str:
 
 
 def comparison_table(headers: tuple[str, ...], rows: list[Row]) -> str:
-    """Markdown table ``labels… | paper | ours | Δ``; Δ beyond ``DELTA_FLAG`` is bold, a missing
-    measurement says why (e.g. "no data")."""
+    """Markdown table ``labels… | paper | ours | Δ``; ours with its interval (``†`` when the paper's number
+    is outside it), Δ beyond ``DELTA_FLAG`` bold, a missing measurement says why (e.g. "no data")."""
 
     def cells(row: Row) -> list[str]:
-        ours = _fmt(row.ours) if row.ours is not None else (row.why or "–")
+        if row.ours is None:
+            ours = row.why or "–"
+        else:
+            ours = metric_text(_fmt(row.ours), row.interval) + (" †" if row.paper_outside else "")
         if row.ours is None or row.paper is None:
             delta = "–"
         else:
@@ -97,6 +110,8 @@ class BenchReport:
         out.mkdir(parents=True, exist_ok=True)
         flagged = [r for r in self.rows if r.ours is not None and r.paper is not None]
         far = [r for r in flagged if abs(r.ours - r.paper) > DELTA_FLAG]  # type: ignore[operator]
+        judged = [r for r in flagged if r.interval is not None]
+        outside = sum(r.paper_outside for r in judged)
         p = ws.profile
         header = [
             f"# {self.title}",
@@ -105,6 +120,12 @@ class BenchReport:
             "re-run is faster). "
             + (
                 f"Δ = ours − paper; bold when |Δ| > {DELTA_FLAG}: {len(far)} of {len(flagged)} numbers."
+                + (
+                    f" Ours come with a 95 % bootstrap interval over the test images; † marks a paper "
+                    f"number outside it: {outside} of {len(judged)}."
+                    if judged
+                    else ""
+                )
                 if flagged
                 else "The paper prints no numbers for this; compare the figures with the paper's."
             ),
@@ -120,6 +141,7 @@ class BenchReport:
                         ", ".join(f"{m}: {n}" for m, n in p.test_limits.items()) or "none",
                     ],
                     ["'overall' images per OOD set", str(p.overall_per_set)],
+                    ["bootstrap resamples for our intervals", str(p.bootstrap) if p.bootstrap else "none"],
                     [
                         "detector settings changed by the profile",
                         json.dumps(p.detector_kwargs) if p.detector_kwargs else "none",
@@ -158,7 +180,14 @@ class BenchReport:
             "machine": machine_description(),
             "results": self.results,
             "comparison": [
-                {"labels": list(r.labels), "ours": r.ours, "paper": r.paper, "why": r.why} for r in self.rows
+                {
+                    "labels": list(r.labels),
+                    "ours": r.ours,
+                    "paper": r.paper,
+                    "why": r.why,
+                    "interval": list(r.interval) if r.interval else None,
+                }
+                for r in self.rows
             ],
         }
         write_json(out / "results.json", payload, indent=1)

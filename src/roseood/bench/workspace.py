@@ -225,6 +225,7 @@ class Workspace:
             "batch_size": p.batch_size,
             "test_limits": dict(p.test_limits),
             "overall_per_set": p.overall_per_set,
+            "bootstrap": 0 if kw.get("layerwise") else p.bootstrap,  # layer-wise scores have no intervals
         }
         overrides = {
             k: v

@@ -27,7 +27,11 @@ class EvaluationResult:
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     images_per_second: dict[str, float] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # OOD set -> why it was not evaluated
-    intervals: dict[str, dict[str, dict[str, tuple[float, float]]]] = field(default_factory=dict)
+    bootstrap: int = 0  # resamples for metric intervals (0: none); see add_intervals
+    bootstrap_seed: int = 0
+    _intervals: dict[tuple[str, str], dict[str, tuple[float, float]]] = field(
+        default_factory=dict, repr=False
+    )
 
     @property
     def methods(self) -> list[str]:
@@ -46,25 +50,36 @@ class EvaluationResult:
             for m, per in self.scores.items()
         }
 
-    def add_intervals(self, resamples: int, seed: int, level: float = 0.95) -> None:
-        """Bootstrap intervals ``intervals[method][ood_set][metric]`` of every metric (``metric_intervals``),
-        and a line in the settings that says what they cover."""
-        self.intervals = {
-            m: {
-                s: metric_intervals(per[self.in_name], v, resamples, level, seed)
-                for s, v in per.items()
-                if s != self.in_name
-            }
-            for m, per in self.scores.items()
-        }
+    def add_intervals(self, resamples: int, seed: int) -> None:
+        """Give every metric a 95 % bootstrap interval (``metric_intervals``), computed per (method, set)
+        when first asked for, and say in the settings what the intervals cover."""
+        self.bootstrap, self.bootstrap_seed = resamples, seed
+        self._intervals.clear()
         self.settings["intervals"] = (
-            f"{level * 100:g} % percentile bootstrap, {resamples} resamples of the test images "
-            f"(seed {seed}); the Fisher images and the model's training are held fixed"
+            f"95 % percentile bootstrap, {resamples} resamples of the test images (seed {seed}); "
+            "the Fisher images and the model's training are held fixed"
         )
+
+    def _cell_intervals(self, method: str, ood_set: str) -> dict[str, tuple[float, float]]:
+        if (method, ood_set) not in self._intervals:
+            per = self.scores[method]
+            self._intervals[method, ood_set] = metric_intervals(
+                per[self.in_name], per[ood_set], self.bootstrap, seed=self.bootstrap_seed
+            )
+        return self._intervals[method, ood_set]
 
     def interval(self, method: str, ood_set: str, metric: str) -> tuple[float, float] | None:
         """The bootstrap interval of one metric, or ``None`` without ``add_intervals``."""
-        return self.intervals.get(method, {}).get(ood_set, {}).get(metric)
+        return self._cell_intervals(method, ood_set)[metric] if self.bootstrap else None
+
+    def intervals(self) -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
+        """``intervals[method][ood_set][metric]``: every interval (empty without ``add_intervals``)."""
+        if not self.bootstrap:
+            return {}
+        return {
+            m: {s: self._cell_intervals(m, s) for s in per if s != self.in_name}
+            for m, per in self.scores.items()
+        }
 
     def layer_metrics(self, method: str, metric: str = "auroc") -> dict[str, list[float]]:
         """For layer-wise scores ``(N, layers)`` (``EvalSpec.layerwise``): ``[ood_set][layer]`` metric."""
@@ -82,7 +97,7 @@ class EvaluationResult:
             "results": self.metrics(),
             "images_per_second": self.images_per_second,
             "missing": self.missing,
-            **({"intervals": self.intervals} if self.intervals else {}),
+            **({"intervals": self.intervals()} if self.bootstrap else {}),
         }
 
     def write_json(self, path: str | Path) -> None:

@@ -94,7 +94,13 @@ def evaluate_variants(
             model, ws.spec(model, in_data, ood, [method], detector_kwargs={method: kwargs}, **spec)
         )
         if merged is None:
-            merged = EvaluationResult(in_name=res.in_name, settings=res.settings, missing=res.missing)
+            merged = EvaluationResult(
+                in_name=res.in_name,
+                settings=res.settings,
+                missing=res.missing,
+                bootstrap=res.bootstrap,
+                bootstrap_seed=res.bootstrap_seed,
+            )
         merged.scores[label] = res.scores[method]
         merged.images_per_second[label] = res.images_per_second[method]
     assert merged is not None, "no variants"
@@ -124,7 +130,8 @@ def compare_rows(
             ours = metric_of(metrics, label, ood, metric)
             why = "no data" if ood in result.missing or (ood == OVERALL and not result.ood_sets) else "–"
             key = paper_key.format(prefix=prefix, ood=ood, segment=segment, metric=metric)
-            rows.append(Row((ood, label), ours, paper_value(table, key), why))
+            interval = result.interval(label, ood, metric) if ours is not None else None
+            rows.append(Row((ood, label), ours, paper_value(table, key), why, interval))
     return rows
 
 
