@@ -82,3 +82,5 @@ def test_interval_arguments_are_checked():
         metric_intervals(scores_in, scores_out, level=1.0)
     with pytest.raises(DataError, match="NaN"):
         metric_intervals(np.array([np.nan]), scores_out)
+    with pytest.raises(DataError, match="two in-distribution and two OOD"):
+        metric_intervals(scores_in, scores_out[:1])

@@ -166,3 +166,6 @@ def test_report_cells_carry_bootstrap_intervals(tmp_path: Path) -> None:
             low, high = result.interval(method, ood_set, "auroc") or (np.nan, np.nan)
             assert cell.endswith(f" [{low:.3f}, {high:.3f}]") and low < high, cell
     assert "50 resamples" in row(section(report, "Settings"), "intervals")[0]
+    result.scores["nll"]["one image"] = np.array([3.0])  # a set of one image: its value, no interval
+    assert result.interval("nll", "one image", "auroc") is None
+    assert result.intervals()["nll"]["one image"] == {}

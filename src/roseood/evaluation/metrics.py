@@ -69,6 +69,8 @@ def metric_intervals(
     check_float(level, "level", low=0.0, high=0.9999, low_open=True)
     check_seed(seed)
     _labels_and_confidence(scores_in, scores_out)  # the same clear errors as ood_metrics
+    if min(np.size(scores_in), np.size(scores_out)) < 2:
+        raise DataError("a bootstrap interval needs at least two in-distribution and two OOD scores")
     ci = bootstrap(
         (np.asarray(scores_in, float), np.asarray(scores_out, float)),
         _metric_values,

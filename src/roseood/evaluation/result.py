@@ -61,16 +61,19 @@ class EvaluationResult:
         )
 
     def _cell_intervals(self, method: str, ood_set: str) -> dict[str, tuple[float, float]]:
+        """Every metric's interval for one cell; none for a set of fewer than two images."""
         if (method, ood_set) not in self._intervals:
-            per = self.scores[method]
-            self._intervals[method, ood_set] = metric_intervals(
-                per[self.in_name], per[ood_set], self.bootstrap, seed=self.bootstrap_seed
+            s_in, s_out = self.scores[method][self.in_name], self.scores[method][ood_set]
+            self._intervals[method, ood_set] = (
+                metric_intervals(s_in, s_out, self.bootstrap, seed=self.bootstrap_seed)
+                if min(len(s_in), len(s_out)) >= 2
+                else {}
             )
         return self._intervals[method, ood_set]
 
     def interval(self, method: str, ood_set: str, metric: str) -> tuple[float, float] | None:
-        """The bootstrap interval of one metric, or ``None`` without ``add_intervals``."""
-        return self._cell_intervals(method, ood_set)[metric] if self.bootstrap else None
+        """The bootstrap interval of one metric, or ``None`` without ``add_intervals`` (or images)."""
+        return self._cell_intervals(method, ood_set).get(metric) if self.bootstrap else None
 
     def intervals(self) -> dict[str, dict[str, dict[str, tuple[float, float]]]]:
         """``intervals[method][ood_set][metric]``: every interval (empty without ``add_intervals``)."""
