@@ -20,6 +20,7 @@ from roseood.errors import DataError
 from roseood.validation import check_float, check_int, check_seed
 
 METRICS = ("auroc", "auprc", "fpr80", "fpr95")
+INTERVAL_MIN_SCORES = 2  # scipy's bootstrap needs at least this many scores on each side
 
 
 def _labels_and_confidence(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +70,7 @@ def metric_intervals(
     check_float(level, "level", low=0.0, high=0.9999, low_open=True)
     check_seed(seed)
     _labels_and_confidence(scores_in, scores_out)  # the same clear errors as ood_metrics
-    if min(np.size(scores_in), np.size(scores_out)) < 2:
+    if min(np.size(scores_in), np.size(scores_out)) < INTERVAL_MIN_SCORES:
         raise DataError("a bootstrap interval needs at least two in-distribution and two OOD scores")
     ci = bootstrap(
         (np.asarray(scores_in, float), np.asarray(scores_out, float)),

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from roseood.evaluation.metrics import metric_intervals, ood_metrics
+from roseood.evaluation.metrics import INTERVAL_MIN_SCORES, metric_intervals, ood_metrics
 from roseood.serialization import save_npz, write_json
 
 
 def metric_text(value: str, interval: tuple[float, float] | None, bold: bool = False) -> str:
-    """A metric printed to 3 decimals (bold if ``bold``), then its bootstrap interval if there is one."""
+    """A metric's printed ``value`` (bold if ``bold``), then its bootstrap interval to 3 decimals if any."""
     text = f"**{value}**" if bold else value
     return f"{text} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else text
 
@@ -66,7 +66,7 @@ class EvaluationResult:
             s_in, s_out = self.scores[method][self.in_name], self.scores[method][ood_set]
             self._intervals[method, ood_set] = (
                 metric_intervals(s_in, s_out, self.bootstrap, seed=self.bootstrap_seed)
-                if min(len(s_in), len(s_out)) >= 2
+                if min(len(s_in), len(s_out)) >= INTERVAL_MIN_SCORES
                 else {}
             )
         return self._intervals[method, ood_set]
