@@ -322,3 +322,27 @@ def test_train_module_trains_a_user_model_and_its_checkpoint_loads_by_itself(wor
     assert (
         run("check-model", "--model", "u.pt") == 0 and "of 3 parameterised layers" in capsys.readouterr().out
     )
+
+
+def test_evaluate_several_models_reports_their_spread(workdir, capsys):
+    torch.manual_seed(1)
+    save_model(VAE(ngf=4, nz=4).eval(), workdir / "other.pt")
+    common = ["--ood", "mnist", "--methods", "rose-diag,nll", "--fit-samples", "30", "--stats-samples"]
+    common += ["10", "--test-samples", "20", "--bootstrap", "0", "--quiet"]
+    code = run(
+        "evaluate", "--model", "model.pt", "--model", "other.pt", *common, "--json", "o.json", "--report", "r"
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "=== model model (model.pt) ===" in printed and "=== model other (other.pt) ===" in printed
+    assert "AUROC across 2 models: mean ± sd (min–max)" in printed
+    out = json.loads((workdir / "o.json").read_text())
+    assert set(out["models"]) == {"model", "other"}
+    per_model = [out["models"][m]["results"]["nll"]["mnist"]["auroc"] for m in ("model", "other")]
+    cell = out["across_models"]["nll"]["mnist"]["auroc"]
+    assert cell["n"] == 2 and cell["mean"] == pytest.approx(np.mean(per_model))
+    assert (cell["min"], cell["max"]) == (min(per_model), max(per_model))
+    assert (workdir / "r" / "report.md").exists() and (workdir / "r" / "other" / "report.md").exists()
+    # the same checkpoint twice is a mistake, said before any work
+    assert run("evaluate", "--model", "model.pt", "--model", "model.pt", *common) == 2
+    assert "a model is named twice" in capsys.readouterr().err

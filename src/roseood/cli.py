@@ -28,21 +28,23 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _model(args: argparse.Namespace) -> RoseModel:
-    """The model of ``--model`` (a checkpoint) and/or ``--model-module`` (user code; ``--model`` then
-    holds its weights: a roseood checkpoint or a plain state_dict file)."""
+def _model(args: argparse.Namespace, path: str | None = None) -> RoseModel:
+    """The model of ``--model`` (a checkpoint; ``path`` when it was given several times) and/or
+    ``--model-module`` (user code; ``--model`` then holds its weights: a roseood checkpoint or a plain
+    state_dict file)."""
     from roseood import distributed
     from roseood.models import load_factory, load_model, load_weights
 
     module = getattr(args, "model_module", None)
-    if module is None and args.model is None:
+    path = path or args.model
+    if module is None and path is None:
         raise RoseError("name the model: --model CHECKPOINT and/or --model-module FILE.py:FACTORY")
     if module is None:
-        model = load_model(args.model)
+        model = load_model(path)
     else:
         model = load_factory(module)
-        if args.model is not None:
-            model = load_weights(model, args.model)
+        if path is not None:
+            model = load_weights(model, path)
     return model.to(distributed.device(args.device))
 
 
@@ -65,7 +67,8 @@ def _input_paths(args: argparse.Namespace) -> Iterator[Path]:
 
     for option in INPUT_OPTIONS:
         value = getattr(args, option, None)
-        for item in _csv(value) if option == "ood" and value else [value] if value else []:
+        items = value if isinstance(value, list) else _csv(value) if option == "ood" and value else [value]
+        for item in (i for i in items if i):
             yield Path(item)
             spec = DATASETS.get(item.split(":")[0].strip().lower().replace("-", "_"))
             if spec is not None:
@@ -210,7 +213,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         _output(args, args.json)
     if args.report:
         _output(args, args.report, folder=True, marker="report.md")
-    model = _model(args)
+    paths = args.model or [None]
+    if len(paths) > 1:
+        return _evaluate_models(args, paths)
+    model = _model(args, paths[0])
     result = evaluate(model, _spec(args, list(args.methods)), progress=not args.quiet)
     print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
     print_table(result)
@@ -223,6 +229,52 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         from roseood.evaluation.report import write_report
 
         print(f"wrote {write_report(result, Path(args.report))}")
+
+
+def _model_names(paths: list[str]) -> list[str]:
+    """Short names for checkpoints: file stems, or the paths as given where two stems are the same."""
+    stems = [Path(p).stem for p in paths]
+    if len(set(paths)) < len(paths):
+        raise RoseError(f"a model is named twice: {', '.join(paths)}")
+    return stems if len(set(stems)) == len(stems) else list(paths)
+
+
+def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> None:
+    """``rose evaluate`` with several ``--model``: one evaluation each (same images and settings), then
+    every metric's spread across them. With ``--json``, the file holds every model finished so far."""
+    from roseood import distributed
+    from roseood.evaluation.evaluate import evaluate
+    from roseood.evaluation.metrics import METRICS
+    from roseood.evaluation.result import AcrossModels, spread_text
+
+    spec = _spec(args, list(args.methods))
+    results: dict[str, EvaluationResult] = {}
+    for name, path in zip(_model_names(paths), paths, strict=True):
+        print(f"\n=== model {name} ({path}) ===")
+        result = evaluate(_model(args, path), spec, progress=not args.quiet)
+        print_table(result)
+        results[name] = result
+        if args.json and distributed.is_main() and len(results) > 1:
+            AcrossModels(results).write_json(args.json)
+    across = AcrossModels(results)
+    spread, first = across.spread(), across.first
+    print(json.dumps({k: v for k, v in first.settings.items() if not k.startswith("model")}, indent=1))
+    for metric in METRICS:
+        print(f"\n{metric.upper()} across {len(results)} models: mean ± sd (min–max)")
+        width = max(30, *(len(m) for m in first.methods))
+        print(f"{'OOD set':<22}" + "".join(f"{m:>{width + 2}}" for m in first.methods))
+        for s in first.ood_sets:
+            cells = (spread_text(spread[m][s][metric]) for m in first.methods)
+            print(f"{s:<22}" + "".join(f"{c:>{width + 2}}" for c in cells))
+    if not distributed.is_main():
+        return
+    if args.json:
+        across.write_json(args.json)
+        print(f"wrote {args.json}")
+    if args.report:
+        from roseood.evaluation.report import write_across_report
+
+        print(f"wrote {write_across_report(across, Path(args.report))}")
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
@@ -471,12 +523,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_args(fp)
     fp.add_argument("--model-module", required=True, metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
-    def model_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", help="roseood model checkpoint (with --model-module: its weights)")
+    def model_args(p: argparse.ArgumentParser, several: bool = False) -> None:
+        if several:
+            p.add_argument(
+                "--model",
+                action="append",
+                help="roseood model checkpoint (with --model-module: its weights); give it again for more "
+                "models, e.g. one per training seed: each is evaluated alike, then every metric's spread",
+            )
+        else:
+            p.add_argument("--model", help="roseood model checkpoint (with --model-module: its weights)")
         p.add_argument("--model-module", metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
-    def eval_args(p: argparse.ArgumentParser, in_help: str) -> None:
-        model_args(p)
+    def eval_args(p: argparse.ArgumentParser, in_help: str, several: bool = False) -> None:
+        model_args(p, several)
         p.add_argument("--in", dest="in_data", default="fashion_mnist", help=in_help)
         p.add_argument("--fit-data", help="images to fit detectors on (unset: training split of --in)")
         p.add_argument(
@@ -504,7 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     methods = ", ".join(METHODS)
     p = sub.add_parser("evaluate", help="fit detectors and compare them on in-distribution vs OOD sets")
-    eval_args(p, "in-distribution set: its test split is scored, its training split fitted on")
+    eval_args(p, "in-distribution set: its test split is scored, its training split fitted on", several=True)
     p.add_argument(
         "--ood",
         default="mnist,notmnist,omniglot,noise,constant",

@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from roseood.evaluation.report import markdown_table, safe_name, write_index, write_report
-from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.report import (
+    markdown_table,
+    safe_name,
+    write_across_report,
+    write_index,
+    write_report,
+)
+from roseood.evaluation.result import AcrossModels, EvaluationResult
 
 METHODS = ("nll", "rose fine")
 
@@ -169,3 +175,32 @@ def test_report_cells_carry_bootstrap_intervals(tmp_path: Path) -> None:
     result.scores["nll"]["one image"] = np.array([3.0])  # a set of one image: its value, no interval
     assert result.interval("nll", "one image", "auroc") is None
     assert result.intervals()["nll"]["one image"] == {}
+
+
+def test_across_models_report_has_the_spread_each_model_and_its_own_report(tmp_path: Path) -> None:
+    results = {}
+    for k, name in enumerate(("seed 0", "seed 1", "seed 2")):
+        result = synthetic_result()
+        result.scores["nll"]["svhn"] = result.scores["nll"]["svhn"] + 0.3 * k  # models differ
+        results[name] = result
+    across = AcrossModels(results)
+    report = write_across_report(across, tmp_path / "r", title="Glow seeds")
+    assert report == tmp_path / "r" / "report.md"
+    text = report.read_text()
+    assert text.startswith("# Glow seeds across 3 models")
+    spread = across.spread()
+    cell = spread["nll"]["svhn"]["auroc"]
+    shown = row(section(text, "AUROC (higher is better)"), "svhn")[0].replace("**", "")
+    assert shown == f"{cell['mean']:.3f} ± {cell['sd']:.3f} ({cell['min']:.3f}–{cell['max']:.3f})"
+    assert cell["sd"] > 0 and spread["rose fine"]["svhn"]["auroc"]["sd"] == 0
+    assert "model" not in [line.split("|")[1].strip() for line in section(text, "Shared settings")]
+    per_model = section(text, "AUROC of each model")
+    for name, result in results.items():
+        cells = row(per_model, name)
+        assert cells[0] == f"{result.metrics()['nll']['svhn']['auroc']:.3f}"
+        assert cells[-1] == f"[{name}]({name.replace(' ', '_')}/report.md)"
+        assert (tmp_path / "r" / name.replace(" ", "_") / "report.md").exists()
+    Image.open(tmp_path / "r" / "auroc_models.png").verify()
+    assert set(json.loads((tmp_path / "r" / "results.json").read_text())["models"]) == set(results)
+    # the index finds the summary and every model's report
+    assert write_index(tmp_path / "r").read_text().count("report.html") == 4

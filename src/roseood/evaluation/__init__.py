@@ -4,7 +4,8 @@
 in-distribution test set and each OOD set; the ``EvaluationResult`` gives ``metrics()``, JSON, raw
 scores, and ``write_report`` turns it into a Markdown report with ROC curves and histograms.
 ``ood_metrics`` / ``fpr_at_tpr`` compute AUROC, AUPRC and FPR80/95 for any two score arrays, and
-``metric_intervals`` their bootstrap intervals.
+``metric_intervals`` their bootstrap intervals. ``AcrossModels`` holds one result per model (e.g.
+per training seed) and every metric's spread across them; ``write_across_report`` reports it.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate, fit_detector, load_fit_images
 from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
-from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.result import AcrossModels, EvaluationResult
 
 if TYPE_CHECKING:
-    from roseood.evaluation.report import write_index, write_report
+    from roseood.evaluation.report import write_across_report, write_index, write_report
 
 
 def __getattr__(name: str) -> Any:
     """Reports load matplotlib: import them on first use only."""
-    if name in ("write_report", "write_index"):
+    if name in ("write_report", "write_index", "write_across_report"):
         from roseood.evaluation import report
 
         return getattr(report, name)
@@ -31,6 +32,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "METRICS",
+    "AcrossModels",
     "EvalSpec",
     "EvaluationResult",
     "ResultCache",
@@ -41,6 +43,7 @@ __all__ = [
     "metric_intervals",
     "ood_metrics",
     "roc_points",
+    "write_across_report",
     "write_index",
     "write_report",
 ]

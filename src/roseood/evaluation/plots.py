@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from roseood.evaluation.metrics import roc_points
-from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.result import AcrossModels, EvaluationResult
 from roseood.serialization import atomic_write
 
 DPI = 120
@@ -66,6 +66,34 @@ def plot_roc(result: EvaluationResult, ood_set: str, path: str | Path) -> Path:
     ax.set_title(f"{result.in_name} vs {ood_set}")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_across_models(across: AcrossModels, metric: str, path: str | Path) -> Path:
+    """One point per model and metric value, a column per OOD set and method, the mean as a bar:
+    how far the training seed alone moves each result."""
+    per_model = {name: r.metrics() for name, r in across.results.items()}
+    methods, sets = across.first.methods, across.first.ood_sets
+    fig, ax = _figure(max(4.0, 1.2 * len(sets) * len(methods) + 2.0), 4.2)
+    offsets = np.linspace(-0.3, 0.3, len(methods)) if len(methods) > 1 else np.zeros(1)
+    for i, method in enumerate(methods):
+        for j, ood_set in enumerate(sets):
+            values = [m[method][ood_set][metric] for m in per_model.values()]
+            x = j + offsets[i]
+            ax.scatter(
+                np.full(len(values), x),
+                values,
+                s=18,
+                color=f"C{i}",
+                alpha=0.8,
+                label=method if j == 0 else None,
+            )
+            ax.hlines(np.mean(values), x - 0.08, x + 0.08, color=f"C{i}", lw=2.2)
+    ax.set_xticks(range(len(sets)), sets)
+    ax.set_ylabel(metric.upper())
+    ax.set_title(f"{metric.upper()} of {len(per_model)} models (bar: mean)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=9)
     return _save(fig, path)
 
 

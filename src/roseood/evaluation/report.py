@@ -18,8 +18,8 @@ from typing import Any
 from urllib.parse import quote
 
 from roseood.evaluation.metrics import METRICS
-from roseood.evaluation.plots import plot_histograms, plot_roc
-from roseood.evaluation.result import EvaluationResult, metric_text
+from roseood.evaluation.plots import plot_across_models, plot_histograms, plot_roc
+from roseood.evaluation.result import AcrossModels, EvaluationResult, metric_text, spread_text
 from roseood.serialization import write_text
 
 METRIC_TITLES = {
@@ -138,6 +138,63 @@ def write_report(
         plot_histograms(result, method, out / name)
         parts.append(f"![score histograms of {method}]({name})")
 
+    report = out / "report.md"
+    write_text(report, "\n\n".join(parts) + "\n")
+    return report
+
+
+MODEL_SETTINGS = ("model", "model_config", "model_fingerprint")  # what differs between models
+
+
+def write_across_report(across: AcrossModels, out_dir: str | Path, title: str = "OOD evaluation") -> Path:
+    """Write one report per model into ``out_dir/<model>/`` (``write_report``) and ``out_dir/report.md``:
+    the settings they share, every metric's mean ± sd (min–max) across the models, each model's AUROC,
+    and a plot of the per-model values. Returns the top-level report path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    folders = {}
+    for name, result in across.results.items():
+        folders[name] = safe_name(name)
+        write_report(result, out / folders[name], title=f"{title}: {name}")
+    across.write_json(out / "results.json")
+    first, spread = across.first, across.spread()
+    shared = {k: v for k, v in first.settings.items() if k not in MODEL_SETTINGS}
+    parts = [
+        f"# {title} across {len(across.results)} models",
+        f"In-distribution set: **{first.in_name}**. The same images and settings for every model, so the "
+        "spread below comes from the models alone (e.g. their training seeds). Cells: mean ± sd "
+        "(min–max) over the models.",
+        "## Shared settings",
+        markdown_table(list(shared), ["value"], lambda k, _: _setting_text(shared[k]), "setting"),
+    ]
+    for metric in METRICS:
+        pick = min if metric in LOWER_IS_BETTER else max
+
+        def cell(ood_set: str, method: str, metric: str = metric, pick: Any = pick) -> str:
+            means = {m: f"{spread[m][ood_set][metric]['mean']:.3f}" for m in first.methods}
+            best = pick(means.values(), key=float)
+            return spread_text(spread[method][ood_set][metric], len(means) > 1 and means[method] == best)
+
+        table = markdown_table(first.ood_sets, first.methods, cell, "OOD set")
+        parts += [f"## {METRIC_TITLES[metric]}", table]
+    columns = [f"{m} / {s}" for m in first.methods for s in first.ood_sets]
+    aurocs = {name: r.metrics() for name, r in across.results.items()}
+    parts += [
+        "## AUROC of each model",
+        markdown_rows(
+            ["model", *columns, "report"],
+            [
+                [
+                    name,
+                    *(f"{aurocs[name][m][s]['auroc']:.3f}" for m in first.methods for s in first.ood_sets),
+                    f"[{name}]({quote(folders[name])}/report.md)",
+                ]
+                for name in across.results
+            ],
+        ),
+        "## Figures",
+        f"![AUROC of each model]({plot_across_models(across, 'auroc', out / 'auroc_models.png').name})",
+    ]
     report = out / "report.md"
     write_text(report, "\n\n".join(parts) + "\n")
     return report

@@ -1,4 +1,5 @@
-"""The result of one evaluation run: scores per method and set, their metrics, settings and timings."""
+"""The result of one evaluation run (scores per method and set, their metrics, settings and timings),
+and of the same run on several models (``AcrossModels``: the spread over training seeds)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
+from roseood.errors import RoseError
 from roseood.evaluation.metrics import INTERVAL_MIN_SCORES, metric_intervals, ood_metrics
 from roseood.serialization import save_npz, write_json
 
@@ -110,3 +113,67 @@ class EvaluationResult:
     def save_scores(self, path: str | Path) -> None:
         """All raw scores as one .npz (keys ``method/set``), for re-plotting without recomputing."""
         save_npz(path, {f"{m}/{s}": v for m, per in self.scores.items() for s, v in per.items()})
+
+
+def spread_text(spread: dict[str, float], bold: bool = False) -> str:
+    """``mean ± sd (min–max)`` of one metric across models, to 3 decimals (mean bold if ``bold``)."""
+    mean = f"**{spread['mean']:.3f}**" if bold else f"{spread['mean']:.3f}"
+    return f"{mean} ± {spread['sd']:.3f} ({spread['min']:.3f}–{spread['max']:.3f})"
+
+
+@dataclass
+class AcrossModels:
+    """One evaluation per model with the same settings and images — typically one model per training
+    seed — and how much every metric moves between them: the spread that test-image bootstrap
+    intervals cannot show, because they hold the trained model fixed."""
+
+    results: dict[str, EvaluationResult]
+
+    def __post_init__(self) -> None:
+        if len(self.results) < 2:
+            raise RoseError(f"a spread across models needs at least two models, got {len(self.results)}")
+        first = next(iter(self.results.values()))
+        for name, result in self.results.items():
+            if result.methods != first.methods or result.ood_sets != first.ood_sets:
+                raise RoseError(
+                    f"model {name!r} was evaluated with other methods or sets than the first: "
+                    f"{result.methods} on {result.ood_sets}, not {first.methods} on {first.ood_sets}"
+                )
+
+    @property
+    def first(self) -> EvaluationResult:
+        return next(iter(self.results.values()))
+
+    def spread(self) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+        """``spread[method][ood_set][metric]``: ``mean``, ``sd`` (n − 1), ``min``, ``max``, ``n`` and the
+        95 % Student-t interval of the mean (``mean_low``, ``mean_high``; it assumes the models are
+        independent draws, e.g. training seeds, and a roughly normal spread)."""
+        per_model = [r.metrics() for r in self.results.values()]
+        out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+        for method, sets in per_model[0].items():
+            for ood_set, metrics in sets.items():
+                for metric in metrics:
+                    values = np.array([m[method][ood_set][metric] for m in per_model])
+                    n, mean, sd = len(values), float(values.mean()), float(values.std(ddof=1))
+                    half = float(stats.t.ppf(0.975, n - 1)) * sd / np.sqrt(n)
+                    out.setdefault(method, {}).setdefault(ood_set, {})[metric] = {
+                        "mean": mean,
+                        "sd": sd,
+                        "min": float(values.min()),
+                        "max": float(values.max()),
+                        "n": n,
+                        "mean_low": mean - half,
+                        "mean_high": mean + half,
+                    }
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "across_models": self.spread(),
+            "spread": "over the models listed; mean_low/high: 95 % Student-t interval of the mean",
+            "models": {name: r.to_json() for name, r in self.results.items()},
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        """The spread and every model's own settings and metrics as JSON, written atomically."""
+        write_json(path, self.to_json())
