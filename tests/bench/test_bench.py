@@ -115,11 +115,14 @@ def test_overview_grid_lays_out_rows_like_the_paper() -> None:
         Row(("mnist", "rose"), 0.9, 0.995),
         Row(("mnist", "nll"), 0.2, None),
         Row(("svhn", "rose"), None, 1.0, "no data"),
+        Row(("noise", "rose"), 0.99, 0.995, interval=(0.98, 1.0)),
+        Row(("noise", "nll"), 0.5, 0.7, interval=(0.45, 0.55)),
     ]
     lines = overview_grid(("OOD set", "method"), rows).splitlines()
     assert lines[0] == "| OOD set / method: ours (paper) | rose | nll |"
     assert lines[2] == "| mnist | 0.900 (0.995) | 0.200 (–) |"
     assert lines[3] == "| svhn | no data |  |"
+    assert lines[4] == "| noise | 0.990 (0.995) | 0.500 † (0.700) |"  # † as in the comparison table
 
 
 def test_list_and_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:

@@ -71,10 +71,16 @@ def comparison_table(headers: tuple[str, ...], rows: list[Row]) -> str:
 
 def overview_grid(headers: tuple[str, str], rows: list[Row]) -> str:
     """The same numbers as a grid like the paper's tables: first label down, second across, each cell
-    "ours (paper)"."""
+    "ours (paper)", ``†`` after ours when the paper's number is outside our interval (as in the table)."""
     down = list(dict.fromkeys(r.labels[0] for r in rows))
     across = list(dict.fromkeys(r.labels[1] for r in rows))
-    cells = {r.labels: (r.why or "–") if r.ours is None else ours_paper(r.ours, r.paper) for r in rows}
+
+    def cell(r: Row) -> str:
+        if r.ours is None:
+            return r.why or "–"
+        return f"{_fmt(r.ours)}{' †' if r.paper_outside else ''} ({_fmt(r.paper)})"
+
+    cells = {r.labels: cell(r) for r in rows}
     grid = [[d, *(cells.get((d, a), "") for a in across)] for d in down]
     return markdown_rows([f"{headers[0]} / {headers[1]}: ours (paper)", *across], grid)
 
