@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from roseood.evaluation.evaluate import EvalSpec
-    from roseood.evaluation.result import EvaluationResult
+    from roseood.evaluation.result import AcrossModels, EvaluationResult
     from roseood.models.base import RoseModel
 
 
@@ -182,6 +182,16 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
     )
 
 
+def _print_grid(
+    title: str, methods: list[str], sets: list[str], cell: Callable[[str, str], str], width: int
+) -> None:
+    """One metric as a text table: a row per OOD set, a column per method, ``cell(method, set)``."""
+    print(f"\n{title}")
+    print(f"{'OOD set':<22}" + "".join(f"{m:>{width + 2}}" for m in methods))
+    for s in sets:
+        print(f"{s:<22}" + "".join(f"{cell(m, s):>{width + 2}}" for m in methods))
+
+
 def print_table(result: EvaluationResult) -> None:
     from roseood.evaluation.metrics import METRICS
     from roseood.evaluation.result import metric_text
@@ -189,14 +199,12 @@ def print_table(result: EvaluationResult) -> None:
     metrics = result.metrics()
     width = max(20 if result.bootstrap else 12, *(len(m) for m in result.methods))
     for metric in METRICS:
-        print(f"\n{metric.upper()}  (in-distribution: {result.in_name}; in-distribution = positive class)")
-        print(f"{'OOD set':<22}" + "".join(f"{m:>{width + 2}}" for m in result.methods))
-        for s in result.ood_sets:
-            cells = (
-                metric_text(f"{metrics[m][s][metric]:.3f}", result.interval(m, s, metric))
-                for m in result.methods
-            )
-            print(f"{s:<22}" + "".join(f"{c:>{width + 2}}" for c in cells))
+
+        def cell(m: str, s: str, metric: str = metric) -> str:
+            return metric_text(f"{metrics[m][s][metric]:.3f}", result.interval(m, s, metric))
+
+        title = f"{metric.upper()}  (in-distribution: {result.in_name}; in-distribution = positive class)"
+        _print_grid(title, result.methods, result.ood_sets, cell, width)
         for s, why in result.missing.items():
             print(f"{s:<22}  no data ({why})")
     print(
@@ -207,28 +215,35 @@ def print_table(result: EvaluationResult) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from roseood import distributed
-    from roseood.evaluation.evaluate import evaluate
 
     if args.json:
         _output(args, args.json)
     if args.report:
         _output(args, args.report, folder=True, marker="report.md")
     paths = args.model or [None]
-    if len(paths) > 1:
-        return _evaluate_models(args, paths)
-    model = _model(args, paths[0])
-    result = evaluate(model, _spec(args, list(args.methods)), progress=not args.quiet)
-    print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
-    print_table(result)
+    outcome = _evaluate_one(args, paths[0]) if len(paths) == 1 else _evaluate_models(args, paths)
     if not distributed.is_main():
         return
     if args.json:
-        result.write_json(args.json)
+        outcome.write_json(args.json)
         print(f"wrote {args.json}")
     if args.report:
-        from roseood.evaluation.report import write_report
+        from roseood.evaluation.report import write_across_report, write_report
+        from roseood.evaluation.result import AcrossModels
 
-        print(f"wrote {write_report(result, Path(args.report))}")
+        if isinstance(outcome, AcrossModels):
+            print(f"wrote {write_across_report(outcome, Path(args.report))}")
+        else:
+            print(f"wrote {write_report(outcome, Path(args.report))}")
+
+
+def _evaluate_one(args: argparse.Namespace, path: str | None) -> EvaluationResult:
+    from roseood.evaluation.evaluate import evaluate
+
+    result = evaluate(_model(args, path), _spec(args, list(args.methods)), progress=not args.quiet)
+    print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
+    print_table(result)
+    return result
 
 
 def _model_names(paths: list[str]) -> list[str]:
@@ -239,7 +254,7 @@ def _model_names(paths: list[str]) -> list[str]:
     return stems if len(set(stems)) == len(stems) else list(paths)
 
 
-def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> None:
+def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels:
     """``rose evaluate`` with several ``--model``: one evaluation each (same images and settings), then
     every metric's spread across them. With ``--json``, the file holds every model finished so far."""
     from roseood import distributed
@@ -251,30 +266,22 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> None:
     results: dict[str, EvaluationResult] = {}
     for name, path in zip(_model_names(paths), paths, strict=True):
         print(f"\n=== model {name} ({path}) ===")
-        result = evaluate(_model(args, path), spec, progress=not args.quiet)
-        print_table(result)
-        results[name] = result
+        results[name] = evaluate(_model(args, path), spec, progress=not args.quiet)
+        print_table(results[name])
         if args.json and distributed.is_main() and len(results) > 1:
             AcrossModels(results).write_json(args.json)
     across = AcrossModels(results)
     spread, first = across.spread(), across.first
-    print(json.dumps({k: v for k, v in first.settings.items() if not k.startswith("model")}, indent=1))
+    print(json.dumps(across.shared_settings(), indent=1))
+    width = max(30, *(len(m) for m in first.methods))
     for metric in METRICS:
-        print(f"\n{metric.upper()} across {len(results)} models: mean ± sd (min–max)")
-        width = max(30, *(len(m) for m in first.methods))
-        print(f"{'OOD set':<22}" + "".join(f"{m:>{width + 2}}" for m in first.methods))
-        for s in first.ood_sets:
-            cells = (spread_text(spread[m][s][metric]) for m in first.methods)
-            print(f"{s:<22}" + "".join(f"{c:>{width + 2}}" for c in cells))
-    if not distributed.is_main():
-        return
-    if args.json:
-        across.write_json(args.json)
-        print(f"wrote {args.json}")
-    if args.report:
-        from roseood.evaluation.report import write_across_report
 
-        print(f"wrote {write_across_report(across, Path(args.report))}")
+        def cell(m: str, s: str, metric: str = metric) -> str:
+            return spread_text(spread[m][s][metric])
+
+        title = f"{metric.upper()} across {len(results)} models: mean ± sd (min–max)"
+        _print_grid(title, first.methods, first.ood_sets, cell, width)
+    return across
 
 
 def cmd_fit(args: argparse.Namespace) -> None:

@@ -66,23 +66,27 @@ def _setting_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
+def _is_best(printed: dict[str, str], method: str, metric: str) -> bool:
+    """Whether ``method``'s printed value is the best of several in a row: printed values are compared,
+    so that ties as the reader sees them are all bold."""
+    pick = min if metric in LOWER_IS_BETTER else max
+    return len(printed) > 1 and printed[method] == pick(printed.values(), key=float)
+
+
 def _metric_table(
     result: EvaluationResult, metrics: dict[str, dict[str, dict[str, float]]], metric: str
 ) -> str:
     """Rows: OOD sets (then missing sets), columns: methods; 3 decimals, best value(s) per row bold, and
     each value's bootstrap interval when the result has them."""
     rows = result.ood_sets + [s for s in result.missing if s not in result.ood_sets]
-    pick = min if metric in LOWER_IS_BETTER else max
 
     def cell(ood_set: str, method: str) -> str:
         values = {m: f"{per[ood_set][metric]:.3f}" for m, per in metrics.items() if ood_set in per}
         if method not in values:
             reason = result.missing.get(ood_set)
             return f"no data ({reason})" if reason is not None else "–"
-        # Compare the printed values so that ties as the reader sees them are all bold.
-        best = pick(values.values(), key=float)
         interval = result.interval(method, ood_set, metric)
-        return metric_text(values[method], interval, len(values) > 1 and values[method] == best)
+        return metric_text(values[method], interval, _is_best(values, method, metric))
 
     return markdown_table(rows, result.methods, cell, corner="OOD set")
 
@@ -143,9 +147,6 @@ def write_report(
     return report
 
 
-MODEL_SETTINGS = ("model", "model_config", "model_fingerprint")  # what differs between models
-
-
 def write_across_report(across: AcrossModels, out_dir: str | Path, title: str = "OOD evaluation") -> Path:
     """Write one report per model into ``out_dir/<model>/`` (``write_report``) and ``out_dir/report.md``:
     the settings they share, every metric's mean ± sd (min–max) across the models, each model's AUROC,
@@ -158,7 +159,7 @@ def write_across_report(across: AcrossModels, out_dir: str | Path, title: str = 
         write_report(result, out / folders[name], title=f"{title}: {name}")
     across.write_json(out / "results.json")
     first, spread = across.first, across.spread()
-    shared = {k: v for k, v in first.settings.items() if k not in MODEL_SETTINGS}
+    shared = across.shared_settings()
     parts = [
         f"# {title} across {len(across.results)} models",
         f"In-distribution set: **{first.in_name}**. The same images and settings for every model, so the "
@@ -168,12 +169,10 @@ def write_across_report(across: AcrossModels, out_dir: str | Path, title: str = 
         markdown_table(list(shared), ["value"], lambda k, _: _setting_text(shared[k]), "setting"),
     ]
     for metric in METRICS:
-        pick = min if metric in LOWER_IS_BETTER else max
 
-        def cell(ood_set: str, method: str, metric: str = metric, pick: Any = pick) -> str:
+        def cell(ood_set: str, method: str, metric: str = metric) -> str:
             means = {m: f"{spread[m][ood_set][metric]['mean']:.3f}" for m in first.methods}
-            best = pick(means.values(), key=float)
-            return spread_text(spread[method][ood_set][metric], len(means) > 1 and means[method] == best)
+            return spread_text(spread[method][ood_set][metric], _is_best(means, method, metric))
 
         table = markdown_table(first.ood_sets, first.methods, cell, "OOD set")
         parts += [f"## {METRIC_TITLES[metric]}", table]

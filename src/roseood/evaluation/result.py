@@ -115,6 +115,9 @@ class EvaluationResult:
         save_npz(path, {f"{m}/{s}": v for m, per in self.scores.items() for s, v in per.items()})
 
 
+MODEL_SETTINGS = ("model", "model_config", "model_fingerprint")  # the settings that differ between models
+
+
 def spread_text(spread: dict[str, float], bold: bool = False) -> str:
     """``mean ± sd (min–max)`` of one metric across models, to 3 decimals (mean bold if ``bold``)."""
     mean = f"**{spread['mean']:.3f}**" if bold else f"{spread['mean']:.3f}"
@@ -143,6 +146,10 @@ class AcrossModels:
     @property
     def first(self) -> EvaluationResult:
         return next(iter(self.results.values()))
+
+    def shared_settings(self) -> dict[str, Any]:
+        """The first model's settings without those of the model itself (its name, config, fingerprint)."""
+        return {k: v for k, v in self.first.settings.items() if k not in MODEL_SETTINGS}
 
     def spread(self) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
         """``spread[method][ood_set][metric]``: ``mean``, ``sd`` (n − 1), ``min``, ``max``, ``n`` and the
