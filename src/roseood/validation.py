@@ -125,19 +125,10 @@ def cli_type(check: Callable[[Any, str], T], parse: Callable[[str], Any] = int) 
     return convert
 
 
-def _int_list(text: str) -> list[int]:
-    return [int(part) for part in text.split(",")]
-
-
-_KIND: dict[Callable[[str], Any], str] = {
-    int: "an integer",
-    float: "a number",
-    _int_list: "integers separated by commas",
-}
+_KIND: dict[Callable[[str], Any], str] = {int: "an integer", float: "a number"}
 
 # The CLI's option types, one per kind of value.
 count = cli_type(check_int)
-counts = cli_type(lambda v, n: [check_int(i, n) for i in v], _int_list)
 non_negative = cli_type(lambda v, n: check_int(v, n, low=0))
 seed = cli_type(check_seed)
 positive_float = cli_type(lambda v, n: check_float(v, n, low=0.0, low_open=True), float)

@@ -15,21 +15,17 @@ from roseood.models.pixelcnn import MaskedConv2d
 from tests.curvature.test_handlers import as_matrix, loop
 
 
-def _tiny(channels: int, gated: bool = False, width: int = 6, dilations: tuple[int, ...] = (1,)) -> PixelCNN:
+def _tiny(channels: int, gated: bool = False, width: int = 6) -> PixelCNN:
     torch.manual_seed(0)
-    return PixelCNN(channels, width, blocks=2, image_size=8, gated=gated, dilations=dilations).eval()
+    return PixelCNN(in_channels=channels, width=width, blocks=2, image_size=8, gated=gated).eval()
 
 
-@pytest.mark.parametrize(
-    "gated, dilations",
-    [(False, (1,)), (True, (1,)), (False, (2, 3)), (True, (2, 3))],
-    ids=["residual", "gated", "residual-dilated", "gated-dilated"],
-)
+@pytest.mark.parametrize("gated", [False, True], ids=["residual", "gated"])
 @pytest.mark.parametrize("channels", [1, 3])
-def test_logits_depend_only_on_earlier_pixels_and_colours(channels, gated, dilations):
+def test_logits_depend_only_on_earlier_pixels_and_colours(channels, gated):
     # 4 channels per colour group and the dependencies of 16 independent images pooled, so that dead
     # ReLUs (at width 6 a group has 2 channels, often both dead at one pixel) hide no path
-    model = _tiny(channels, gated, width=12, dilations=dilations)
+    model = _tiny(channels, gated, width=12)
     x = torch.rand(16, channels, 8, 8, requires_grad=True)
     logits = model.logits(x)
     for row, col in [(0, 0), (3, 5), (7, 7)]:
@@ -55,24 +51,6 @@ def test_the_gated_stack_has_no_blind_spot():
         (grad,) = torch.autograd.grad(_tiny(1, gated).logits(x)[0, 0, :, 4, 2].sum(), x)
         seen[gated] = grad[0, 0, 3] != 0  # the row above pixel (4, 2)
     assert not seen[False][7] and seen[True].all()
-
-
-def test_dilations_widen_the_gated_stack_reach_and_are_checked():
-    """Two gated layers after the first reach 3 + 1 + 1 rows up undilated and 3 + 2 + 3 with dilations
-    2, 3; the dilations are kept in the config (so checkpoints rebuild them) and must be positive."""
-    x = torch.rand(1, 1, 8, 8, requires_grad=True)
-    reach = {}
-    for dilations in ((1,), (2, 3)):
-        model = _tiny(1, True, dilations=dilations)
-        assert model.config()["dilations"] == list(dilations)
-        assert [layer.vertical.dilation for layer in model.body] == [(d, d) for d in (dilations * 2)[:2]]
-        (grad,) = torch.autograd.grad(model.logits(x)[0, 0, :, 7, 4].sum(), x)
-        rows = (grad[0, 0] != 0).any(1).nonzero().flatten()
-        reach[dilations] = 7 - rows.min().item()
-    assert reach == {(1,): 5, (2, 3): 7}  # row 0 is as far as an 8-row image goes
-    for bad in ((), (0,), (1, -2)):
-        with pytest.raises(RoseError, match="dilations"):
-            PixelCNN(1, 6, 2, 8, gated=True, dilations=bad)
 
 
 def test_masked_conv_keeps_a_mask_buffer_and_gives_masked_entries_no_gradient():
@@ -121,26 +99,13 @@ def test_layer_sets_name_every_conv_and_the_default_is_all_or_the_vertical_stack
 
 def test_rose_train_builds_the_gated_variant_from_the_cli():
     args = build_parser().parse_args(["train", "pixelcnn", "--gated", "--width", "8", "--out", "p.pt"])
-    assert FAMILIES["pixelcnn"].from_cli_arguments(args) == {
-        "width": 8,
-        "blocks": 5,
-        "gated": True,
-        "dilations": [1],
-    }
-    args = build_parser().parse_args(
-        ["train", "pixelcnn", "--gated", "--dilations", "1,2,4", "--out", "p.pt"]
-    )
-    assert FAMILIES["pixelcnn"].from_cli_arguments(args)["dilations"] == [1, 2, 4]
-    for bad in ("0", "1,x", ""):
-        with pytest.raises(SystemExit):
-            build_parser().parse_args(["train", "pixelcnn", "--dilations", bad, "--out", "p.pt"])
+    assert FAMILIES["pixelcnn"].from_cli_arguments(args) == {"width": 8, "blocks": 5, "gated": True}
 
 
-@pytest.mark.parametrize("dilations", [(1,), (2,)], ids=["plain", "dilated"])
-def test_gated_per_sample_gradients_equal_an_autograd_loop(dilations):
+def test_gated_per_sample_gradients_equal_an_autograd_loop():
     """Every gated layer (plain vertical convs, masked horizontal convs with gate-grouped colours)
     through the conv handler, weights and biases, against one backward pass per image."""
-    model = _tiny(3, gated=True, dilations=dilations)
+    model = _tiny(3, gated=True)
     x = torch.rand(3, 3, 8, 8)
     names = model.layer_sets()["all"]
     got = LayerGradients(model, names)(model.rose_loss, x)

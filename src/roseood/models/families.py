@@ -19,7 +19,7 @@ from roseood.models.classifier import Classifier
 from roseood.models.glow import Glow
 from roseood.models.pixelcnn import PixelCNN
 from roseood.models.vae import VAE
-from roseood.validation import count, counts
+from roseood.validation import count
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,12 +110,6 @@ def _pixelcnn_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=32, help="PixelCNN feature maps")
     p.add_argument("--blocks", type=int, default=5, help="residual blocks (gated: layers after the first)")
     p.add_argument("--gated", action="store_true", help="gated two-stack PixelCNN (no blind spot)")
-    p.add_argument(
-        "--dilations",
-        type=counts,
-        default=[1],
-        help="dilation of each block's 3-wide convs, cycled over the blocks, e.g. 1,2,4,8,16 (default 1)",
-    )
 
 
 register_family(
@@ -124,7 +118,7 @@ register_family(
         PixelCNN,
         {"epochs": 20, "lr_halve_every": 10},
         _pixelcnn_arguments,
-        lambda a: {"width": a.width, "blocks": a.blocks, "gated": a.gated, "dilations": a.dilations},
+        lambda a: {"width": a.width, "blocks": a.blocks, "gated": a.gated},
         help="PixelCNN, not in the paper (masked convs, 256-way softmax; Adam 1e-3 halved every 10 epochs)",
     )
 )

@@ -35,7 +35,6 @@ class MaskedConv2d(nn.Conv2d):
     (mask 'B'). Square kernels are centred (padded by the conv); ``horizontal`` kernels are one row of
     ``kernel_size // 2 + 1`` taps ending at the current pixel, left-padded by the caller. ``gate``: the
     output is two halves multiplied channel by channel (a gated unit), so each half is grouped alone.
-    ``dilation`` spaces the taps (the mask is on taps, so causality holds for any spacing).
     """
 
     mask: Tensor
@@ -50,14 +49,12 @@ class MaskedConv2d(nn.Conv2d):
         *,
         horizontal: bool = False,
         gate: bool = False,
-        dilation: int = 1,
     ) -> None:
         if mask_type not in ("A", "B") or kernel_size % 2 == 0:
             raise RoseError(f"masked conv needs mask 'A' or 'B', odd kernel: {mask_type!r}, {kernel_size}")
         c = kernel_size // 2
         shape = (1, c + 1) if horizontal else (kernel_size, kernel_size)
-        padding = 0 if horizontal else c * dilation
-        super().__init__(in_channels, out_channels, shape, padding=padding, dilation=dilation)
+        super().__init__(in_channels, out_channels, shape, padding=0 if horizontal else c)
         self.mask_type = mask_type
         row, col = (0, c) if horizontal else (c, c)
         mask = torch.ones(out_channels, in_channels, *shape)
@@ -76,9 +73,9 @@ class MaskedConv2d(nn.Conv2d):
 class ResidualBlock(nn.Module):
     """ReLU → masked 3×3 conv → ReLU → masked 1×1 conv, added to the input (keeps causality)."""
 
-    def __init__(self, width: int, colours: int, dilation: int = 1) -> None:
+    def __init__(self, width: int, colours: int) -> None:
         super().__init__()
-        self.conv = MaskedConv2d("B", width, width, 3, colours, dilation=dilation)
+        self.conv = MaskedConv2d("B", width, width, 3, colours)
         self.mix = MaskedConv2d("B", width, width, 1, colours)
 
     def forward(self, h: Tensor) -> Tensor:
@@ -96,30 +93,18 @@ class GatedLayer(nn.Module):
     The vertical stack sees whole rows above the current one (its first conv only rows above, later
     ones also their own row of such features); the horizontal stack sees the pixels to the left on the
     current row and the vertical stack's features. Both end in a ``tanh ⊙ sigmoid`` gate; after the
-    first layer the horizontal stack is residual. ``dilation`` (later layers) spaces both stacks' taps,
-    so a few layers reach across the whole image.
+    first layer the horizontal stack is residual.
     """
 
-    def __init__(
-        self, in_channels: int, width: int, kernel_size: int, colours: int, first: bool, dilation: int = 1
-    ) -> None:
+    def __init__(self, in_channels: int, width: int, kernel_size: int, colours: int, first: bool) -> None:
         super().__init__()
-        if first and dilation != 1:
-            raise RoseError("the first gated layer sees only the rows above and takes no dilation")
         self.first = first
-        self.pad = kernel_size // 2 * dilation
-        rows = kernel_size // 2 if first else kernel_size // 2 + 1
-        self.vertical = nn.Conv2d(in_channels, 2 * width, (rows, kernel_size), dilation=dilation)
+        self.pad = kernel_size // 2
+        rows = self.pad if first else self.pad + 1
+        self.vertical = nn.Conv2d(in_channels, 2 * width, (rows, kernel_size))
         self.v_to_h = nn.Conv2d(2 * width, 2 * width, 1)
         self.horizontal = MaskedConv2d(
-            "A" if first else "B",
-            in_channels,
-            2 * width,
-            kernel_size,
-            colours,
-            horizontal=True,
-            gate=True,
-            dilation=dilation,
+            "A" if first else "B", in_channels, 2 * width, kernel_size, colours, horizontal=True, gate=True
         )
         self.out = MaskedConv2d("B", width, width, 1, colours)
 
@@ -134,8 +119,7 @@ class GatedLayer(nn.Module):
 class PixelCNN(GenerativeModel):
     """PixelCNN with two mask-'B' 1×1 output convs giving 256 logits per pixel and channel; small
     enough to train on CPU. Residual (default): a 7×7 mask-'A' conv and ``blocks`` residual blocks
-    of ``width`` channels. ``gated``: a 7-wide first gated layer and ``blocks`` 3-wide gated layers.
-    ``dilations``: the 3-wide convs' dilation per block, cycled (e.g. 1, 2, 4, 8, 16); default all 1."""
+    of ``width`` channels. ``gated``: a 7-wide first gated layer and ``blocks`` 3-wide gated layers."""
 
     kind = "pixelcnn"
 
@@ -146,27 +130,22 @@ class PixelCNN(GenerativeModel):
         blocks: int = 5,
         image_size: int = 32,
         gated: bool = False,
-        dilations: tuple[int, ...] | list[int] = (1,),
     ) -> None:
         if width < in_channels or blocks < 0:
             raise RoseError(f"PixelCNN needs width ≥ channels and blocks ≥ 0, got {width}, {blocks}")
-        if not dilations or any(d < 1 for d in dilations):
-            raise RoseError(f"PixelCNN dilations must be positive integers, got {list(dilations)}")
         super().__init__(in_channels, image_size)
         self.width = width
         self.blocks = blocks
         self.gated = gated
-        self.dilations = [int(d) for d in dilations]
         c = in_channels
-        spacing = [self.dilations[i % len(self.dilations)] for i in range(blocks)]
         self.input: nn.Module
         self.body: nn.ModuleList
         if gated:
             self.input = GatedLayer(c, width, 7, c, first=True)
-            self.body = nn.ModuleList(GatedLayer(width, width, 3, c, False, d) for d in spacing)
+            self.body = nn.ModuleList(GatedLayer(width, width, 3, c, first=False) for _ in range(blocks))
         else:
             self.input = MaskedConv2d("A", c, width, 7, c)
-            self.body = nn.ModuleList(ResidualBlock(width, c, d) for d in spacing)
+            self.body = nn.ModuleList(ResidualBlock(width, c) for _ in range(blocks))
         self.head = MaskedConv2d("B", width, width, 1, c)
         self.output = MaskedConv2d("B", width, 256 * c, 1, c)
 
@@ -177,7 +156,6 @@ class PixelCNN(GenerativeModel):
             "blocks": self.blocks,
             "image_size": self.image_size,
             "gated": self.gated,
-            "dilations": self.dilations,
         }
 
     def logits(self, x: Tensor) -> Tensor:
