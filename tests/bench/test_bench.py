@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from roseood.bench import EXPERIMENTS, experiment_table, get_profile, run_experiment
+from roseood.bench import EXPERIMENTS, Workspace, experiment_table, get_profile, run_experiment
 from roseood.bench.experiments.common import compare_rows
 from roseood.bench.paper import PAPER
 from roseood.bench.report import Row, comparison_table, overview_grid
@@ -156,3 +156,24 @@ def test_compared_numbers_are_the_evaluations_metrics(smoke_run: Smoke, name: st
     for row in ours:
         ood = row["labels"][0]
         assert (ood, row["ours"]) in recorded, row
+
+
+@needs_shared_data
+def test_table2_runs_on_the_gated_pixelcnn(tmp_path) -> None:
+    """``--models pixelcnn``: the bench trains the gated PixelCNN (the measured recipe), ROSE scores it on
+    its vertical stack, and its rows carry our numbers with no paper column (it is not in the paper)."""
+    ws = Workspace(
+        root=tmp_path,
+        profile=get_profile("smoke"),
+        data_dir=SHARED_DATA,
+        progress=False,
+        models=("pixelcnn",),
+        datasets=("fashion_mnist",),
+    )
+    recipe = ws.recipe("pixelcnn", "fashion_mnist")
+    assert recipe.name == "pixelcnn-fashion_mnist-c1-width4-blocks1-gated-n64-s0"
+    payload = json.loads((run_experiment("table2", ws).parent / "results.json").read_text())
+    rows = {tuple(r["labels"]): r for r in payload["comparison"] if r["labels"][1] == "rose-ekfac"}
+    assert 0.0 <= rows[("mnist", "rose-ekfac")]["ours"] <= 1.0
+    assert all(r["paper"] is None for r in payload["comparison"])
+    assert ws.model(recipe).layer_sets()["vertical"] == ["input.vertical", "body.0.vertical"]

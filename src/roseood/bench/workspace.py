@@ -53,8 +53,10 @@ class ModelRecipe:
 
     @property
     def name(self) -> str:
-        """File stem, e.g. ``vae-cifar10-c3-ngf64-nz200-n20000-s0`` (epochs excluded: they can grow)."""
-        parts = [self.kind, self.data, f"c{self.channels}", *(f"{k}{v}" for k, v in self.arch)]
+        """File stem, e.g. ``vae-cifar10-c3-ngf64-nz200-n20000-s0`` (epochs excluded: they can grow); a
+        true flag shows as its name (``gated``), a false one not at all."""
+        arch = (k if v is True else f"{k}{v}" for k, v in self.arch if v is not False)
+        parts = [self.kind, self.data, f"c{self.channels}", *arch]
         parts.append(f"n{self.subset}" if self.subset else "nall")
         if self.perturb:
             parts.append(self.perturb.replace(":", ""))
