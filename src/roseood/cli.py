@@ -531,15 +531,11 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("--model-module", required=True, metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
     def model_args(p: argparse.ArgumentParser, several: bool = False) -> None:
+        text = "roseood model checkpoint (with --model-module: its weights)"
         if several:
-            p.add_argument(
-                "--model",
-                action="append",
-                help="roseood model checkpoint (with --model-module: its weights); give it again for more "
-                "models, e.g. one per training seed: each is evaluated alike, then every metric's spread",
-            )
-        else:
-            p.add_argument("--model", help="roseood model checkpoint (with --model-module: its weights)")
+            text += "; give it again for more models, e.g. one per training seed: each is evaluated alike, "
+            text += "then every metric's spread"
+        p.add_argument("--model", action="append" if several else "store", help=text)
         p.add_argument("--model-module", metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
     def eval_args(p: argparse.ArgumentParser, in_help: str, several: bool = False) -> None:

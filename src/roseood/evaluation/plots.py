@@ -72,7 +72,7 @@ def plot_roc(result: EvaluationResult, ood_set: str, path: str | Path) -> Path:
 def plot_across_models(across: AcrossModels, metric: str, path: str | Path) -> Path:
     """One point per model and metric value, a column per OOD set and method, the mean as a bar:
     how far the training seed alone moves each result."""
-    per_model = {name: r.metrics() for name, r in across.results.items()}
+    per_model = across.metrics()
     methods, sets = across.first.methods, across.first.ood_sets
     fig, ax = _figure(max(4.0, 1.2 * len(sets) * len(methods) + 2.0), 4.2)
     offsets = np.linspace(-0.3, 0.3, len(methods)) if len(methods) > 1 else np.zeros(1)

@@ -177,7 +177,7 @@ def write_across_report(across: AcrossModels, out_dir: str | Path, title: str = 
         table = markdown_table(first.ood_sets, first.methods, cell, "OOD set")
         parts += [f"## {METRIC_TITLES[metric]}", table]
     columns = [f"{m} / {s}" for m in first.methods for s in first.ood_sets]
-    aurocs = {name: r.metrics() for name, r in across.results.items()}
+    aurocs = across.metrics()
     parts += [
         "## AUROC of each model",
         markdown_rows(

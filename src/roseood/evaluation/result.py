@@ -151,11 +151,15 @@ class AcrossModels:
         """The first model's settings without those of the model itself (its name, config, fingerprint)."""
         return {k: v for k, v in self.first.settings.items() if k not in MODEL_SETTINGS}
 
+    def metrics(self) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+        """``metrics[model][method][ood_set][metric]``: each model's own metrics."""
+        return {name: r.metrics() for name, r in self.results.items()}
+
     def spread(self) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
         """``spread[method][ood_set][metric]``: ``mean``, ``sd`` (n − 1), ``min``, ``max``, ``n`` and the
         95 % Student-t interval of the mean (``mean_low``, ``mean_high``; it assumes the models are
         independent draws, e.g. training seeds, and a roughly normal spread)."""
-        per_model = [r.metrics() for r in self.results.values()]
+        per_model = list(self.metrics().values())
         out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
         for method, sets in per_model[0].items():
             for ood_set, metrics in sets.items():
