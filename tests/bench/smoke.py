@@ -28,11 +28,14 @@ TABLES_WITH_SCORES = {"table2", "table6", "table7", "table10", "table11"}  # the
 Smoke = tuple[Workspace, dict[str, Path]]
 
 
+def smoke_workspace(root: Path, **only: tuple[str, ...]) -> Workspace:
+    """A smoke-profile workspace on the shared data in ``root``; ``only``: e.g. ``models=("vae",)``."""
+    return Workspace(root=root, profile=get_profile("smoke"), data_dir=SHARED_DATA, progress=False, **only)
+
+
 def run_group(factory: pytest.TempPathFactory, names: list[str]) -> Smoke:
     """The named experiments once, sharing one results folder (as `rose bench ... --profile smoke`)."""
-    ws = Workspace(
-        root=factory.mktemp("bench"), profile=get_profile("smoke"), data_dir=SHARED_DATA, progress=False
-    )
+    ws = smoke_workspace(factory.mktemp("bench"))
     return ws, {name: run_experiment(name, ws) for name in names}
 
 

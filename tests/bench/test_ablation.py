@@ -7,25 +7,19 @@ import json
 import numpy as np
 import pytest
 
-from roseood.bench import Workspace, get_profile, run_experiment
+from roseood.bench import run_experiment
 from roseood.bench.experiments.ablation import AGGREGATES, LayerScores, ablation_models
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
 from roseood.evaluation.evaluate import fisher_count, load_fit_images
-from tests.conftest import SHARED_DATA, needs_shared_data
+from tests.bench.smoke import smoke_workspace
+from tests.conftest import needs_shared_data
 
 
 @needs_shared_data
 @pytest.mark.slow
 def test_ablation_on_the_authors_vae(tmp_path):
-    ws = Workspace(
-        root=tmp_path,
-        profile=get_profile("smoke"),
-        data_dir=SHARED_DATA,
-        progress=False,
-        models=("vae",),
-        datasets=("fashion_mnist",),
-    )
+    ws = smoke_workspace(tmp_path, models=("vae",), datasets=("fashion_mnist",))
     report = run_experiment("ablation", ws)
     [label] = [m[0] for m in ablation_models(ws)]
     rows = json.loads((report.parent / "results.json").read_text())["results"][label]

@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from roseood.bench import EXPERIMENTS, Workspace, experiment_table, get_profile, run_experiment
+from roseood.bench import EXPERIMENTS, experiment_table, get_profile, run_experiment
 from roseood.bench.experiments.common import compare_rows
 from roseood.bench.paper import PAPER
 from roseood.bench.report import Row, comparison_table, overview_grid
 from roseood.cli import main
 from roseood.errors import RoseError
 from roseood.evaluation.result import EvaluationResult
-from tests.bench.smoke import Smoke
+from tests.bench.smoke import Smoke, smoke_workspace
 from tests.bench.smoke import test_experiment_report as test_experiment_report  # run on this GROUP
 from tests.bench.smoke import test_table_aurocs_match_saved_scores as test_table_aurocs_match_saved_scores
 from tests.conftest import SHARED_DATA, needs_shared_data
@@ -162,14 +162,7 @@ def test_compared_numbers_are_the_evaluations_metrics(smoke_run: Smoke, name: st
 def test_table2_runs_on_the_gated_pixelcnn(tmp_path) -> None:
     """``--models pixelcnn``: the bench trains the gated PixelCNN (the measured recipe), ROSE scores it on
     its vertical stack, and its rows carry our numbers with no paper column (it is not in the paper)."""
-    ws = Workspace(
-        root=tmp_path,
-        profile=get_profile("smoke"),
-        data_dir=SHARED_DATA,
-        progress=False,
-        models=("pixelcnn",),
-        datasets=("fashion_mnist",),
-    )
+    ws = smoke_workspace(tmp_path, models=("pixelcnn",), datasets=("fashion_mnist",))
     recipe = ws.recipe("pixelcnn", "fashion_mnist")
     assert recipe.name == "pixelcnn-fashion_mnist-c1-width4-blocks1-gated-n64-s0"
     payload = json.loads((run_experiment("table2", ws).parent / "results.json").read_text())
