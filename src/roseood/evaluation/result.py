@@ -135,7 +135,7 @@ class AcrossModels:
     def __post_init__(self) -> None:
         if len(self.results) < 2:
             raise RoseError(f"a spread across models needs at least two models, got {len(self.results)}")
-        first = next(iter(self.results.values()))
+        first = self.first
         for name, result in self.results.items():
             if result.methods != first.methods or result.ood_sets != first.ood_sets:
                 raise RoseError(
