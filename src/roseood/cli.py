@@ -268,7 +268,7 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
         print(f"\n=== model {name} ({path}) ===")
         results[name] = evaluate(_model(args, path), spec, progress=not args.quiet)
         print_table(results[name])
-        if args.json and distributed.is_main() and len(results) > 1:
+        if args.json and distributed.is_main() and 1 < len(results) < len(paths):  # the last: by the caller
             AcrossModels(results).write_json(args.json)
     across = AcrossModels(results)
     spread, first = across.spread(), across.first
