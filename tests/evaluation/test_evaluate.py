@@ -118,3 +118,13 @@ def test_bootstrap_gives_every_metric_an_interval(tiny_vae: VAE, spec: EvalSpec)
     assert plain.interval("nll", spec.ood[0], "auroc") is None and "intervals" not in plain.to_json()
     with pytest.raises(RoseError, match="layer-wise"):
         replace(spec, methods=["rose-diag"], layerwise=True, bootstrap=10)
+
+
+def test_settings_record_every_detectors_options(tiny_vae: VAE, spec: EvalSpec) -> None:
+    kwargs = {"rose-diag": {"layers": "all", "adjust": "both", "aggregate": "max-z"}}
+    spec = replace(spec, methods=["rose-diag", "nll"], detector_kwargs=kwargs)
+    detectors = evaluate(tiny_vae, spec, progress=False).settings["detectors"]
+    assert detectors["rose-diag"] == method_params(
+        "rose-diag", batch_size=spec.batch_size, **kwargs["rose-diag"]
+    )
+    assert detectors["rose-diag"]["adjust"] == "both" and detectors["nll"]["k"] == 1

@@ -211,13 +211,18 @@ def fit_detector(
     return det.fit(fit.images[:n_fisher], held_out=held_out)
 
 
+def detector_params(method: str, spec: EvalSpec) -> dict[str, Any]:
+    """The method's detector settings, defaults filled in, models as fingerprints: JSON-able."""
+    params = method_params(method, batch_size=spec.batch_size, **spec.detector_kwargs.get(method, {}))
+    return {k: model_fingerprint(v) if isinstance(v, RoseModel) else v for k, v in params.items()}
+
+
 def _fit_key(method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec) -> dict[str, Any]:
     """Everything that determines a fitted detector, for the result cache (without building one)."""
-    params = method_params(method, batch_size=spec.batch_size, **spec.detector_kwargs.get(method, {}))
     return {
         "model": model_fingerprint(model),
         "method": method,
-        "params": {k: model_fingerprint(v) if isinstance(v, RoseModel) else v for k, v in params.items()},
+        "params": detector_params(method, spec),
         "fit_images": array_digest(fit.images),
         "n_fisher": fisher_count(spec, len(fit)),
         "seed": spec.seed,
@@ -323,6 +328,7 @@ def evaluate(
         f"for fitting, the rest for ROSE layer statistics)",
         "ood_sets": ood_sets,
         "methods": list(spec.methods),
+        "detectors": {m: detector_params(m, spec) for m in spec.methods},
         "seed": spec.seed,
         "brightness": spec.brightness,
         "machine": machine_description(),
