@@ -99,3 +99,29 @@ def test_bad_layer_choices_are_clear_errors(tiny_vae):
     tiny_vae.eval()
     with pytest.raises(RoseError, match="no layers"):
         LayerGradients(tiny_vae, [])
+
+
+class _Scale(nn.Module):
+    """A parameterised module without a handler: its gradients come from the torch.func fallback."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.s = nn.Parameter(torch.linspace(0.5, 1.5, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.s
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.func per-sample fallback")
+@pytest.mark.parametrize("names", [["0"], ["1"], ["0", "1"]])
+def test_with_loss_returns_the_per_sample_loss_it_differentiated(names):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3), _Scale())
+    x = torch.randn(5, 4)
+
+    def loss(b: torch.Tensor) -> torch.Tensor:
+        return net(b).pow(2).sum(1)
+
+    grads, value = LayerGradients(net, names).with_loss(loss, x)
+    assert list(grads) == names and not value.requires_grad
+    torch.testing.assert_close(value, loss(x).detach())

@@ -115,8 +115,9 @@ class LayerGradients:
 
     def _hooked(
         self, loss_fn: Callable[[Tensor], Tensor], x: Tensor, layers: list[int]
-    ) -> dict[int, LayerGrad]:
-        """One forward and backward pass with hooks on the layers that have handlers."""
+    ) -> tuple[dict[int, LayerGrad], Tensor]:
+        """One forward and backward pass with hooks on the layers that have handlers; also returns the
+        per-sample loss of that pass."""
         inputs: dict[int, Tensor] = {}
         outputs: dict[int, Tensor] = {}
 
@@ -145,7 +146,7 @@ class LayerGradients:
             assert handler is not None
             result[i] = handler.grad(self.modules[i], inputs[i], g.detach(), self._mask(i))
             result[i].coords = self._coords.get(i)
-        return result
+        return result, loss.detach()
 
     def _vmapped(
         self, loss_fn: Callable[[Tensor], Tensor], x: Tensor, layers: list[int]
@@ -177,9 +178,20 @@ class LayerGradients:
         }
 
     def __call__(self, loss_fn: Callable[[Tensor], Tensor], x: Tensor) -> dict[str, LayerGrad]:
+        return self.with_loss(loss_fn, x)[0]
+
+    def with_loss(
+        self, loss_fn: Callable[[Tensor], Tensor], x: Tensor
+    ) -> tuple[dict[str, LayerGrad], Tensor]:
+        """The layers' per-sample gradients and the per-sample loss (N,) they are gradients of."""
         fast = [i for i, h in enumerate(self.handlers) if h is not None]
         slow = [i for i, h in enumerate(self.handlers) if h is None]
-        result = self._hooked(loss_fn, x, fast) if fast else {}
+        if fast:
+            result, loss = self._hooked(loss_fn, x, fast)
+        else:
+            result = {}
+            with torch.no_grad():
+                loss = loss_fn(x)
         if slow:
             result |= self._vmapped(loss_fn, x, slow)
-        return {n: result[i] for i, n in enumerate(self.names)}
+        return {n: result[i] for i, n in enumerate(self.names)}, loss
