@@ -119,12 +119,13 @@ def test_fit_then_score_writes_csv(workdir):
     assert {r["ood"] for r in csv.DictReader((workdir / "f.csv").open())} == {"true"}
 
 
-def test_fit_with_an_aggregation_saves_it(workdir):
+def test_fit_with_an_aggregation_and_an_adjustment_saves_them(workdir):
     args = ["--model", "model.pt", "--method", "rose-diag", "--fit-samples", "30", "--stats-samples", "10"]
-    assert run("fit", *args, "--aggregate", "log-z:p=2", "--out", "det.pt") == 0
+    assert run("fit", *args, "--aggregate", "log-z:p=2", "--adjust", "both", "--out", "det.pt") == 0
     det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
-    assert isinstance(det, ROSE) and det.aggregate == "log-z:p=2"
+    assert isinstance(det, ROSE) and det.aggregate == "log-z:p=2" and det.adjust == "both"
     assert det.aggregation_.params() == {"beta": 0.0, "p": 2.0}
+    assert det.trend_.coef_ is not None and det.trend_.coef_.shape == (4, len(det.layers))
 
 
 @pytest.mark.parametrize(

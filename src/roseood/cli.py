@@ -162,10 +162,9 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
     from roseood.detectors import METHODS, ROSE
 
     for m in methods:
-        if m in METHODS and issubclass(METHODS[m][0], ROSE) and args.layers:
-            kwargs[m]["layers"] = args.layers
-        if m in METHODS and issubclass(METHODS[m][0], ROSE) and args.aggregate:
-            kwargs[m]["aggregate"] = args.aggregate
+        if m in METHODS and issubclass(METHODS[m][0], ROSE):
+            given = {k: getattr(args, k, None) for k in ("layers", "aggregate", "adjust")}
+            kwargs[m] |= {k: v for k, v in given.items() if v}
     optional = {k: getattr(args, k) for k in ("test_samples", "brightness", "bootstrap") if hasattr(args, k)}
     return EvalSpec(
         in_data=args.in_data,
@@ -498,6 +497,7 @@ def _add_overwrite(p: argparse.ArgumentParser, *aliases: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from roseood.detectors import METHODS
+    from roseood.detectors.adjustment import ADJUSTMENTS
     from roseood.models.families import FAMILIES
 
     parser = _Parser(prog="rose", description=__doc__)
@@ -562,6 +562,12 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="NAME[:k=v,...]",
             help="how ROSE combines layer scores: relu-norm (the paper's, default; beta, p), max-z, log-z "
             "(p, beta), gaussian, gmm (k, reg, seed); e.g. relu-norm:beta=3 or gmm:k=4",
+        )
+        p.add_argument(
+            "--adjust",
+            choices=ADJUSTMENTS,
+            help="beyond the paper: nll divides each ROSE layer score by its in-distribution trend in the "
+            "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
         )
         _add_data_args(p)
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from roseood import distributed
 from roseood.curvature import Fisher, LayerGradients, LayerReport, check_layers, make_fisher
 from roseood.data.tensors import iter_batches
+from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
     DEFAULT_AGGREGATION,
     Aggregation,
@@ -49,8 +50,10 @@ class ROSE(Detector):
 
     ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
     paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
-    the held-out images. Degenerate fits (ties, non-finite, exploding or constant layer scores) raise a
-    ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
+    the held-out images. ``adjust`` (beyond the paper; see ``roseood.detectors.adjustment``): ``nll``
+    divides each layer score by its in-distribution trend in the image's loss, ``both`` aggregates the raw
+    and the adjusted layer scores together. Degenerate fits (ties, non-finite, exploding or constant layer
+    scores) raise a ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
     """
 
     method = "rose"
@@ -68,6 +71,7 @@ class ROSE(Detector):
         stats_fraction: float = 0.2,
         stochastic: bool = False,
         aggregate: str = DEFAULT_AGGREGATION,
+        adjust: str = "none",
         batch_size: int = 64,
         progress: bool | None = None,
     ) -> None:
@@ -93,6 +97,8 @@ class ROSE(Detector):
         self.beta = beta
         self.p = p
         self.aggregate = aggregate
+        self.adjust = check_adjust(adjust)
+        self.trend_ = LikelihoodTrend()
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
         self._grads = LayerGradients(model, self.layers, coords=coords)
@@ -111,12 +117,16 @@ class ROSE(Detector):
             "stats_fraction": self.stats_fraction,
             "stochastic": self.stochastic,
             "aggregate": self.aggregate,
+            "adjust": self.adjust,
             "batch_size": self.batch_size,
         }
 
-    def _layer_grads(self, x: Tensor) -> dict[str, Any]:
+    def _layer_grads(self, x: Tensor) -> tuple[dict[str, Any], Tensor]:
+        """Per-sample gradients of the chosen layers and the per-sample loss they differentiate."""
         self.model.eval()
-        return self._grads(lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device))
+        return self._grads.with_loss(
+            lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device)
+        )
 
     def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
         """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
@@ -169,7 +179,7 @@ class ROSE(Detector):
         for pass_index in range(passes):
             desc = f"ROSE-{self.fisher_kind} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             for batch in iter_batches(x, self.batch_size, desc):
-                for name, g in self._layer_grads(batch).items():
+                for name, g in self._layer_grads(batch)[0].items():
                     self.fishers_[name].update(g, pass_index)
             for f in self.fishers_.values():
                 if distributed.active():
@@ -182,13 +192,17 @@ class ROSE(Detector):
         Fisher's: ``fit`` passes disjoint slices) and warn about a degenerate fit; sharded under torchrun."""
         distributed.check_enough(x.shape[0], "statistics images")
         x = x[distributed.shard(x.shape[0])]
-        raw = distributed.gather_rows(self._layer_scores(x, desc="ROSE layer statistics"))
+        raw, loss = self._scores_and_loss(x, desc="ROSE layer statistics")
+        raw, loss = distributed.gather_rows(raw), distributed.gather_rows(loss)
         self.mean_ = raw.mean(0)
         self.std_ = raw.std(0).clamp_min(1e-12)
-        values = raw.numpy()
-        self.fit_warnings_ = self._warn(layer_problems(values, self.layers))
+        if self.adjust != "none":
+            self.trend_.fit(raw.numpy(), loss.numpy())
+        values = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
+        columns = column_names(self.layers, self.adjust)
+        self.fit_warnings_ = self._warn(layer_problems(values, columns))
         self.aggregation_.fit(values)
-        self.fit_warnings_ += self._warn(tie_problem(values, self.layers, self.aggregation_))
+        self.fit_warnings_ += self._warn(tie_problem(values, columns, self.aggregation_))
 
     def _warn(self, messages: list[str]) -> list[str]:
         for message in messages:
@@ -201,13 +215,18 @@ class ROSE(Detector):
 
     def _layer_scores(self, x: Tensor, desc: str = "ROSE scoring") -> Tensor:
         """``layer_scores`` of already validated images (each public call validates once)."""
+        return self._scores_and_loss(x, desc)[0]
+
+    def _scores_and_loss(self, x: Tensor, desc: str = "ROSE scoring") -> tuple[Tensor, Tensor]:
+        """Raw layer scores (N, layers) and the per-sample loss (N,), both float64 on the CPU."""
         if not self.fishers_:
             raise RoseError("ROSE detector is not fitted: call fit() or load() first")
-        out = []
+        scores, losses = [], []
         for batch in iter_batches(x, self.batch_size, desc if self.progress else None):
-            grads = self._layer_grads(batch)
-            out.append(torch.stack([self.fishers_[n].quad(grads[n]) for n in self.layers], 1))
-        return torch.cat(out).cpu()
+            grads, loss = self._layer_grads(batch)
+            scores.append(torch.stack([self.fishers_[n].quad(grads[n]) for n in self.layers], 1))
+            losses.append(loss.double())
+        return torch.cat(scores).cpu(), torch.cat(losses).cpu()
 
     def normalized_layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
         """Layer scores z-normalised with the in-distribution statistics, (N, layers)."""
@@ -218,7 +237,9 @@ class ROSE(Detector):
         return (self._layer_scores(x) - self.mean_) / self.std_
 
     def _score(self, x: Tensor) -> Tensor:
-        return torch.from_numpy(self.aggregation_(self._layer_scores(x).numpy()))
+        raw, loss = self._scores_and_loss(x)
+        columns = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
+        return torch.from_numpy(self.aggregation_(columns))
 
     def state(self) -> dict[str, Any]:
         return {
@@ -227,6 +248,7 @@ class ROSE(Detector):
             "mean": self.mean_,
             "std": self.std_,
             "aggregation": self.aggregation_.state(),
+            "trend": self.trend_.state(),
             "fit_warnings": self.fit_warnings_,
         }
 
@@ -243,4 +265,6 @@ class ROSE(Detector):
         self.mean_, self.std_ = state["mean"], state["std"]
         # files from before aggregations were options hold only the paper's z-normalisation
         self.aggregation_.load_state(state.get("aggregation", {"mean": self.mean_, "std": self.std_}))
+        if self.adjust != "none":
+            self.trend_.load_state(state.get("trend", {}), len(self.layers))
         self.fit_warnings_ = list(state.get("fit_warnings", []))
