@@ -213,6 +213,11 @@ class ROSE(Detector):
         """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, layers), float64."""
         return self._layer_scores(self._check(images), desc)
 
+    def layer_scores_and_loss(self, images: Tensor | np.ndarray) -> tuple[Tensor, Tensor]:
+        """Raw per-layer scores (N, layers) and the per-sample loss they are gradients of (N,), float64:
+        what the likelihood adjustment is fitted on."""
+        return self._scores_and_loss(self._check(images))
+
     def _layer_scores(self, x: Tensor, desc: str = "ROSE scoring") -> Tensor:
         """``layer_scores`` of already validated images (each public call validates once)."""
         return self._scores_and_loss(x, desc)[0]

@@ -1,12 +1,13 @@
-"""``rose bench ablation`` (beyond the paper): every ROSE aggregation × Fisher × layer set, per model.
+"""``rose bench ablation`` (beyond the paper): every ROSE aggregation × Fisher × layer set, per model,
+and the likelihood adjustment (``ROSE(adjust=...)``) with the paper's aggregation.
 
-Aggregations are post-processing, so each model's raw layer scores are computed once per Fisher (for the
-union of its layer sets; a layer's score does not depend on the other layers) on the Fisher images'
-held-out statistics images, the in-distribution test set and every OOD set, cached through the
-evaluation result cache, and every aggregation is fitted on the statistics images' columns of a layer
-set and applied to the test columns. Models: the authors' Fashion-MNIST VAE (shipped) and the bench's
-CIFAR-10 VAE and Glow. The table gives AUROC per OOD set and "overall", the share of tied scores, and
-how many degenerate-fit warnings the fit raised.
+Aggregations and the adjustment are post-processing, so each model's raw layer scores and per-image
+losses are computed once per Fisher (for the union of its layer sets; a layer's score does not depend on
+the other layers) on the Fisher images' held-out statistics images, the in-distribution test set and
+every OOD set, cached through the evaluation result cache, and every variant is fitted on the statistics
+images' columns of a layer set and applied to the test columns. Models: the authors' Fashion-MNIST VAE
+(shipped) and the bench's CIFAR-10 VAE and Glow. The table gives AUROC per OOD set and "overall", the
+share of tied scores, and how many degenerate-fit warnings the fit raised.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from roseood.data import load_images
 from roseood.data.tensors import as_image_tensor
 from roseood.demo import demo_model
 from roseood.detectors import ROSE
+from roseood.detectors.adjustment import LikelihoodTrend, adjusted, column_names
 from roseood.detectors.aggregation import layer_problems, make_aggregation, tie_problem, tie_share
 from roseood.evaluation.cache import array_digest, cache_key
 from roseood.evaluation.evaluate import (
@@ -40,6 +42,8 @@ from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import model_fingerprint
 
 AGGREGATES = ["relu-norm", "relu-norm:beta=3", "max-z", "log-z", "gaussian", "gmm:k=3"]
+# (aggregation, adjustment): every aggregation on the raw layer scores, the adjustments with the paper's
+VARIANTS = [(a, "none") for a in AGGREGATES] + [("relu-norm", "nll"), ("relu-norm", "both")]
 FISHERS = ["diag", "ekfac"]
 PAPER_CONFIG = {"vae": ("ekfac", "encoder"), "glow": ("diag", "invconv")}  # the paper's ROSE per model
 STATS = "statistics images"
@@ -47,7 +51,8 @@ STATS = "statistics images"
 
 @dataclass
 class LayerScores:
-    """Raw layer scores of one model and Fisher for every image set, computed once and cached."""
+    """Raw layer scores (N, layers) and losses (N,) of one model and Fisher for every image set, computed
+    once and cached."""
 
     ws: Workspace
     model: GenerativeModel
@@ -57,16 +62,17 @@ class LayerScores:
     fit: np.ndarray
     _det: ROSE | None = field(default=None, repr=False)
 
-    def __call__(self, images: np.ndarray) -> np.ndarray:
+    def __call__(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         key = {
-            "ablation-layer-scores": model_fingerprint(self.model),
+            "ablation-layer-scores-and-loss": model_fingerprint(self.model),
             "fisher": self.fisher,
             "layers": self.layers,
             "fit_images": array_digest(self.fit),
             "n_fisher": fisher_count(self.spec, len(self.fit)),
             "images": array_digest(images),
         }
-        return self.ws.cache.scores(cache_key(key), lambda: self._compute(images))
+        both = self.ws.cache.scores(cache_key(key), lambda: self._compute(images))
+        return both[:, :-1], both[:, -1]
 
     def _compute(self, images: np.ndarray) -> np.ndarray:
         if self._det is None:  # the Fisher only: the aggregations are fitted by the ablation itself
@@ -74,7 +80,8 @@ class LayerScores:
             self._det = ROSE(m, fisher=self.fisher, layers=self.layers, batch_size=self.spec.batch_size)
             fisher_images = self.fit[: fisher_count(self.spec, len(self.fit))]
             self._det.fit_fisher(as_image_tensor(fisher_images, m.in_channels, m.image_size))
-        return self._det.layer_scores(images).numpy()
+        raw, loss = self._det.layer_scores_and_loss(images)
+        return np.concatenate([raw.numpy(), loss.numpy()[:, None]], 1)
 
 
 def ablation_models(ws: Workspace) -> list[tuple[str, GenerativeModel, str]]:
@@ -128,12 +135,15 @@ def ablation_rows(
         raw |= {k: scorer(v.images) for k, v in ood_sets.items()}
         for set_name, names in layer_sets.items():
             cols = [union.index(n) for n in names]
-            sub = {k: v[:, cols] for k, v in raw.items()}
-            problems = layer_problems(sub[STATS], names)
-            for aggregate in AGGREGATES:
+            sub = {k: (v[:, cols], loss) for k, (v, loss) in raw.items()}
+            trend = LikelihoodTrend()
+            trend.fit(*sub[STATS])
+            for aggregate, adjust in VARIANTS:
+                columns = {k: adjusted(v, loss, trend, adjust) for k, (v, loss) in sub.items()}
+                names_seen = column_names(names, adjust)
                 agg = make_aggregation(aggregate)
-                agg.fit(sub[STATS])
-                scores = {k: agg(v) for k, v in sub.items()}
+                agg.fit(columns[STATS])
+                scores = {k: agg(v) for k, v in columns.items()}
                 if OVERALL in ood:
                     scores[OVERALL] = overall_scores(scores, list(ood_sets), spec.overall_per_set, spec.seed)
                 tested = [scores[in_data], *(scores[k] for k in ood_sets)]
@@ -142,6 +152,7 @@ def ablation_rows(
                         "fisher": fisher,
                         "layers": set_name,
                         "aggregate": aggregate,
+                        "adjust": adjust,
                         "auroc": {
                             k: ood_metrics(scores[in_data], s)["auroc"]
                             for k, s in scores.items()
@@ -149,30 +160,36 @@ def ablation_rows(
                         },
                         "ties_in": tie_share(scores[in_data]),
                         "ties_all": tie_share(np.concatenate(tested)),
-                        "warnings": problems + tie_problem(sub[STATS], names, agg),
+                        "warnings": layer_problems(columns[STATS], names_seen)
+                        + tie_problem(columns[STATS], names_seen, agg),
                     }
                 )
     return rows
 
 
+def variant_label(aggregate: str, adjust: str) -> str:
+    """``relu-norm``, or ``relu-norm, adjust=both`` for an adjusted variant."""
+    return aggregate if adjust == "none" else f"{aggregate}, adjust={adjust}"
+
+
 def _decision(per_model: dict[str, tuple[str, list[dict[str, Any]]]]) -> tuple[list[list[str]], list[str]]:
-    """Each aggregation's overall AUROC at each model's paper configuration, and which beat relu-norm
-    on every model (the rule for changing the default)."""
+    """Each variant's overall AUROC at each model's paper configuration, and which beat the paper's
+    (relu-norm, no adjustment) on every model (the rule for changing the default)."""
     table, winners = [], []
-    for aggregate in AGGREGATES:
+    for variant in VARIANTS:
         cells, beats = [], True
         for kind, rows in per_model.values():
             fisher, layers = PAPER_CONFIG[kind]
             pick = {
-                r["aggregate"]: r["auroc"].get(OVERALL, float("nan"))
+                (r["aggregate"], r["adjust"]): r["auroc"].get(OVERALL, float("nan"))
                 for r in rows
                 if (r["fisher"], r["layers"]) == (fisher, layers)
             }
-            cells.append(f"{pick[aggregate]:.3f}")
-            beats &= bool(pick[aggregate] > pick[AGGREGATES[0]])
-        table.append([aggregate, *cells])
-        if beats and aggregate != AGGREGATES[0]:
-            winners.append(aggregate)
+            cells.append(f"{pick[variant]:.3f}")
+            beats &= bool(pick[variant] > pick[VARIANTS[0]])
+        table.append([variant_label(*variant), *cells])
+        if beats and variant != VARIANTS[0]:
+            winners.append(variant_label(*variant))
     return table, winners
 
 
@@ -187,7 +204,7 @@ def run_ablation(ws: Workspace, out: Path, rep: BenchReport) -> None:
             [
                 r["fisher"],
                 r["layers"],
-                r["aggregate"],
+                variant_label(r["aggregate"], r["adjust"]),
                 *(f"{r['auroc'][s]:.3f}" for s in sets),
                 f"{r['ties_in']:.1%}",
                 f"{r['ties_all']:.1%}",
@@ -217,8 +234,8 @@ def run_ablation(ws: Workspace, out: Path, rep: BenchReport) -> None:
         rep.section(
             "Overall AUROC at each model's paper configuration (VAE: EKFAC, encoder; Glow: diag, invconv)",
             markdown_rows(["aggregate", *per_model], table),
-            "Default rule: an aggregation replaces relu-norm only if it beats it on every model's overall "
-            f"AUROC. Beats it on every model here: {', '.join(winners) or 'none'}.",
+            "Default rule: a variant replaces the paper's (relu-norm, no adjustment) only if it beats it on "
+            f"every model's overall AUROC. Beats it on every model here: {', '.join(winners) or 'none'}.",
         )
         rep.results["beats_default_on_every_model"] = winners
 
