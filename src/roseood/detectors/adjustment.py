@@ -22,6 +22,7 @@ _MAX_LOG = float(np.log(np.finfo(np.float64).max))  # larger log-ratios saturate
 
 
 def check_adjust(adjust: str) -> str:
+    """``adjust`` itself if it names an adjustment, else a clear error."""
     if adjust not in ADJUSTMENTS:
         raise RoseError(f"unknown ROSE adjustment {adjust!r}; choose from {', '.join(ADJUSTMENTS)}")
     return adjust
