@@ -27,7 +27,13 @@ from roseood.evaluation.metrics import ood_metrics
 from roseood.models import VAE, load_model, save_model
 
 LAYERS = ["encoder.conv0", "encoder.conv1", "encoder.conv2"]  # full-rank factors on 24 images
-KINDS = ("ekfac", "kfac", "diag")
+# each Fisher kind, and EKFAC with the likelihood adjustment (its trend is fitted on gathered losses)
+CASES: dict[str, dict[str, str]] = {
+    "ekfac": {"fisher": "ekfac"},
+    "kfac": {"fisher": "kfac"},
+    "diag": {"fisher": "diag"},
+    "ekfac, adjust=both": {"fisher": "ekfac", "adjust": "both"},
+}
 TIMEOUT_S = 120
 
 pytestmark = pytest.mark.slow  # each launch starts two Python processes with torch (several seconds)
@@ -44,13 +50,13 @@ def tiny_setup() -> tuple[VAE, torch.Tensor]:
 
 
 def fit_and_score(model: VAE, x: torch.Tensor) -> dict[str, dict[str, object]]:
-    """Per Fisher kind: fitted state, in-distribution and OOD scores, and their AUROC."""
+    """Per case: fitted state, in-distribution and OOD scores, and their AUROC."""
     out: dict[str, dict[str, object]] = {}
     noise = torch.rand(9, 1, 32, 32, generator=torch.Generator().manual_seed(2))
-    for kind in KINDS:
-        det = ROSE(model, fisher=kind, layers=LAYERS, batch_size=5).fit(x[:24], held_out=x[24:33])
+    for case, options in CASES.items():
+        det = ROSE(model, layers=LAYERS, batch_size=5, **options).fit(x[:24], held_out=x[24:33])
         s_in, s_out = det.score(x[33:]), det.score(noise)
-        out[kind] = {
+        out[case] = {
             "state": det.state(),
             "in": s_in,
             "out": s_out,
@@ -130,8 +136,8 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
     assert run.stdout.count("wrote") == 3  # score, train, resumed train: rank 0 only
     two = torch.load(tmp_path / "two.pt", weights_only=False)
     one = fit_and_score(*tiny_setup())
-    for kind in KINDS:
-        a, b = one[kind], two[kind]
+    for case in CASES:
+        a, b = one[case], two[case]
         warned_a, warned_b = a["state"].pop("fit_warnings"), b["state"].pop("fit_warnings")
         assert warned_b == warned_a  # the same degenerate-fit warnings from sharded statistics
         torch.testing.assert_close(b["state"], a["state"], rtol=1e-6, atol=1e-7)  # Fisher + layer stats
@@ -139,7 +145,7 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
         np.testing.assert_allclose(b["in"], a["in"], rtol=1e-5, atol=1e-9)
         np.testing.assert_allclose(b["out"], a["out"], rtol=1e-5, atol=1e-9)
         assert b["auroc"] == a["auroc"]
-        print(f"{kind}: AUROC 1 process {a['auroc']:.4f}, 2 processes {b['auroc']:.4f}")
+        print(f"{case}: AUROC 1 process {a['auroc']:.4f}, 2 processes {b['auroc']:.4f}")
     # rank 0 wrote the streamed CSV in input order; same rows as one process
     det = ROSE(load_model(tmp_path / "m.pt"), fisher="ekfac", layers=LAYERS)
     det.fit(tiny_setup()[1][:24], held_out=tiny_setup()[1][24:33]).save(tmp_path / "det1.pt")
