@@ -347,3 +347,23 @@ def test_evaluate_several_models_reports_their_spread(workdir, capsys):
     # the same checkpoint twice is a mistake, said before any work
     assert run("evaluate", "--model", "model.pt", "--model", "model.pt", *common) == 2
     assert "a model is named twice" in capsys.readouterr().err
+
+
+def test_evaluate_resumes_from_its_cache(workdir, monkeypatch):
+    """A several-model run that died after its first model: the re-run fits and scores that model no
+    more, and its numbers are the first run's."""
+    torch.manual_seed(1)
+    save_model(VAE(ngf=4, nz=4).eval(), workdir / "other.pt")
+    common = ["--ood", "mnist", "--methods", "rose-diag,nll", "--fit-samples", "30", "--stats-samples"]
+    common += ["10", "--test-samples", "20", "--bootstrap", "0", "--quiet", "--cache", "c"]
+    assert run("evaluate", "--model", "model.pt", *common, "--json", "one.json") == 0
+    assert any((workdir / "c" / "detectors").iterdir()) and any((workdir / "c" / "scores").iterdir())
+    fitted: list[str] = []
+    real_fit = ROSE.fit_fisher
+    monkeypatch.setattr(ROSE, "fit_fisher", lambda self, x: fitted.append("rose") or real_fit(self, x))
+    args = ["evaluate", "--model", "model.pt", "--model", "other.pt", *common, "--json", "two.json"]
+    assert run(*args) == 0
+    assert fitted == ["rose"]  # other.pt only
+    one = json.loads((workdir / "one.json").read_text())["results"]
+    two = json.loads((workdir / "two.json").read_text())["models"]["model"]["results"]
+    assert two == one

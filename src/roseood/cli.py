@@ -236,10 +236,17 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             print(f"wrote {write_report(outcome, Path(args.report))}")
 
 
-def _evaluate_one(args: argparse.Namespace, path: str | None) -> EvaluationResult:
+def _evaluate(args: argparse.Namespace, path: str | None, spec: EvalSpec) -> EvaluationResult:
+    """One model's evaluation, through the result cache when ``--cache`` names one."""
+    from roseood.evaluation.cache import ResultCache
     from roseood.evaluation.evaluate import evaluate
 
-    result = evaluate(_model(args, path), _spec(args, list(args.methods)), progress=not args.quiet)
+    cache = ResultCache(args.cache) if args.cache else None
+    return evaluate(_model(args, path), spec, progress=not args.quiet, cache=cache)
+
+
+def _evaluate_one(args: argparse.Namespace, path: str | None) -> EvaluationResult:
+    result = _evaluate(args, path, _spec(args, list(args.methods)))
     print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
     print_table(result)
     return result
@@ -257,7 +264,6 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
     """``rose evaluate`` with several ``--model``: one evaluation each (same images and settings), then
     every metric's spread across them. With ``--json``, the file holds every model finished so far."""
     from roseood import distributed
-    from roseood.evaluation.evaluate import evaluate
     from roseood.evaluation.metrics import METRICS
     from roseood.evaluation.result import AcrossModels, spread_text
 
@@ -265,7 +271,7 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
     results: dict[str, EvaluationResult] = {}
     for name, path in zip(_model_names(paths), paths, strict=True):
         print(f"\n=== model {name} ({path}) ===")
-        results[name] = evaluate(_model(args, path), spec, progress=not args.quiet)
+        results[name] = _evaluate(args, path, spec)
         print_table(results[name])
         if args.json and distributed.is_main() and 1 < len(results) < len(paths):  # the last: by the caller
             AcrossModels(results).write_json(args.json)
@@ -599,6 +605,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", help="write settings and metrics as JSON to this file")
     p.add_argument("--report", help="write a Markdown report with ROC curves and histograms into this folder")
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="keep fitted detectors and per-image scores here, keyed by everything that defines them: "
+        "a re-run after an interruption computes only what is missing",
+    )
     _add_overwrite(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_evaluate)
