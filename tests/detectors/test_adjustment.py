@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from roseood.detectors import ROSE, Detector
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
-from roseood.errors import CheckpointError, RoseError
+from roseood.errors import CheckpointError, DataError, RoseError
 
 
 def _trend(raw: np.ndarray, loss: np.ndarray) -> LikelihoodTrend:
@@ -48,6 +48,14 @@ def test_constant_loss_divides_by_the_geometric_mean_and_huge_ratios_saturate():
     np.testing.assert_allclose(trend.ratio(raw, np.array([5.0, 5.0]))[:, 0], [0.5, 2.0])
     far = _trend(np.array([[1.0], [np.e]]), np.array([0.0, 1.0])).ratio(np.array([[1e300]]), np.array([-1e6]))
     assert np.isfinite(far).all() and far[0, 0] > 1e300
+
+
+def test_non_finite_rows_are_left_out_of_the_fit_and_too_few_finite_ones_are_an_error():
+    raw, loss = np.array([[1.0], [np.e], [np.nan], [5.0]]), np.array([0.0, 1.0, 2.0, np.inf])
+    trend = _trend(raw, loss)
+    np.testing.assert_allclose(trend.ratio(raw[:2], loss[:2])[:, 0], [1.0, 1.0])
+    with pytest.raises(DataError, match="1 of 4 have them"):
+        _trend(raw, np.array([0.0, np.nan, 2.0, np.inf]))
 
 
 def test_columns_and_names():

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from roseood.detectors.aggregation import log_scores
-from roseood.errors import CheckpointError, RoseError
+from roseood.errors import CheckpointError, DataError, RoseError
 
 ADJUSTMENTS = ("none", "nll", "both")
 _MAX_LOG = float(np.log(np.finfo(np.float64).max))  # larger log-ratios saturate instead of overflowing
@@ -36,7 +36,15 @@ class LikelihoodTrend:
         self.coef_: np.ndarray | None = None
 
     def fit(self, raw: np.ndarray, loss: np.ndarray) -> None:
-        """Fit ``log raw[:, l] ≈ a_l + b_l·(loss − mean)/scale`` on held-out in-distribution images."""
+        """Fit ``log raw[:, l] ≈ a_l + b_l·(loss − mean)/scale`` on held-out in-distribution images (those
+        whose loss and scores are finite: the degenerate-fit warnings name the others)."""
+        finite = np.isfinite(loss) & np.isfinite(raw).all(1)
+        if finite.sum() < 2:
+            raise DataError(
+                f"the likelihood adjustment needs finite losses and layer scores on at least 2 statistics "
+                f"images; {finite.sum()} of {len(loss)} have them"
+            )
+        raw, loss = raw[finite], loss[finite]
         mean, scale = float(loss.mean()), float(loss.std())
         scale = scale if scale > 0 else 1.0  # a constant loss: no slope to fit, the trend is the mean
         design = np.stack([np.ones_like(loss), (loss - mean) / scale], 1)
