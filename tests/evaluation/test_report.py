@@ -182,6 +182,7 @@ def test_across_models_report_has_the_spread_each_model_and_its_own_report(tmp_p
     for k, name in enumerate(("seed 0", "seed 1", "seed 2")):
         result = synthetic_result()
         result.scores["nll"]["svhn"] = result.scores["nll"]["svhn"] + 0.3 * k  # models differ
+        result.settings["model_fingerprint"] = f"fp{k}"
         results[name] = result
     across = AcrossModels(results)
     report = write_across_report(across, tmp_path / "r", title="Glow seeds")
@@ -193,7 +194,8 @@ def test_across_models_report_has_the_spread_each_model_and_its_own_report(tmp_p
     shown = row(section(text, "AUROC (higher is better)"), "svhn")[0].replace("**", "")
     assert shown == f"{cell['mean']:.3f} ± {cell['sd']:.3f} ({cell['min']:.3f}–{cell['max']:.3f})"
     assert cell["sd"] > 0 and spread["rose fine"]["svhn"]["auroc"]["sd"] == 0
-    assert "model" not in [line.split("|")[1].strip() for line in section(text, "Shared settings")]
+    shared = [line.split("|")[1].strip() for line in section(text, "Shared settings")]
+    assert "model" in shared and "model_fingerprint" not in shared  # alike in every model, or not
     per_model = section(text, "AUROC of each model")
     for name, result in results.items():
         cells = row(per_model, name)

@@ -64,3 +64,10 @@ def test_json_holds_the_spread_and_every_model(tmp_path):
     cell = data["across_models"]["rose"]["far"]["auroc"]
     half = stats.t.ppf(0.975, 1) * cell["sd"] / np.sqrt(2)
     assert cell["mean_high"] == pytest.approx(cell["mean"] + half)
+
+
+def test_shared_settings_are_those_every_model_has_alike():
+    a, b = _result(0.5, 0), _result(0.9, 1)
+    a.settings |= {"model_config": {"width": 48}, "fit_warnings": {"rose": ["ties"]}}
+    b.settings |= {"model_config": {"width": 48}, "fit_warnings": {"rose": []}}
+    assert AcrossModels({"a": a, "b": b}).shared_settings() == {"seed": 2021, "model_config": {"width": 48}}

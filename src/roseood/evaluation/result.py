@@ -115,9 +115,6 @@ class EvaluationResult:
         save_npz(path, {f"{m}/{s}": v for m, per in self.scores.items() for s, v in per.items()})
 
 
-MODEL_SETTINGS = ("model", "model_config", "model_fingerprint")  # the settings that differ between models
-
-
 def spread_text(spread: dict[str, float], bold: bool = False) -> str:
     """``mean ± sd (min–max)`` of one metric across models, to 3 decimals (mean bold if ``bold``)."""
     mean = f"**{spread['mean']:.3f}**" if bold else f"{spread['mean']:.3f}"
@@ -148,8 +145,10 @@ class AcrossModels:
         return next(iter(self.results.values()))
 
     def shared_settings(self) -> dict[str, Any]:
-        """The first model's settings without those of the model itself (its name, config, fingerprint)."""
-        return {k: v for k, v in self.first.settings.items() if k not in MODEL_SETTINGS}
+        """The settings every model has alike (not the model's name or fingerprint, nor each fit's
+        degenerate-fit warnings, which differ; each model's report keeps its own)."""
+        others = [r.settings for r in self.results.values()]
+        return {k: v for k, v in self.first.settings.items() if all(o.get(k) == v for o in others)}
 
     def metrics(self) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
         """``metrics[model][method][ood_set][metric]``: each model's own metrics."""
