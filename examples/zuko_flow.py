@@ -51,9 +51,10 @@ class DequantisedMAF(nn.Module):
         return -(self.flow().log_prob(v) + log_det) + pooled.shape[1] * math.log(256.0)
 
 
-def build(side: int = 16, transforms: int = 3, hidden: int = 256) -> WrappedModel:
-    """The flow wrapped for ROSE: ``all`` scores every MaskedLinear of every transform's MADE, ``last``
-    each MADE's output layer."""
+def build(side: int = 16, transforms: int = 3, hidden: int = 256, seed: int = 0) -> WrappedModel:
+    """The flow wrapped for ROSE, initialised from ``seed``: ``all`` scores every MaskedLinear of every
+    transform's MADE, ``last`` each MADE's output layer."""
+    torch.manual_seed(seed)
     net = DequantisedMAF(side, transforms, hidden)
     names = [n for n, m in net.named_modules() if isinstance(m, zuko.nn.MaskedLinear)]
     sets = {"all": names, "last": [n for n in names if n.endswith("hyper.4")]}  # MaskedMLP: 0, 2, 4
@@ -124,7 +125,7 @@ def main() -> None:
     parser.add_argument("--out", help="save the trained flow's state dict here")
     args = parser.parse_args()
     train = load_images("fashion_mnist:train", n=args.train, seed=args.seed).images
-    model = build()
+    model = build(seed=args.seed)
     t0 = time.time()
     bpd = fit(model, train, args.epochs, seed=args.seed)
     print(f"trained {args.epochs} epochs on {len(train)} images in {time.time() - t0:.0f} s; bits/dim {bpd}")

@@ -22,8 +22,10 @@ def example():
 
 
 def test_build_fit_and_score(example):
-    torch.manual_seed(0)
     model = example.build(side=4, transforms=1, hidden=8)
+    same, other = (example.build(side=4, transforms=1, hidden=8, seed=s).state_dict() for s in (0, 1))
+    torch.testing.assert_close(same, model.state_dict())  # the seed decides the initialisation
+    assert any(not torch.equal(other[k], v) for k, v in same.items())
     assert len(model.layer_sets()["all"]) == 3 and len(model.layer_sets()["last"]) == 1
     gen = torch.Generator().manual_seed(0)
     images = (torch.rand(96, 1, 32, 32, generator=gen) * 255).round().to(torch.uint8).numpy()
