@@ -135,6 +135,7 @@ def test_fit_with_an_aggregation_and_an_adjustment_saves_them(workdir):
         (("evaluate", "--model", "model.pt", "--in", "imagenet"), "neither a known dataset"),
         (("fit", "--model", "model.pt", "--in", "imagenet", "--out", "d.pt"), "--fit-data"),
         (("evaluate", "--model", "model.pt", "--methods", "magic"), "unknown method"),
+        (("evaluate", "--model", "model.pt", "--cache", "model.pt"), "is also an input"),
         (("fit", "--model", "model.pt", "--aggregate", "median", "--out", "d.pt"), "unknown aggregation"),
         (
             ("score", "--model", "model.pt", "--detector", "model.pt", "--data", "mnist", "--out", "x.csv"),

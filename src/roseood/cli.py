@@ -219,6 +219,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         _output(args, args.json)
     if args.report:
         _output(args, args.report, folder=True, marker="report.md")
+    if args.cache:
+        _output(args, args.cache, folder=True)  # an existing cache is the point: only writable, a folder
     paths = args.model or [None]
     outcome = _evaluate_one(args, paths[0]) if len(paths) == 1 else _evaluate_models(args, paths)
     if not distributed.is_main():
