@@ -145,8 +145,8 @@ class AcrossModels:
         return next(iter(self.results.values()))
 
     def shared_settings(self) -> dict[str, Any]:
-        """The settings every model has alike (not the model's name or fingerprint, nor each fit's
-        degenerate-fit warnings, which differ; each model's report keeps its own)."""
+        """The settings every model has alike: those that differ, such as the fingerprint or each fit's
+        degenerate-fit warnings, are left out (each model's own report keeps them)."""
         others = [r.settings for r in self.results.values()]
         return {k: v for k, v in self.first.settings.items() if all(o.get(k) == v for o in others)}
 

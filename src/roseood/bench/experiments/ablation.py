@@ -138,9 +138,17 @@ def ablation_rows(
             sub = {k: (v[:, cols], loss) for k, (v, loss) in raw.items()}
             trend = LikelihoodTrend()
             trend.fit(*sub[STATS])
+            # each adjustment's columns and layer problems once, shared by its aggregations
+            by_adjust = {
+                adjust: {k: adjusted(v, loss, trend, adjust) for k, (v, loss) in sub.items()}
+                for adjust in dict.fromkeys(a for _, a in VARIANTS)
+            }
+            problems = {
+                adjust: layer_problems(columns[STATS], column_names(names, adjust))
+                for adjust, columns in by_adjust.items()
+            }
             for aggregate, adjust in VARIANTS:
-                columns = {k: adjusted(v, loss, trend, adjust) for k, (v, loss) in sub.items()}
-                names_seen = column_names(names, adjust)
+                columns = by_adjust[adjust]
                 agg = make_aggregation(aggregate)
                 agg.fit(columns[STATS])
                 scores = {k: agg(v) for k, v in columns.items()}
@@ -160,8 +168,8 @@ def ablation_rows(
                         },
                         "ties_in": tie_share(scores[in_data]),
                         "ties_all": tie_share(np.concatenate(tested)),
-                        "warnings": layer_problems(columns[STATS], names_seen)
-                        + tie_problem(columns[STATS], names_seen, agg),
+                        "warnings": problems[adjust]
+                        + tie_problem(columns[STATS], column_names(names, adjust), agg),
                     }
                 )
     return rows
