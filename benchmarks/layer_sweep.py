@@ -20,6 +20,7 @@ import time
 import torch
 from scipy.stats import spearmanr
 
+from roseood.bench.experiments.ablation import variant_label
 from roseood.data import load_images
 from roseood.detectors import NLL, ROSE
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted
@@ -77,10 +78,9 @@ def main() -> None:
             agg = make_aggregation(spec)
             agg.fit(adjusted(raw_stats[:, cols], loss_stats, trend, adjust))
             score_in = agg(adjusted(raw_in[:, cols], loss_in, trend, adjust))
-            label = spec if adjust == "none" else f"{spec}, adjust={adjust}"
             for name, (raw, loss) in raw_out.items():
                 score_out = agg(adjusted(raw[:, cols], loss, trend, adjust))
-                key = f"{name}: rose-{args.fisher}/{set_name}/{label}"
+                key = f"{name}: rose-{args.fisher}/{set_name}/{variant_label(spec, adjust)}"
                 results[key] = ood_metrics(score_in, score_out)["auroc"]
     for i, layer in enumerate(rose.layers):  # z-normalising a column does not change its AUROC
         rho = float(spearmanr(raw_stats[:, i], loss_stats).statistic)
