@@ -78,10 +78,9 @@ def test_cache_keys_need_no_detector(tiny_vae: VAE, spec: EvalSpec, monkeypatch:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a cache key must not build a detector")
 
-    fit = load_fit_images(spec, tiny_vae)
     monkeypatch.setattr(evaluate_module, "make_detector", refuse)
-    key = evaluate_module._fit_key("rose-diag", tiny_vae, fit, spec)
-    assert key["params"]["fisher"] == "diag" and key["params"]["batch_size"] == spec.batch_size
+    params = evaluate_module.detector_params("rose-diag", spec)
+    assert params["fisher"] == "diag" and params["batch_size"] == spec.batch_size
 
 
 def test_an_absent_named_set_is_a_warning(tiny_vae: VAE, spec: EvalSpec, tmp_path: Path) -> None:

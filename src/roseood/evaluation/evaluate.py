@@ -9,7 +9,6 @@ import warnings
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -217,18 +216,6 @@ def detector_params(method: str, spec: EvalSpec) -> dict[str, Any]:
     return {k: model_fingerprint(v) if isinstance(v, RoseModel) else v for k, v in params.items()}
 
 
-def _fit_key(method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec) -> dict[str, Any]:
-    """Everything that determines a fitted detector, for the result cache (without building one)."""
-    return {
-        "model": model_fingerprint(model),
-        "method": method,
-        "params": detector_params(method, spec),
-        "fit_images": array_digest(fit.images),
-        "n_fisher": fisher_count(spec, len(fit)),
-        "seed": spec.seed,
-    }
-
-
 @dataclass
 class _MethodRun:
     """One method's detector, fitted (or loaded from the cache) only when a score is actually missing."""
@@ -239,11 +226,8 @@ class _MethodRun:
     spec: EvalSpec
     progress: bool | None
     cache: ResultCache | None
+    key: dict[str, Any]  # what determines the fitted detector: its cache key
     _det: Detector | None = None
-
-    @cached_property
-    def key(self) -> dict[str, Any]:
-        return _fit_key(self.method, self.model, self.fit, self.spec)
 
     def detector(self) -> Detector:
         if self._det is None:
@@ -319,16 +303,18 @@ def evaluate(
     ood_sets = {k: f"{len(v)} images from {v.source}" for k, v in ood.items()}
     if OVERALL in spec.ood:
         ood_sets[OVERALL] = f"{spec.overall_per_set} random images of each of: {', '.join(ood)}"
+    detectors = {m: detector_params(m, spec) for m in spec.methods}
+    fingerprint = model_fingerprint(model)
     settings = {
         "model": model_name(model),
         "model_config": model_config(model),
-        "model_fingerprint": model_fingerprint(model),
+        "model_fingerprint": fingerprint,
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
         "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
         f"for fitting, the rest for ROSE layer statistics)",
         "ood_sets": ood_sets,
         "methods": list(spec.methods),
-        "detectors": {m: detector_params(m, spec) for m in spec.methods},
+        "detectors": detectors,
         "seed": spec.seed,
         "brightness": spec.brightness,
         "machine": machine_description(),
@@ -336,8 +322,13 @@ def evaluate(
     if spec.test_limits:
         settings["test_limits"] = {m: f"at most {n} images per set" for m, n in spec.test_limits.items()}
     result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=missing)
+    # what determines a fitted detector, for the cache (hashing the fit images only when there is one)
+    fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
+    if cache is not None:
+        fit_key["fit_images"] = array_digest(fit.images)
     for method in spec.methods:
-        run = _MethodRun(method, model, fit, spec, progress, cache)
+        key = fit_key | {"method": method, "params": detectors[method]}
+        run = _MethodRun(method, model, fit, spec, progress, cache, key)
         limit = spec.test_limits.get(method)
         scores = {}
         for name, images in {spec.in_data: test, **ood}.items():
