@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import math
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,9 @@ def test_build_fit_and_score(example):
     torch.testing.assert_close(same, model.state_dict())  # the seed decides the initialisation
     assert any(not torch.equal(other[k], v) for k, v in same.items())
     assert len(model.layer_sets()["all"]) == 3 and len(model.layer_sets()["last"]) == 1
+    sets = example.build(side=4, transforms=2, hidden=8).layer_sets()
+    assert len(sets["all"]) == 6 and sets["late"] == sets["all"][3:]  # the last transform's MADE
+    assert model.rose_layers(None) == model.layer_sets()["late"]  # the default set
     gen = torch.Generator().manual_seed(0)
     images = (torch.rand(96, 1, 32, 32, generator=gen) * 255).round().to(torch.uint8).numpy()
     bpd = example.fit(model, images[:64], epochs=2, batch_size=32)
@@ -36,6 +38,6 @@ def test_build_fit_and_score(example):
     assert nll.shape == (4,) and torch.equal(model.rose_loss(x).detach(), nll)
     assert 0 < example.bits_per_dim(model, nll).mean().item() < 16
     ood = 255 - images[64:80]
-    result = example.evaluate(model, images[:48], images[48:64], images[64:80], ood)
+    result = example.evaluate(model, images[:48], images[48:64], images[64:80], ood, adjust="both")
     assert set(result) == {"rose-ekfac", "nll"}
-    assert all(0 <= v <= 1 and not math.isnan(v) for v in result.values())
+    assert all(0 <= auroc <= 1 and 0 <= low <= high <= 1 for auroc, low, high in result.values())
