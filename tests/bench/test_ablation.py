@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from roseood.bench import run_experiment
-from roseood.bench.experiments.ablation import VARIANTS, LayerScores, ablation_models
+from roseood.bench.experiments.ablation import VARIANTS, LayerScores, ablation_models, variant_label
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
 from roseood.evaluation.evaluate import fisher_count, load_fit_images
@@ -53,3 +53,7 @@ def test_ablation_on_the_authors_vae(tmp_path):
     assert zeros > 0 and by[("diag", "encoder", "relu-norm")]["ties_in"] == pytest.approx(zeros)
     text = report.read_text()
     assert "Default rule" in text and "ties in-dist" in text
+    # each degenerate-fit warning names the rows (Fisher, layers, variant) that raised it
+    r = next(r for r in rows if r["warnings"])
+    line = next(x for x in text.splitlines() if x.startswith(f"- {r['warnings'][0]} ("))
+    assert f"{r['fisher']} {r['layers']} {variant_label(r['aggregate'], r['adjust'])}" in line

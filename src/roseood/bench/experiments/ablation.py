@@ -233,9 +233,17 @@ def run_ablation(ws: Workspace, out: Path, rep: BenchReport) -> None:
             ),
             markdown_rows(header, lines),
         )
-        found = sorted({w for r in rows for w in r["warnings"]})
+        found: dict[
+            str, list[str]
+        ] = {}  # each warning, and the rows (Fisher, layers, variant) that raised it
+        for r in rows:
+            for w in r["warnings"]:
+                found.setdefault(w, []).append(
+                    f"{r['fisher']} {r['layers']} {variant_label(r['aggregate'], r['adjust'])}"
+                )
         if found:
-            rep.section(f"Degenerate-fit warnings, {label}", *(f"- {w}" for w in found))
+            items = (f"- {w} ({'; '.join(where)})" for w, where in sorted(found.items()))
+            rep.section(f"Degenerate-fit warnings, {label}", *items)
         rep.results[label] = rows
     if per_model:
         table, winners = _decision(per_model)
