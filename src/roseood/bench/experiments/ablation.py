@@ -233,9 +233,8 @@ def run_ablation(ws: Workspace, out: Path, rep: BenchReport) -> None:
             ),
             markdown_rows(header, lines),
         )
-        found: dict[
-            str, list[str]
-        ] = {}  # each warning, and the rows (Fisher, layers, variant) that raised it
+        # each warning, and the rows (Fisher, layers, variant) that raised it
+        found: dict[str, list[str]] = {}
         for r in rows:
             for w in r["warnings"]:
                 found.setdefault(w, []).append(
