@@ -143,10 +143,8 @@ def ablation_rows(
                 adjust: {k: adjusted(v, loss, trend, adjust) for k, (v, loss) in sub.items()}
                 for adjust in dict.fromkeys(a for _, a in VARIANTS)
             }
-            problems = {
-                adjust: layer_problems(columns[STATS], column_names(names, adjust))
-                for adjust, columns in by_adjust.items()
-            }
+            labels = {adjust: column_names(names, adjust) for adjust in by_adjust}
+            problems = {adjust: layer_problems(c[STATS], labels[adjust]) for adjust, c in by_adjust.items()}
             for aggregate, adjust in VARIANTS:
                 columns = by_adjust[adjust]
                 agg = make_aggregation(aggregate)
@@ -168,8 +166,7 @@ def ablation_rows(
                         },
                         "ties_in": tie_share(scores[in_data]),
                         "ties_all": tie_share(np.concatenate(tested)),
-                        "warnings": problems[adjust]
-                        + tie_problem(columns[STATS], column_names(names, adjust), agg),
+                        "warnings": problems[adjust] + tie_problem(columns[STATS], labels[adjust], agg),
                     }
                 )
     return rows
