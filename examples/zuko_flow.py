@@ -106,11 +106,13 @@ def evaluate(
     fisher: str = "ekfac",
     layers: str | None = None,
     adjust: str = "none",
+    aggregate: str = "relu-norm",
 ) -> dict[str, tuple[float, float, float]]:
     """AUROC of ROSE and of the plain NLL, in-distribution test vs OOD test images, each with its 95 %
     bootstrap interval: (AUROC, low, high)."""
     model.eval()
-    rose = ROSE(model, fisher=fisher, layers=layers, adjust=adjust).fit(fit_images, held_out=stats_images)
+    rose = ROSE(model, fisher=fisher, layers=layers, adjust=adjust, aggregate=aggregate)
+    rose.fit(fit_images, held_out=stats_images)
     nll = NLL(model).fit(fit_images)
     result = {}
     for name, det in ((f"rose-{fisher}", rose), ("nll", nll)):
@@ -126,9 +128,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--fit", type=int, default=2000, help="Fisher images")
     parser.add_argument("--stats", type=int, default=1000, help="layer-statistics images")
-    parser.add_argument("--test", type=int, default=2000, help="test images per set")
+    parser.add_argument("--test", type=int, default=10000, help="test images per set (10000: all)")
     parser.add_argument("--layers", default="late", help="late, all or last")
     parser.add_argument("--adjust", default="none", help="ROSE's likelihood adjustment: none, nll or both")
+    parser.add_argument("--aggregate", default="relu-norm", help="ROSE aggregation: relu-norm, log-z, ...")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="save the trained flow's state dict here")
     args = parser.parse_args()
@@ -148,6 +151,7 @@ def main() -> None:
         load_images("mnist", n=args.test, seed=args.seed).images,
         layers=args.layers,
         adjust=args.adjust,
+        aggregate=args.aggregate,
     )
     for name, (auroc, low, high) in result.items():
         print(f"{name} AUROC vs MNIST: {auroc:.4f} (95 % bootstrap interval {low:.4f}–{high:.4f})")

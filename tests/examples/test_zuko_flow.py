@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from roseood.errors import RoseError
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "zuko_flow.py"
 
 
@@ -41,3 +43,5 @@ def test_build_fit_and_score(example):
     result = example.evaluate(model, images[:48], images[48:64], images[64:80], ood, adjust="both")
     assert set(result) == {"rose-ekfac", "nll"}
     assert all(0 <= auroc <= 1 and 0 <= low <= high <= 1 for auroc, low, high in result.values())
+    with pytest.raises(RoseError, match="unknown aggregation"):  # --aggregate reaches ROSE
+        example.evaluate(model, images[:48], images[48:64], images[64:80], ood, aggregate="nope")
