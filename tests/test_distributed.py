@@ -100,6 +100,7 @@ def worker(mode: str, folder: Path) -> None:
         assert main([*train, "--out", str(folder / "vae.pt"), "--epochs", epochs, *extra]) == 0
     distributed.barrier()  # leave together: a process exiting with gloo's threads alive may abort
     distributed.shutdown()
+    (folder / f"done-{os.environ['RANK']}").touch()  # this rank's work and teardown ended (see explain)
 
 
 def launch(mode: str, folder: Path) -> subprocess.CompletedProcess[str]:
@@ -109,6 +110,19 @@ def launch(mode: str, folder: Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd += [__file__, mode, str(folder)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def explain(run: subprocess.CompletedProcess[str], folder: Path) -> str:
+    """Why a job failed, for the assertion message: which ranks got through their work and teardown (a
+    crash after that is one at interpreter exit), and stderr without the warnings, so a rank's own error
+    is not cut off by torchrun's summary."""
+    done = sorted(p.name for p in folder.glob("done-*"))
+    lines, keep = run.stderr.splitlines(), []
+    for i, line in enumerate(lines):
+        after_warning = i > 0 and "Warning: " in lines[i - 1] and line.startswith(" ")
+        if "Warning: " not in line and not after_warning:
+            keep.append(line)
+    return f"ranks finished: {done or 'none'}\n" + "\n".join(keep)[-6000:]
 
 
 def write_inputs(folder: Path) -> None:
@@ -129,7 +143,7 @@ def read_csv(path: Path) -> list[list[str]]:
 def test_two_processes_fit_score_and_train_like_one(tmp_path):
     write_inputs(tmp_path)
     run = launch("rose", tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, explain(run, tmp_path)
     # DDP training: rank 0 wrote one checkpoint per epoch, printed once per command, and resumed
     ts = torch.load(tmp_path / "vae.pt", weights_only=False)["train_state"]
     assert ts["epoch"] == 2 and len(ts["history"]) == 2 and np.isfinite(ts["history"][-1]["loss_nats"])
