@@ -416,6 +416,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> None:
     from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
+    from roseood.bench.workspace import DEFAULT_DATASETS, DEFAULT_MODELS
 
     if args.list or not args.experiments:
         print("experiments (rose bench NAME [NAME ...] or all):")
@@ -430,8 +431,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
         data_dir=args.data_dir,
         device=args.device,
         progress=not args.quiet,
-        models=tuple(_csv(args.models)),
-        datasets=tuple(_csv(args.datasets)),
+        models=tuple(_csv(args.models)) if args.models else DEFAULT_MODELS,
+        datasets=tuple(_csv(args.datasets)) if args.datasets else DEFAULT_DATASETS,
     )
     _output(args, args.out, folder=True)
     for name in names:
@@ -659,12 +660,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="cpu", help="smoke (seconds), cpu (this machine) or paper (GPU)")
     p.add_argument("--out", default="results/bench", help="results folder (models are cached in OUT/cache)")
     p.add_argument(
-        "--models", default="vae,glow", help="generative models to include (vae, glow; table2 also pixelcnn)"
+        "--models",
+        help="generative models to include (vae, glow; table2 also pixelcnn; unset: vae,glow); a "
+        "selection other than the default reports into its own folder, e.g. table2-pixelcnn",
     )
     p.add_argument(
         "--datasets",
-        default="fashion_mnist,cifar10",
-        help="in-distribution sets to include (fashion_mnist, cifar10)",
+        help="in-distribution sets to include (fashion_mnist, cifar10; unset: both), e.g. ablation-cifar10",
     )
     p.add_argument("--data-dir", help="folder of dataset .npz files (unset: $ROSEOOD_DATA or the cache)")
     p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")

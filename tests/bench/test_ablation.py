@@ -21,6 +21,7 @@ from tests.conftest import needs_shared_data
 def test_ablation_on_the_authors_vae(tmp_path):
     ws = smoke_workspace(tmp_path, models=("vae",), datasets=("fashion_mnist",))
     report = run_experiment("ablation", ws)
+    assert report.parent.name == "ablation-fashion_mnist-vae"  # a selection: its own folder
     [label] = [m[0] for m in ablation_models(ws)]
     rows = json.loads((report.parent / "results.json").read_text())["results"][label]
     assert {(r["aggregate"], r["adjust"]) for r in rows} == set(VARIANTS)

@@ -139,6 +139,16 @@ def test_list_and_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
         get_profile("huge")
 
 
+def test_a_selection_reports_into_its_own_folder(tmp_path) -> None:
+    """A run on some models or datasets never replaces the report of a run on the default ones."""
+    assert smoke_workspace(tmp_path).report_folder("ablation") == "ablation"
+    reordered = smoke_workspace(tmp_path, models=("glow", "vae"), datasets=("cifar10", "fashion_mnist"))
+    assert reordered.report_folder("table2") == "table2"
+    assert smoke_workspace(tmp_path, datasets=("cifar10",)).report_folder("ablation") == "ablation-cifar10"
+    both = smoke_workspace(tmp_path, models=("pixelcnn", "vae"), datasets=("fashion_mnist",))
+    assert both.report_folder("table2") == "table2-fashion_mnist-vae+pixelcnn"
+
+
 @needs_shared_data
 @pytest.mark.parametrize("name", ["table3", "figure3"])
 def test_compared_numbers_are_the_evaluations_metrics(smoke_run: Smoke, name: str) -> None:
@@ -165,7 +175,9 @@ def test_table2_runs_on_the_gated_pixelcnn(tmp_path) -> None:
     ws = smoke_workspace(tmp_path, models=("pixelcnn",), datasets=("fashion_mnist",))
     recipe = ws.recipe("pixelcnn", "fashion_mnist")
     assert recipe.name == "pixelcnn-fashion_mnist-c1-width4-blocks1-gated-n64-s0"
-    payload = json.loads((run_experiment("table2", ws).parent / "results.json").read_text())
+    report = run_experiment("table2", ws)
+    assert report.parent == tmp_path / "smoke" / "table2-fashion_mnist-pixelcnn"  # beside a full run's
+    payload = json.loads((report.parent / "results.json").read_text())
     rows = {tuple(r["labels"]): r for r in payload["comparison"] if r["labels"][1] == "rose-ekfac"}
     assert 0.0 <= rows[("mnist", "rose-ekfac")]["ours"] <= 1.0
     assert all(r["paper"] is None for r in payload["comparison"])

@@ -14,12 +14,13 @@ from roseood.evaluation.report import write_index
 
 
 def run_experiment(name: str, ws: Workspace) -> Path:
-    """Run one experiment into ``{root}/{profile}/{name}``, refresh the folder's ``index.html`` and
-    return the report path. Finished models, detectors and scores in ``{root}/cache`` are reused."""
+    """Run one experiment into ``{root}/{profile}/{folder}`` (``Workspace.report_folder``), refresh the
+    root's ``index.html`` and return the report path. Finished models, detectors and scores in
+    ``{root}/cache`` are reused."""
     if name not in EXPERIMENTS:
         raise RoseError(f"unknown experiment {name!r}; `rose bench --list` shows them")
     exp = EXPERIMENTS[name]
-    out = ws.root / ws.profile.name / name
+    out = ws.root / ws.profile.name / ws.report_folder(name)
     out.mkdir(parents=True, exist_ok=True)
     report = BenchReport(name=name, title=f"{exp.paper_ref}: {exp.title}", paper_ref=exp.paper_ref)
     ws.trained.clear()  # the report lists the models this experiment used

@@ -30,6 +30,8 @@ from roseood.validation import check_choice, check_device
 
 BENCH_MODELS = ("vae", "glow", "pixelcnn")  # generative families experiments know how to build
 CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
+DEFAULT_MODELS = ("vae", "glow")  # `rose bench` without --models
+DEFAULT_DATASETS = ("fashion_mnist", "cifar10")  # ... and without --datasets
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,8 @@ class Workspace:
     data_dir: str | Path | None = None
     device: str = "cpu"
     progress: bool = True
-    models: tuple[str, ...] = (
-        "vae",
-        "glow",
-    )  # which generative models experiments loop over (of BENCH_MODELS)
-    datasets: tuple[str, ...] = ("fashion_mnist", "cifar10")  # which in-distribution sets
+    models: tuple[str, ...] = DEFAULT_MODELS  # which generative models experiments loop over
+    datasets: tuple[str, ...] = DEFAULT_DATASETS  # which in-distribution sets
     trained: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe name -> training summary
     experiment: str = ""  # the experiment running now; selects the profile's experiment_overrides
 
@@ -101,6 +100,17 @@ class Workspace:
 
     def select_data(self) -> list[str]:
         return [d for d in CHANNELS if d in self.datasets]
+
+    def report_folder(self, experiment: str) -> str:
+        """The experiment's folder name: its name, then the datasets and models when they are not the
+        defaults (``ablation-cifar10``, ``table2-fashion_mnist-pixelcnn``), so a run on a selection never
+        replaces the report of a full run."""
+        parts = [experiment]
+        if set(self.datasets) != set(DEFAULT_DATASETS):
+            parts.append("+".join(self.select_data()))
+        if set(self.models) != set(DEFAULT_MODELS):
+            parts.append("+".join(m for m in BENCH_MODELS if m in self.models))
+        return "-".join(parts)
 
     @property
     def cache(self) -> ResultCache:
