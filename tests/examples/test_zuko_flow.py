@@ -30,7 +30,8 @@ def test_build_fit_and_score(example):
     assert len(model.layer_sets()["all"]) == 3 and len(model.layer_sets()["last"]) == 1
     sets = example.build(side=4, transforms=2, hidden=8).layer_sets()
     assert len(sets["all"]) == 6 and sets["late"] == sets["all"][3:]  # the last transform's MADE
-    assert model.rose_layers(None) == model.layer_sets()["late"]  # the default set
+    assert sets["hidden"] == sets["late"][:2]  # ... without its output layer
+    assert model.rose_layers(None) == model.layer_sets()["hidden"]  # the default set
     gen = torch.Generator().manual_seed(0)
     images = (torch.rand(96, 1, 32, 32, generator=gen) * 255).round().to(torch.uint8).numpy()
     bpd = example.fit(model, images[:64], epochs=2, batch_size=32)
