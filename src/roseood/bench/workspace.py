@@ -109,7 +109,7 @@ class Workspace:
         if set(self.datasets) != set(DEFAULT_DATASETS):
             parts.append("+".join(self.select_data()))
         if set(self.models) != set(DEFAULT_MODELS):
-            parts.append("+".join(m for m in BENCH_MODELS if m in self.models))
+            parts.append("+".join(self.select_models(BENCH_MODELS)))
         return "-".join(parts)
 
     @property
