@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 import roseood
 from roseood.data import load_images
-from roseood.detectors import NLL, ROSE
+from roseood.detectors import NLL, ROSE, Ensemble
 from roseood.evaluation.metrics import metric_intervals, ood_metrics
 from roseood.models import WrappedModel
 
@@ -102,7 +102,7 @@ def fit(
 
 
 def evaluate(
-    model: WrappedModel,
+    models: WrappedModel | list[WrappedModel],
     fit_images: np.ndarray,
     stats_images: np.ndarray,
     in_test: np.ndarray,
@@ -113,16 +113,27 @@ def evaluate(
     aggregate: str = "relu-norm",
 ) -> dict[str, tuple[float, float, float]]:
     """AUROC of ROSE and of the plain NLL, in-distribution test vs OOD test images, each with its 95 %
-    bootstrap interval: (AUROC, low, high)."""
-    model.eval()
-    rose = ROSE(model, fisher=fisher, layers=layers, adjust=adjust, aggregate=aggregate)
-    rose.fit(fit_images, held_out=stats_images)
-    nll = NLL(model).fit(fit_images)
-    result = {}
-    for name, det in ((f"rose-{fisher}", rose), ("nll", nll)):
-        scores = det.score(in_test), det.score(ood_test)
-        result[name] = (ood_metrics(*scores)["auroc"], *metric_intervals(*scores)["auroc"])
-    return result
+    bootstrap interval: (AUROC, low, high). Several flows: ROSE on their ensemble (``roseood.detectors.
+    Ensemble``: each flow's score z-normalised on the statistics images, then averaged), beside each flow
+    alone (``/k``) and each flow's NLL."""
+    models = models if isinstance(models, list) else [models]
+    roses = [ROSE(m.eval(), fisher=fisher, layers=layers, adjust=adjust, aggregate=aggregate) for m in models]
+    scores = {}
+    if len(roses) == 1:
+        rose = roses[0].fit(fit_images, held_out=stats_images)
+        scores[f"rose-{fisher}"] = rose.score(in_test), rose.score(ood_test)
+    else:  # each flow's scores once: the ensemble's score combines them
+        ensemble = Ensemble(roses).fit(fit_images, held_out=stats_images)
+        z_in, z_ood = ensemble.member_scores(in_test), ensemble.member_scores(ood_test)
+        scores[f"rose-{fisher} ensemble of {len(roses)}"] = ensemble.combined(z_in), ensemble.combined(z_ood)
+        scores |= {f"rose-{fisher}/{k}": (z_in[:, k], z_ood[:, k]) for k in range(len(roses))}
+    for k, m in enumerate(models):
+        nll = NLL(m).fit(fit_images)
+        scores["nll" if len(models) == 1 else f"nll/{k}"] = nll.score(in_test), nll.score(ood_test)
+    return {
+        name: (ood_metrics(*pair)["auroc"], *metric_intervals(*pair)["auroc"])
+        for name, pair in scores.items()
+    }
 
 
 def main() -> None:
@@ -137,18 +148,31 @@ def main() -> None:
     parser.add_argument("--adjust", default="none", help="ROSE's likelihood adjustment: none, nll or both")
     parser.add_argument("--aggregate", default="relu-norm", help="ROSE aggregation: relu-norm, log-z, ...")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", help="save the trained flow's state dict here")
+    parser.add_argument(
+        "--ensemble",
+        type=int,
+        default=1,
+        help="flows to train (seeds SEED, SEED+1000, ...) and score together",
+    )
+    parser.add_argument("--out", help="save the trained flow's state dict here (flow k > 0: OUT.k)")
     args = parser.parse_args()
-    train = load_images("fashion_mnist:train", n=args.train, seed=args.seed).images
-    model = build(seed=args.seed)
-    t0 = time.time()
-    bpd = fit(model, train, args.epochs, seed=args.seed)
-    print(f"trained {args.epochs} epochs on {len(train)} images in {time.time() - t0:.0f} s; bits/dim {bpd}")
-    if args.out:
-        torch.save(model.state_dict(), args.out)
+    models = []
+    for k in range(args.ensemble):
+        seed = args.seed + 1000 * k
+        train = load_images("fashion_mnist:train", n=args.train, seed=seed).images
+        model = build(seed=seed)
+        t0 = time.time()
+        bpd = fit(model, train, args.epochs, seed=seed)
+        took = time.time() - t0
+        print(
+            f"flow seed {seed}: {args.epochs} epochs on {len(train)} images in {took:.0f} s; bits/dim {bpd}"
+        )
+        if args.out:
+            torch.save(model.state_dict(), args.out if k == 0 else f"{args.out}.{k}")
+        models.append(model)
     held = load_images("fashion_mnist:train", n=args.fit + args.stats, seed=args.seed + 1).images
     result = evaluate(
-        model,
+        models,
         held[: args.fit],
         held[args.fit :],
         load_images("fashion_mnist", n=args.test, seed=args.seed).images,

@@ -4,6 +4,7 @@ import inspect
 from typing import Any
 
 from roseood.detectors.base import Detector
+from roseood.detectors.ensemble import Ensemble
 from roseood.detectors.input_complexity import InputComplexity
 from roseood.detectors.likelihood_ratio import LikelihoodRatio
 from roseood.detectors.likelihood_regret import LikelihoodRegret
@@ -65,6 +66,7 @@ __all__ = [
     "RND",
     "ROSE",
     "Detector",
+    "Ensemble",
     "InputComplexity",
     "LikelihoodRatio",
     "LikelihoodRegret",

@@ -157,6 +157,10 @@ class Detector(ABC):
 
         obj = safe_load(path, DETECTOR_FORMAT)
         method = obj.get("method")
+        if method == "ensemble" and cls is Detector:  # its members need their models: ``model`` is one
+            from roseood.detectors.ensemble import Ensemble
+
+            return Ensemble.load(path, model)
         if method not in DETECTORS:
             raise CheckpointError(f"{path}: unknown detector method {method!r}")
         if cls is not Detector and method != cls.method:

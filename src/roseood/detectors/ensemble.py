@@ -1,0 +1,180 @@
+"""An ensemble of detectors, e.g. ROSE on several models trained from different seeds (beyond the paper).
+
+One trained model can be a weak detector by chance of its seed: on the zuko MAF example, single flows of one
+recipe range from 0.91 to 0.99 AUROC against MNIST. Each member is fitted on the same in-distribution
+images, its score is z-normalised by its mean and standard deviation on the held-out in-distribution
+images, and the ensemble scores an input by the mean (or max) of its members' z-scores.
+
+A saved ensemble holds every member's state and its model's fingerprint:
+``Ensemble.load(path, models=[...])`` takes the models in the order they were given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from roseood.detectors.base import DETECTOR_FORMAT, Detector, held_out_count
+from roseood.detectors.likelihood_ratio import LikelihoodRatio
+from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.models.base import RoseModel
+from roseood.models.checkpoint import model_fingerprint
+from roseood.serialization import safe_load
+from roseood.validation import check_float
+
+COMBINATIONS = ("mean", "max")
+
+
+class Ensemble(Detector):
+    """Mean (or max) of the members' scores, each z-normalised on held-out in-distribution inputs."""
+
+    method = "ensemble"
+
+    def __init__(
+        self,
+        members: Sequence[Detector],
+        *,
+        combine: str = "mean",
+        held_out_fraction: float = 0.2,
+        progress: bool | None = None,
+    ) -> None:
+        members = list(members)
+        if not members:
+            raise RoseError("an ensemble needs at least one member detector")
+        for m in members:
+            if not isinstance(m, Detector) or isinstance(m, Ensemble):
+                raise RoseError(f"ensemble members must be detectors (not ensembles), got {type(m).__name__}")
+            if m.model is None or not isinstance(m.model, RoseModel):
+                raise RoseError(f"ensemble member {m.method} has no generative model to fingerprint")
+            if isinstance(m, LikelihoodRatio):
+                raise RoseError(
+                    "the likelihood ratio needs a background model; it cannot be an ensemble member"
+                )
+        inputs = {(m.model.input_kind, m.model.input_shape) for m in members if m.model is not None}
+        if len(inputs) > 1:
+            raise RoseError(
+                f"ensemble members take different inputs (kind, shape): {sorted(inputs, key=str)}"
+            )
+        if combine not in COMBINATIONS:
+            raise RoseError(
+                f"unknown ensemble combination {combine!r}; choose from {', '.join(COMBINATIONS)}"
+            )
+        super().__init__(members[0].model, batch_size=members[0].batch_size, progress=progress)
+        self.members = members
+        self.combine = combine
+        self.held_out_fraction = check_float(held_out_fraction, "held_out_fraction", low=0.0, high=1.0)
+        self.mean_: np.ndarray | None = None  # (members,) score mean and std on the held-out inputs
+        self.std_: np.ndarray | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "combine": self.combine,
+            "held_out_fraction": self.held_out_fraction,
+            "members": [{"method": m.method, "params": m.params()} for m in self.members],
+        }
+
+    def fit(self, images: Tensor | np.ndarray, held_out: Tensor | np.ndarray | None = None) -> Self:
+        """Fit every member on ``images`` with ``held_out`` (default: the last ``held_out_fraction`` of
+        ``images``, the package's one split policy), then each member's score scale on ``held_out``."""
+        x = self._check(images)
+        if held_out is None:
+            n = held_out_count(x.shape[0], self.held_out_fraction)
+            x, held = x[: x.shape[0] - n], x[x.shape[0] - n :]
+        else:
+            held = self._check(held_out)
+        if held.shape[0] < 2:
+            raise DataError(
+                "an ensemble needs at least 2 held-out in-distribution inputs to scale its members"
+            )
+        for m in self.members:
+            m.fit(x, held_out=held)
+        scores = np.stack([m.score(held) for m in self.members], 1)
+        mean, std = scores.mean(0), scores.std(0)
+        bad = [
+            f"{i} ({m.method})"
+            for i, m in enumerate(self.members)
+            if not (np.isfinite(mean[i]) and np.isfinite(std[i]) and std[i] > 0)
+        ]
+        if bad:
+            raise DataError(
+                f"ensemble member(s) {', '.join(bad)} give constant or non-finite scores on the "
+                f"{held.shape[0]} held-out inputs, so they cannot be put on one scale"
+            )
+        self.mean_, self.std_ = mean, std
+        self.fitted_ = True
+        return self
+
+    def _fit(self, x: Tensor) -> None:  # pragma: no cover - fit() is overridden
+        self.fit(x)
+
+    def member_scores(self, images: Tensor | np.ndarray) -> np.ndarray:
+        """The members' z-scores, (N, members): how far above in-distribution each member puts an input."""
+        if self.mean_ is None or self.std_ is None:
+            raise RoseError("ensemble detector is not fitted: call fit() or load() first")
+        raw = np.stack([m.score(images) for m in self.members], 1)
+        return (raw - self.mean_) / self.std_
+
+    def combined(self, z: np.ndarray) -> np.ndarray:
+        """The ensemble score of members' z-scores (N, members), as ``score`` computes it."""
+        return z.mean(1) if self.combine == "mean" else z.max(1)
+
+    def _score(self, x: Tensor) -> Tensor:
+        assert self.mean_ is not None and self.std_ is not None
+        raw = np.stack([m.score(x, shard=False) for m in self.members], 1)
+        return torch.from_numpy(self.combined((raw - self.mean_) / self.std_))
+
+    def state(self) -> dict[str, Any]:
+        assert self.mean_ is not None and self.std_ is not None
+        return {
+            "mean": torch.from_numpy(self.mean_),
+            "std": torch.from_numpy(self.std_),
+            "members": [m.state() for m in self.members],
+            "fingerprints": [model_fingerprint(m.model) for m in self.members if m.model is not None],
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        for m, s in zip(self.members, state["members"], strict=True):
+            m.load_state(s)
+            m.fitted_ = True
+        self.mean_, self.std_ = state["mean"].numpy(), state["std"].numpy()
+
+    @classmethod
+    def load(
+        cls, path: str | Path, model: RoseModel | None = None, *, models: Sequence[RoseModel] | None = None
+    ) -> Detector:
+        """Load a saved ensemble for ``models`` (the members' models, in order; ``model`` alone stands for
+        an ensemble of one); refuses models other than the ones it was fitted on."""
+        obj = safe_load(path, DETECTOR_FORMAT)
+        if obj.get("method") != cls.method:
+            raise CheckpointError(f"{path}: holds a {obj.get('method')!r} detector, not an ensemble")
+        given = list(models) if models is not None else [model] if model is not None else []
+        try:
+            specs, state = obj["params"]["members"], obj["state"]
+            expected = state["fingerprints"]
+        except (KeyError, TypeError) as exc:
+            raise CheckpointError(f"{path}: not a complete ensemble file ({exc})") from None
+        if len(given) != len(specs):
+            raise CheckpointError(
+                f"{path}: an ensemble of {len(specs)} members needs {len(specs)} models, got {len(given)}"
+            )
+        for i, (m, fp) in enumerate(zip(given, expected, strict=True)):
+            if (actual := model_fingerprint(m)) != fp:
+                raise CheckpointError(
+                    f"{path}: member {i} was fitted on model {fp}, but the given one is {actual}"
+                )
+        from roseood.detectors import DETECTORS
+
+        try:
+            members = [DETECTORS[s["method"]](m, **s["params"]) for m, s in zip(given, specs, strict=True)]
+            det = cls(members, **{k: v for k, v in obj["params"].items() if k != "members"})
+            det.load_state(state)
+        except (CheckpointError, KeyError, ValueError) as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
+        det.threshold_ = obj.get("threshold")
+        det.fitted_ = True
+        return det
