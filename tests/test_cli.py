@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from roseood.cli import main
-from roseood.detectors import ROSE, Detector
+from roseood.data import load_images
+from roseood.detectors import ROSE, Detector, Ensemble
 from roseood.models import VAE, Glow, load_model, save_model
 
 
@@ -117,6 +118,30 @@ def test_fit_then_score_writes_csv(workdir):
     args = ("--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv")
     assert run("score", *args, "--threshold=-1e9", "--overwrite") == 0
     assert {r["ood"] for r in csv.DictReader((workdir / "f.csv").open())} == {"true"}
+
+
+def test_fit_and_score_an_ensemble_of_models(workdir, capsys):
+    torch.manual_seed(1)
+    save_model(VAE(ngf=4, nz=4).eval(), workdir / "other.pt")
+    models = ("--model", "model.pt", "--model", "other.pt")
+    fit = ("--method", "rose-diag", "--fit-samples", "30", "--stats-samples", "10", "--out", "ens.pt")
+    assert run("fit", *models, *fit) == 0
+    assert "an ensemble of 2 rose-diag detectors" in capsys.readouterr().out
+    assert run("score", *models, "--detector", "ens.pt", "--data", "mnist", "--out", "e.csv") == 0
+    scores = [float(r["score"]) for r in csv.DictReader((workdir / "e.csv").open())]
+    det = Ensemble.load(
+        workdir / "ens.pt", models=[load_model(workdir / f) for f in ("model.pt", "other.pt")]
+    )
+    assert len(scores) == 30 and np.allclose(scores, det.score(load_images("mnist").images), rtol=1e-5)
+    assert (
+        run("score", "--model", "model.pt", "--detector", "ens.pt", "--data", "mnist", "--out", "o.csv") == 2
+    )
+    assert "needs 2 models, got 1" in capsys.readouterr().err
+    swapped = ("--model", "other.pt", "--model", "model.pt", "--detector", "ens.pt", "--data", "mnist")
+    assert run("score", *swapped, "--out", "o.csv") == 2
+    assert "member 0 was fitted on model" in capsys.readouterr().err
+    assert run("fit", "--model", "model.pt", "--model", "model.pt", *fit, "--overwrite") == 2
+    assert "named twice" in capsys.readouterr().err
 
 
 def test_fit_with_an_aggregation_and_an_adjustment_saves_them(workdir):

@@ -258,6 +258,16 @@ CASES = [
     _c(
         "score detector of another model",
         "fitted on model",
+        "score",
+        "--model",
+        "{d}/other.pt",
+        *SCORE[3:],
+        "--out",
+        "{d}/s.csv",
+    ),
+    _c(
+        "score one detector with two models",
+        "not an ensemble",
         *SCORE,
         "--model",
         "{d}/other.pt",

@@ -21,7 +21,7 @@ from PIL import Image
 import roseood
 from roseood import distributed
 from roseood.cli import main
-from roseood.detectors import ROSE
+from roseood.detectors import ROSE, Ensemble
 from roseood.errors import RoseError
 from roseood.evaluation.metrics import ood_metrics
 from roseood.models import VAE, load_model, save_model
@@ -62,6 +62,10 @@ def fit_and_score(model: VAE, x: torch.Tensor) -> dict[str, dict[str, object]]:
             "out": s_out,
             "auroc": ood_metrics(s_in, s_out)["auroc"],
         }
+    # an ensemble (ROSE-diag and -kfac): members fitted and scaled on sharded held-out scores
+    ens = Ensemble([ROSE(model, layers=LAYERS, batch_size=5, fisher=f) for f in ("diag", "kfac")])
+    ens.fit(x[:24], held_out=x[24:33])
+    out["ensemble"] = {"scale": (ens.mean_, ens.std_), "in": ens.score(x[33:]), "out": ens.score(noise)}
     return out
 
 
@@ -160,6 +164,9 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
         np.testing.assert_allclose(b["out"], a["out"], rtol=1e-5, atol=1e-9)
         assert b["auroc"] == a["auroc"]
         print(f"{case}: AUROC 1 process {a['auroc']:.4f}, 2 processes {b['auroc']:.4f}")
+    a, b = one["ensemble"], two["ensemble"]
+    for key, tol in (("scale", 1e-6), ("in", 1e-5), ("out", 1e-5)):
+        np.testing.assert_allclose(np.asarray(b[key]), np.asarray(a[key]), rtol=tol, atol=1e-9)
     # rank 0 wrote the streamed CSV in input order; same rows as one process
     det = ROSE(load_model(tmp_path / "m.pt"), fisher="ekfac", layers=LAYERS)
     det.fit(tiny_setup()[1][:24], held_out=tiny_setup()[1][24:33]).save(tmp_path / "det1.pt")

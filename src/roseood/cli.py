@@ -291,19 +291,27 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
     return across
 
 
+def _models(args: argparse.Namespace) -> list[RoseModel]:
+    """Every model of a repeated ``--model`` (an ensemble's members, in order); one model otherwise."""
+    paths = args.model or [None]
+    _model_names([p for p in paths if p is not None])  # refuses a model named twice
+    return [_model(args, path) for path in paths]
+
+
 def cmd_fit(args: argparse.Namespace) -> None:
     from roseood.evaluation.evaluate import fisher_count, fit_detector, load_fit_images
 
     _output(args, args.out)
-    model = _model(args)
+    models = _models(args)
     spec = _spec(args, [args.method])
-    fit = load_fit_images(spec, model)
-    det = fit_detector(args.method, model, fit, spec, progress=True)
+    fit = load_fit_images(spec, models[0])
+    det = fit_detector(args.method, models if len(models) > 1 else models[0], fit, spec, progress=True)
     held_out = fit.images[fisher_count(spec, len(fit)) :]
     det.calibrate(held_out, tpr=args.tpr)
     det.save(args.out)
+    what = args.method if len(models) == 1 else f"an ensemble of {len(models)} {args.method} detectors"
     print(
-        f"wrote {args.out}: {args.method} fitted on {len(fit)} images of {fit.name}; OOD above "
+        f"wrote {args.out}: {what} fitted on {len(fit)} images of {fit.name}; OOD above "
         f"{det.threshold_:.6g} ({args.tpr:.0%} of {len(held_out)} held-out in-distribution images below)"
     )
 
@@ -311,15 +319,19 @@ def cmd_fit(args: argparse.Namespace) -> None:
 def cmd_score(args: argparse.Namespace) -> None:
     from roseood import distributed
     from roseood.data import open_images
-    from roseood.detectors import Detector
+    from roseood.detectors import Detector, Ensemble
     from roseood.evaluation.evaluate import image_options
     from roseood.progress import progress
     from roseood.serialization import write_csv
 
     out = _output(args, args.out)
-    model = _model(args)
-    channels, size = image_options(model)
-    det = Detector.load(args.detector, model)
+    models = _models(args)
+    channels, size = image_options(models[0])
+    det = (
+        Ensemble.load(args.detector, models=models)
+        if len(models) > 1
+        else Detector.load(args.detector, models[0])
+    )
     if args.background:
         from roseood.detectors import LikelihoodRatio
         from roseood.models import load_model
@@ -539,15 +551,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_args(fp)
     fp.add_argument("--model-module", required=True, metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
-    def model_args(p: argparse.ArgumentParser, several: bool = False) -> None:
+    def model_args(p: argparse.ArgumentParser, several: str = "") -> None:
         text = "roseood model checkpoint (with --model-module: its weights)"
-        if several:
-            text += "; give it again for more models, e.g. one per training seed: each is evaluated alike, "
-            text += "then every metric's spread"
-        p.add_argument("--model", action="append" if several else "store", help=text)
+        p.add_argument("--model", action="append" if several else "store", help=f"{text}{several}")
         p.add_argument("--model-module", metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
-    def eval_args(p: argparse.ArgumentParser, in_help: str, several: bool = False) -> None:
+    def eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -> None:
         model_args(p, several)
         p.add_argument("--in", dest="in_data", default="fashion_mnist", help=in_help)
         p.add_argument("--fit-data", help="images to fit detectors on (unset: training split of --in)")
@@ -582,7 +591,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     methods = ", ".join(METHODS)
     p = sub.add_parser("evaluate", help="fit detectors and compare them on in-distribution vs OOD sets")
-    eval_args(p, "in-distribution set: its test split is scored, its training split fitted on", several=True)
+    several = "; give it again for more models, e.g. one per training seed: each is evaluated alike, then "
+    eval_args(
+        p,
+        "in-distribution set: its test split is scored, its training split fitted on",
+        several + "every metric's spread",
+    )
     p.add_argument(
         "--ood",
         default="mnist,notmnist,omniglot,noise,constant",
@@ -619,7 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("fit", help="fit one detector, calibrate its threshold and save it to a file")
-    eval_args(p, "in-distribution set: detectors are fitted on its training split")
+    ensemble = "; give it again for an ensemble (one detector per model, their z-scores averaged)"
+    eval_args(p, "in-distribution set: detectors are fitted on its training split", ensemble)
     p.add_argument(
         "--method",
         type=v.cli_type(lambda text, _: v.check_choice(text, list(METHODS), "method"), str),
@@ -637,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("score", help="write one score and OOD decision per image (CSV) with a saved detector")
-    model_args(p)
+    model_args(p, "; an ensemble's models again, in the order given to rose fit")
     p.add_argument("--detector", required=True, help="file written by `rose fit`")
     p.add_argument("--data", required=True, help="dataset name, .npz file or image folder")
     p.add_argument("--split", default="test", help="split of a named dataset")

@@ -44,5 +44,10 @@ def test_build_fit_and_score(example):
     result = example.evaluate(model, images[:48], images[48:64], images[64:80], ood, adjust="both")
     assert set(result) == {"rose-ekfac", "nll"}
     assert all(0 <= auroc <= 1 and 0 <= low <= high <= 1 for auroc, low, high in result.values())
+    other = example.build(side=4, transforms=1, hidden=8, seed=1)
+    example.fit(other, images[:64], epochs=1, batch_size=32, seed=1)
+    pair = example.evaluate([model, other], images[:48], images[48:64], images[64:80], ood, adjust="both")
+    assert set(pair) == {"rose-ekfac ensemble of 2", "rose-ekfac/0", "rose-ekfac/1", "nll/0", "nll/1"}
+    assert pair["rose-ekfac/0"][0] == pytest.approx(result["rose-ekfac"][0])  # flow 0 alone, as scored above
     with pytest.raises(RoseError, match="unknown aggregation"):  # --aggregate reaches ROSE
         example.evaluate(model, images[:48], images[48:64], images[64:80], ood, aggregate="nope")

@@ -21,6 +21,7 @@ from roseood.detectors import (
     METHODS,
     ROSE,
     Detector,
+    Ensemble,
     LikelihoodRatio,
     make_detector,
     method_params,
@@ -201,10 +202,15 @@ def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool | None) 
 
 
 def fit_detector(
-    method: str, model: RoseModel, fit: ImageSet, spec: EvalSpec, progress: bool | None
+    method: str, model: RoseModel | list[RoseModel], fit: ImageSet, spec: EvalSpec, progress: bool | None
 ) -> Detector:
-    """Build and fit one detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics)."""
-    det = _make(method, model, spec, progress)
+    """Build and fit one detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics);
+    a list of models: an ``Ensemble`` of one such detector per model."""
+    det = (
+        Ensemble([_make(method, m, spec, progress) for m in model], progress=progress)
+        if isinstance(model, list)
+        else _make(method, model, spec, progress)
+    )
     n_fisher = fisher_count(spec, len(fit))
     held_out = fit.images[n_fisher:] if n_fisher < len(fit) else None
     return det.fit(fit.images[:n_fisher], held_out=held_out)
