@@ -120,7 +120,7 @@ def test_fit_then_score_writes_csv(workdir):
     assert {r["ood"] for r in csv.DictReader((workdir / "f.csv").open())} == {"true"}
 
 
-def test_fit_and_score_an_ensemble_of_models(workdir, capsys):
+def test_fit_score_and_evaluate_an_ensemble_of_models(workdir, capsys, monkeypatch):
     torch.manual_seed(1)
     save_model(VAE(ngf=4, nz=4).eval(), workdir / "other.pt")
     models = ("--model", "model.pt", "--model", "other.pt")
@@ -142,6 +142,21 @@ def test_fit_and_score_an_ensemble_of_models(workdir, capsys):
     assert "member 0 was fitted on model" in capsys.readouterr().err
     assert run("fit", "--model", "model.pt", "--model", "model.pt", *fit, "--overwrite") == 2
     assert "named twice" in capsys.readouterr().err
+    sizes = ("--fit-samples", "30", "--stats-samples", "10", "--test-samples", "20", "--bootstrap", "0")
+    evaluate = ("evaluate", *models, "--ensemble", "--methods", "rose-diag,nll", *sizes, "--quiet")
+    assert run(*evaluate, "--ood", "mnist", "--json", "a.json", "--cache", "cache") == 0
+    loaded = []  # a second run with one more OOD set loads the fitted ensembles from the cache
+    load = Ensemble.load
+    monkeypatch.setattr(Ensemble, "load", lambda *a, **k: loaded.append(k["models"]) or load(*a, **k))
+    assert run(*evaluate, "--ood", "mnist,noise", "--json", "b.json", "--cache", "cache") == 0
+    assert len(loaded) == 2 and all(len(m) == 2 for m in loaded)  # rose-diag and nll, each over 2 models
+    first, second = (json.loads((workdir / f).read_text()) for f in ("a.json", "b.json"))
+    assert first["settings"]["model"] == "ensemble of 2 vae" and set(first["results"]) == {"rose-diag", "nll"}
+    assert {m: r["mnist"] for m, r in second["results"].items()} == {
+        m: r["mnist"] for m, r in first["results"].items()
+    }
+    assert run("evaluate", "--model", "model.pt", "--ensemble", *sizes) == 2
+    assert "--ensemble needs two or more --model" in capsys.readouterr().err
 
 
 def test_fit_with_an_aggregation_and_an_adjustment_saves_them(workdir):

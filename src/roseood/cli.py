@@ -222,7 +222,13 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.cache:
         _output(args, args.cache, folder=True)  # an existing cache is the point: only writable, a folder
     paths = args.model or [None]
-    outcome = _evaluate_one(args, paths[0]) if len(paths) == 1 else _evaluate_models(args, paths)
+    if args.ensemble:
+        if len(paths) < 2:
+            raise RoseError("--ensemble needs two or more --model")
+        _model_names(paths)  # refuses a model named twice
+        outcome: EvaluationResult | AcrossModels = _evaluate_one(args, paths)
+    else:
+        outcome = _evaluate_one(args, paths[0]) if len(paths) == 1 else _evaluate_models(args, paths)
     if not distributed.is_main():
         return
     if args.json:
@@ -238,16 +244,18 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             print(f"wrote {write_report(outcome, Path(args.report))}")
 
 
-def _evaluate(args: argparse.Namespace, path: str | None, spec: EvalSpec) -> EvaluationResult:
-    """One model's evaluation, through the result cache when ``--cache`` names one."""
+def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: EvalSpec) -> EvaluationResult:
+    """One model's evaluation (a list of paths: their ensemble's), through the result cache when
+    ``--cache`` names one."""
     from roseood.evaluation.cache import ResultCache
     from roseood.evaluation.evaluate import evaluate
 
     cache = ResultCache(args.cache) if args.cache else None
-    return evaluate(_model(args, path), spec, progress=not args.quiet, cache=cache)
+    model = [_model(args, p) for p in path] if isinstance(path, list) else _model(args, path)
+    return evaluate(model, spec, progress=not args.quiet, cache=cache)
 
 
-def _evaluate_one(args: argparse.Namespace, path: str | None) -> EvaluationResult:
+def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
     result = _evaluate(args, path, _spec(args, list(args.methods)))
     print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
     print_table(result)
@@ -609,6 +617,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated detection methods, of: {methods}",
     )
     p.add_argument("--test-samples", type=v.count, default=5000, help="images scored per test set")
+    p.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="with several --model: evaluate each method as one ensemble over them (z-scores averaged) "
+        "instead of each model alone",
+    )
     p.add_argument(
         "--brightness", type=v.positive_float, default=1.0, help="brightness factor applied to the OOD sets"
     )

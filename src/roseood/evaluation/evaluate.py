@@ -227,7 +227,7 @@ class _MethodRun:
     """One method's detector, fitted (or loaded from the cache) only when a score is actually missing."""
 
     method: str
-    model: RoseModel
+    model: RoseModel | list[RoseModel]  # a list: an ensemble of the method's detector on each
     fit: ImageSet
     spec: EvalSpec
     progress: bool | None
@@ -248,6 +248,8 @@ class _MethodRun:
         return fit_detector(self.method, self.model, self.fit, self.spec, self.progress)
 
     def _load(self, path: Path) -> Detector:
+        if isinstance(self.model, list):
+            return Ensemble.load(path, models=self.model)
         det = Detector.load(path, self.model)
         background = self.spec.detector_kwargs.get(self.method, {}).get("background")
         if isinstance(det, LikelihoodRatio) and background is not None:
@@ -277,19 +279,31 @@ class _MethodRun:
         return values, float(out[-1])
 
     def fit_warnings(self) -> list[str]:
-        """A ROSE detector's degenerate-fit warnings (kept in its saved state, so cached runs have them)."""
+        """A ROSE detector's degenerate-fit warnings (kept in its saved state, so cached runs have them);
+        an ensemble's, per member."""
         if not issubclass(METHODS[self.method][0], ROSE):
             return []
         det = self.detector()
+        if isinstance(det, Ensemble):
+            return [
+                f"member {i}: {w}"
+                for i, m in enumerate(det.members)
+                if isinstance(m, ROSE)
+                for w in m.fit_warnings_
+            ]
         assert isinstance(det, ROSE)
         return det.fit_warnings_
 
 
 def evaluate(
-    model: RoseModel, spec: EvalSpec, progress: bool | None = None, cache: ResultCache | None = None
+    model: RoseModel | list[RoseModel],
+    spec: EvalSpec,
+    progress: bool | None = None,
+    cache: ResultCache | None = None,
 ) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
-    every OOD set with the same images and seeds.
+    every OOD set with the same images and seeds. A list of models: each method as an ``Ensemble`` of
+    its detector on every model (e.g. one model per training seed).
 
     ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress=None`` shows
     progress only on a terminal. With a ``cache``,
@@ -303,17 +317,23 @@ def evaluate(
         raise RoseError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     if spec.layerwise and not all(METHODS[m][0] is ROSE for m in spec.methods):
         raise RoseError("layer-wise scores exist for ROSE methods only")
-    test = _load(spec.in_data, spec.test_samples, spec.seed, model, spec)
-    fit = load_fit_images(spec, model)
-    ood, missing = load_ood_sets(spec, model)
+    models = model if isinstance(model, list) else [model]
+    if not models:
+        raise RoseError("no model given")
+    if len(models) > 1 and spec.layerwise:
+        raise RoseError("an ensemble has no layer-wise scores")
+    first = models[0]  # the members take the same inputs (Ensemble checks): one set of images for all
+    test = _load(spec.in_data, spec.test_samples, spec.seed, first, spec)
+    fit = load_fit_images(spec, first)
+    ood, missing = load_ood_sets(spec, first)
     ood_sets = {k: f"{len(v)} images from {v.source}" for k, v in ood.items()}
     if OVERALL in spec.ood:
         ood_sets[OVERALL] = f"{spec.overall_per_set} random images of each of: {', '.join(ood)}"
     detectors = {m: detector_params(m, spec) for m in spec.methods}
-    fingerprint = model_fingerprint(model)
+    fingerprint = "+".join(model_fingerprint(m) for m in models)
     settings = {
-        "model": model_name(model),
-        "model_config": model_config(model),
+        "model": model_name(first) if len(models) == 1 else f"ensemble of {len(models)} {model_name(first)}",
+        "model_config": model_config(first),
         "model_fingerprint": fingerprint,
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
         "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
