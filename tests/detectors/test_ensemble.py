@@ -53,8 +53,8 @@ def test_rose_members_save_and_load_with_their_models(tmp_path: Path) -> None:
         Ensemble.load(tmp_path / "ens.pt", models=models[::-1])
     with pytest.raises(CheckpointError, match="needs 2 models, got 1"):
         Detector.load(tmp_path / "ens.pt", models[0])  # the generic loader says what it needs
+    ROSE(models[0], fisher="diag", progress=False).fit(x[:16], held_out=x[16:]).save(tmp_path / "r.pt")
     with pytest.raises(CheckpointError, match="not an ensemble"):
-        ROSE(models[0], fisher="diag", progress=False).fit(x[:16], held_out=x[16:]).save(tmp_path / "r.pt")
         Ensemble.load(tmp_path / "r.pt", models=models)
 
 

@@ -46,16 +46,18 @@ class Ensemble(Detector):
         members = list(members)
         if not members:
             raise RoseError("an ensemble needs at least one member detector")
+        models: list[RoseModel] = []  # the members' models, in order: fingerprinted on save
         for m in members:
             if not isinstance(m, Detector) or isinstance(m, Ensemble):
                 raise RoseError(f"ensemble members must be detectors (not ensembles), got {type(m).__name__}")
-            if m.model is None or not isinstance(m.model, RoseModel):
+            if not isinstance(m.model, RoseModel):
                 raise RoseError(f"ensemble member {m.method} has no generative model to fingerprint")
             if isinstance(m, LikelihoodRatio):
                 raise RoseError(
                     "the likelihood ratio needs a background model; it cannot be an ensemble member"
                 )
-        inputs = {(m.model.input_kind, m.model.input_shape) for m in members if m.model is not None}
+            models.append(m.model)
+        inputs = {(model.input_kind, model.input_shape) for model in models}
         if len(inputs) > 1:
             raise RoseError(
                 f"ensemble members take different inputs (kind, shape): {sorted(inputs, key=str)}"
@@ -64,8 +66,9 @@ class Ensemble(Detector):
             raise RoseError(
                 f"unknown ensemble combination {combine!r}; choose from {', '.join(COMBINATIONS)}"
             )
-        super().__init__(members[0].model, batch_size=members[0].batch_size, progress=progress)
+        super().__init__(models[0], batch_size=members[0].batch_size, progress=progress)
         self.members = members
+        self.models = models
         self.combine = combine
         self.held_out_fraction = check_float(held_out_fraction, "held_out_fraction", low=0.0, high=1.0)
         self.mean_: np.ndarray | None = None  # (members,) score mean and std on the held-out inputs
@@ -134,7 +137,7 @@ class Ensemble(Detector):
             "mean": torch.from_numpy(self.mean_),
             "std": torch.from_numpy(self.std_),
             "members": [m.state() for m in self.members],
-            "fingerprints": [model_fingerprint(m.model) for m in self.members if m.model is not None],
+            "fingerprints": [model_fingerprint(m) for m in self.models],
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
