@@ -175,14 +175,17 @@ class Detector(ABC):
                     f"{path}: fitted on model {expected}, but the given model is {actual}; "
                     "refit the detector for this model"
                 )
-        det = DETECTORS[method](model, **obj["params"])
+        return DETECTORS[method](model, **obj["params"])._restore(obj, path)
+
+    def _restore(self, obj: dict[str, Any], path: str | Path) -> Self:
+        """Set the learned state and threshold of a loaded file (``obj``: its contents) on this detector."""
         try:
-            det.load_state(obj["state"])
+            self.load_state(obj["state"])
         except CheckpointError as exc:
             raise CheckpointError(f"{path}: {exc}") from None
-        det.threshold_ = obj.get("threshold")
-        det.fitted_ = True
-        return det
+        self.threshold_ = obj.get("threshold")
+        self.fitted_ = True
+        return self
 
 
 def held_out_count(n: int, held_out: int | float) -> int:

@@ -115,11 +115,12 @@ class Ensemble(Detector):
     def _fit(self, x: Tensor) -> None:  # pragma: no cover - fit() is overridden
         self.fit(x)
 
-    def member_scores(self, images: Tensor | np.ndarray) -> np.ndarray:
-        """The members' z-scores, (N, members): how far above in-distribution each member puts an input."""
+    def member_scores(self, images: Tensor | np.ndarray, *, shard: bool = True) -> np.ndarray:
+        """The members' z-scores, (N, members): how far above in-distribution each member puts an input
+        (``shard``: as ``score``)."""
         if self.mean_ is None or self.std_ is None:
             raise RoseError("ensemble detector is not fitted: call fit() or load() first")
-        raw = np.stack([m.score(images) for m in self.members], 1)
+        raw = np.stack([m.score(images, shard=shard) for m in self.members], 1)
         return (raw - self.mean_) / self.std_
 
     def combined(self, z: np.ndarray) -> np.ndarray:
@@ -127,9 +128,7 @@ class Ensemble(Detector):
         return z.mean(1) if self.combine == "mean" else z.max(1)
 
     def _score(self, x: Tensor) -> Tensor:
-        assert self.mean_ is not None and self.std_ is not None
-        raw = np.stack([m.score(x, shard=False) for m in self.members], 1)
-        return torch.from_numpy(self.combined((raw - self.mean_) / self.std_))
+        return torch.from_numpy(self.combined(self.member_scores(x, shard=False)))
 
     def state(self) -> dict[str, Any]:
         assert self.mean_ is not None and self.std_ is not None
@@ -141,6 +140,8 @@ class Ensemble(Detector):
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
+        if len(state.get("members", [])) != len(self.members) or not {"mean", "std"} <= state.keys():
+            raise CheckpointError(f"not a complete state of an ensemble of {len(self.members)} members")
         for m, s in zip(self.members, state["members"], strict=True):
             m.load_state(s)
             m.fitted_ = True
@@ -174,10 +175,6 @@ class Ensemble(Detector):
 
         try:
             members = [DETECTORS[s["method"]](m, **s["params"]) for m, s in zip(given, specs, strict=True)]
-            det = cls(members, **{k: v for k, v in obj["params"].items() if k != "members"})
-            det.load_state(state)
-        except (CheckpointError, KeyError, ValueError) as exc:
-            raise CheckpointError(f"{path}: {exc}") from None
-        det.threshold_ = obj.get("threshold")
-        det.fitted_ = True
-        return det
+        except KeyError as exc:
+            raise CheckpointError(f"{path}: unknown ensemble member method {exc}") from None
+        return cls(members, **{k: v for k, v in obj["params"].items() if k != "members"})._restore(obj, path)
