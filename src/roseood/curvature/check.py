@@ -78,13 +78,10 @@ def check_layers(
     for n in names:
         r = resolve(modules[n])
         usable, note = r.usable, r.note
-        if usable and calls[n] != 1:
-            usable = False
-            note = (
-                "its forward is never called (a parent uses its weights)"
-                if calls[n] == 0
-                else (f"called {calls[n]} times in one forward pass (shared weights)")
-            )
+        if usable and calls[n] == 0:
+            usable, note = False, "its forward is never called (a parent uses its weights)"
+        elif usable and calls[n] > 1:
+            note = f"called {calls[n]} times per pass: exact gradient summed over calls (KFAC: expand)"
         verdicts[n] = (r, usable, note)
     usable_names = [n for n, v in verdicts.items() if v[1]]
     if usable_names and _dry_run(model, usable_names, loss_fn, x) is not None:  # find the culprits

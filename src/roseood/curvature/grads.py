@@ -5,6 +5,16 @@ outputs gives every ``δ = ∂loss_n/∂y`` at once (samples never mix when the 
 the layer's handler (:mod:`roseood.curvature.handlers`) turns them into a factored :class:`LayerGrad`.
 Layers without a handler take their per-sample gradients from ``torch.func`` (``vmap(grad(...))`` over
 the samples, one extra vectorised pass for all such layers together).
+
+A layer may run several times per sample: called again (shared weights, K denoising steps) or once on a
+batch expanded inside the loss (K noisy copies of each image in one batch of N·K rows). Its per-sample
+gradient is then the exact sum over its calls and copies, ``G_n = Σ_calls Σ_copies Σ_t δ aᵀ``, kept as
+one :class:`LayerGrad` whose positions are all of them. The Fishers read it like any other positions:
+``diag``, ``dense`` and EKFAC's re-estimated diagonal are exact for it; KFAC's factors average the inputs
+over all calls and copies (A = Σ aaᵀ / (calls·copies·T), B = Σ δδᵀ summed over them), the "expand"
+approximation of Eschenhagen et al. (NeurIPS 2023) for weight sharing. Which rows of an expanded batch
+belong to which sample is found exactly (one more backward pass, on the first such batch); a loss
+without one value per input is refused.
 """
 
 from __future__ import annotations
@@ -60,6 +70,52 @@ def _weight_coords(
     return coords
 
 
+def check_loss_rows(loss: Tensor, n: int) -> None:
+    """A per-sample loss has exactly one value per input: anything else (e.g. N·K values for N images
+    whose batch was expanded inside the loss) is an error, never N·K gradients or scores."""
+    if loss.ndim != 1 or loss.shape[0] != n:
+        raise RoseError(
+            f"the loss returned shape {tuple(loss.shape)} for {n} inputs; it must return one value per "
+            f"input, shape ({n},) (sum the rows of expanded copies per input)"
+        )
+
+
+def _per_sample(g: LayerGrad, order: Tensor | None, n: int, name: str) -> LayerGrad:
+    """One call's gradients with one row per sample: an expanded batch (K rows per sample, in ``order``)
+    has each sample's K rows folded into its positions, so ``G_n`` is the exact sum over its copies."""
+    if order is None:
+        return g
+    if g.g is not None:
+        raise RoseError(f"layer {name}: its handler gives no factors to fold an expanded batch into")
+    copies = g.a.shape[0] // n
+    a, d = g.a[order], g.d[order]
+    return LayerGrad(
+        a.reshape(n, copies * a.shape[1], a.shape[2]),
+        d.reshape(n, copies * d.shape[1], d.shape[2]),
+        const=g.const * copies if g.const is not None else None,
+        groups=g.groups,
+        mask=g.mask,
+    )
+
+
+def _concat_calls(calls: list[LayerGrad]) -> LayerGrad:
+    """A layer run several times in one pass: its per-sample gradient is the sum over its calls, which
+    is one gradient whose positions are all the calls' positions (constants add up)."""
+    if len(calls) == 1:
+        return calls[0]
+    first = calls[0]
+    if any(c.g is not None for c in calls):
+        raise RoseError("a layer called several times needs a handler that gives factors (a, δ)")
+    consts = [c.const for c in calls if c.const is not None]
+    return LayerGrad(
+        torch.cat([c.a for c in calls], 1),
+        torch.cat([c.d for c in calls], 1),
+        const=torch.stack(consts).sum(0) if consts else None,
+        groups=first.groups,
+        mask=first.mask,
+    )
+
+
 def _diagonal(g: Tensor) -> LayerGrad:
     """(N, P) per-sample gradients as P independent 1×1 blocks: every Fisher is then (at most) diagonal,
     except ``dense``, which is exact."""
@@ -103,6 +159,7 @@ class LayerGradients:
             for i, (m, h) in enumerate(zip(self.modules, self.handlers, strict=True))
             if coords == "native" and h is not None and h.effective_weight is not None
         }
+        self._orders: dict[tuple[int, int, int, int], Tensor] = {}  # see _owners
         self._masks = {
             i: parametrized_mask(m)
             for i, (m, h) in enumerate(zip(self.modules, self.handlers, strict=True))
@@ -117,36 +174,81 @@ class LayerGradients:
         self, loss_fn: Callable[[Tensor], Tensor], x: Tensor, layers: list[int]
     ) -> tuple[dict[int, LayerGrad], Tensor]:
         """One forward and backward pass with hooks on the layers that have handlers; also returns the
-        per-sample loss of that pass."""
-        inputs: dict[int, Tensor] = {}
-        outputs: dict[int, Tensor] = {}
+        per-sample loss of that pass. A layer may run several times (shared weights) and on a batch
+        expanded inside the loss (rows a multiple of the samples): see :func:`_per_sample`."""
+        inputs: dict[int, list[Tensor]] = {i: [] for i in layers}
+        outputs: dict[int, list[Tensor]] = {i: [] for i in layers}
 
         def hook(i: int) -> Callable[[nn.Module, tuple[Tensor, ...], Tensor], None]:
             def store(_m: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> None:
-                if i in outputs:
-                    raise RoseError(f"layer {self.names[i]} is used twice in one forward pass")
-                inputs[i], outputs[i] = inp[0].detach(), out
+                inputs[i].append(inp[0].detach())
+                outputs[i].append(out)
 
             return store
 
+        n = x.shape[0]
         handles = [self.modules[i].register_forward_hook(hook(i)) for i in layers]
         try:
             with torch.enable_grad():
                 loss = loss_fn(x)
-                missing = [self.names[i] for i in layers if i not in outputs]
+                check_loss_rows(loss, n)
+                missing = [self.names[i] for i in layers if not outputs[i]]
                 if missing:
                     raise RoseError(f"layers {missing} were not used by the model's forward pass")
-                grads = torch.autograd.grad(loss.sum(), [outputs[i] for i in layers])
+                flat = [((i, c, y.shape[0], n), y) for i in layers for c, y in enumerate(outputs[i])]
+                probe = [(key, y) for key, y in flat if y.shape[0] != n and key not in self._orders]
+                grads = torch.autograd.grad(loss.sum(), [y for _, y in flat], retain_graph=bool(probe))
+                self._orders |= self._owners(loss, probe)
         finally:
             for h in handles:
                 h.remove()
-        result = {}
-        for i, g in zip(layers, grads, strict=True):
+        result: dict[int, LayerGrad] = {}
+        k = 0
+        for i in layers:
             handler = self.handlers[i]
             assert handler is not None
-            result[i] = handler.grad(self.modules[i], inputs[i], g.detach(), self._mask(i))
+            calls = []
+            for c, inp in enumerate(inputs[i]):
+                g = handler.grad(self.modules[i], inp, grads[k].detach(), self._mask(i))
+                calls.append(_per_sample(g, self._orders.get((i, c, g.a.shape[0], n)), n, self.names[i]))
+                k += 1
+            result[i] = _concat_calls(calls)
             result[i].coords = self._coords.get(i)
         return result, loss.detach()
+
+    def _owners(
+        self, loss: Tensor, expanded: list[tuple[tuple[int, int, int, int], Tensor]]
+    ) -> dict[tuple[int, int, int, int], Tensor]:
+        """For each (layer, call, rows, samples) whose rows are not the samples: the row order grouping
+        each sample's rows (cached: the loss expands every batch of that size the same way).
+
+        Found by one more backward pass of the first sample's loss alone: gradients are exactly zero on
+        the rows it does not reach (no rounding: autograd propagates exact zeros), so its rows tell
+        whether the batch was expanded image-major (``repeat_interleave``) or copy-major (``repeat``). A
+        layer whose rows follow neither (e.g. mix samples) is a ``RoseError``."""
+        if not expanded:
+            return {}
+        n = loss.shape[0]
+        first = torch.zeros_like(loss)
+        first[0] = 1.0
+        probes = torch.autograd.grad(loss, [y for _, y in expanded], grad_outputs=first)
+        owners = {}
+        for (key, y), probe in zip(expanded, probes, strict=True):
+            rows = y.shape[0]
+            reached = probe.detach().flatten(1).ne(0).any(1)
+            layouts = [
+                torch.arange(rows, device=y.device) // max(rows // n, 1),
+                torch.arange(rows, device=y.device) % n,
+            ]
+            fits = [lay for lay in layouts if rows % n == 0 and not bool(reached[lay != 0].any())]
+            if not fits:
+                raise RoseError(
+                    f"layer {self.names[key[0]]} runs on {rows} rows for {n} samples, neither as K copies "
+                    "per sample (x.repeat_interleave(K, 0)) nor as K copies of the batch (x.repeat(K, ...)): "
+                    "per-sample gradients cannot be read off its outputs"
+                )
+            owners[key] = torch.argsort(fits[0], stable=True)
+        return owners
 
     def _vmapped(
         self, loss_fn: Callable[[Tensor], Tensor], x: Tensor, layers: list[int]

@@ -52,13 +52,17 @@ def _load_state(model: RoseModel, state: Any, path: str | Path, what: str) -> No
 
 def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[RoseModel, dict[str, Any]]:
     """Rebuild the model stored at ``path``; also return the raw file dict (for training state).
+    A folder saved by diffusers (a pipeline or a UNet2DModel's folder) loads as a diffusion model.
 
     ``model_module`` ("file.py:factory") builds a user model whose checkpoint does not name its
     factory, or whose factory file has moved.
     """
+    from roseood.models.diffusion import is_diffusers_folder, load_diffusers
     from roseood.models.families import FAMILIES
     from roseood.models.user import load_factory
 
+    if model_module is None and is_diffusers_folder(path):
+        return load_diffusers(path), {}
     obj = safe_load(path, MODEL_FORMAT)
     kind = obj.get("kind")
     factory = model_module or obj.get("factory")

@@ -16,6 +16,7 @@ from typing import Any
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
 from roseood.models.classifier import Classifier
+from roseood.models.diffusion import LOSS_DEFAULTS, WEIGHTINGS, DiffusionModel
 from roseood.models.glow import Glow
 from roseood.models.pixelcnn import PixelCNN
 from roseood.models.vae import VAE
@@ -123,3 +124,50 @@ register_family(
     )
 )
 register_family(ModelFamily("classifier", Classifier, trainable=False, help="Figure 6 classifiers"))
+
+
+def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--widths", type=str, default="32,64,64", help="UNet block widths, one per resolution")
+    p.add_argument("--layers-per-block", type=count, default=1, help="ResNet layers per UNet block")
+    p.add_argument("--no-attention", action="store_true", help="no mid-block self-attention")
+    p.add_argument("--timesteps", type=count, default=1000, help="DDPM train timesteps T")
+    p.add_argument("--ema-decay", type=float, default=0.999, help="EMA decay of the evaluated weights")
+    p.add_argument(
+        "--rose-k", type=count, default=LOSS_DEFAULTS["k"], help="(t, noise) pairs of the per-image loss"
+    )
+    p.add_argument(
+        "--rose-t-range", type=str, default="0,1", help="timestep range of the pairs, fractions of T"
+    )
+    p.add_argument("--rose-weighting", choices=WEIGHTINGS, default="simple", help="weighting of the K terms")
+    p.add_argument("--rose-seed", type=int, default=0, help="seed of the pairs' noise")
+
+
+def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
+    try:
+        widths = [int(w) for w in a.widths.split(",")]
+        lo, hi = (float(v) for v in a.rose_t_range.split(","))
+    except ValueError:
+        raise RoseError(
+            f"--widths and --rose-t-range take comma-separated numbers, got {a.widths!r}, {a.rose_t_range!r}"
+        ) from None
+    denoising = {"k": a.rose_k, "t_min": lo, "t_max": hi, "weighting": a.rose_weighting, "seed": a.rose_seed}
+    return {
+        "widths": widths,
+        "layers_per_block": a.layers_per_block,
+        "attention": not a.no_attention,
+        "train_timesteps": a.timesteps,
+        "ema_decay": a.ema_decay,
+        "denoising": denoising,
+    }
+
+
+register_family(
+    ModelFamily(
+        "diffusion",
+        DiffusionModel,
+        {"lr": 2e-4, "lr_halve_every": 0, "epochs": 3, "batch_size": 64},
+        _diffusion_arguments,
+        _diffusion_config,
+        help="DDPM on a diffusers UNet2DModel (needs roseood[diffusion]; Adam 2e-4, EMA weights evaluated)",
+    )
+)
