@@ -12,7 +12,9 @@ from roseood.errors import RoseError
 from tests.curvature.test_grads import loop_grads
 
 torch.manual_seed(0)
-NET = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.Tanh(), nn.Conv2d(4, 2, 3, padding=1))
+NET = nn.Sequential(
+    nn.Conv2d(2, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.Tanh(), nn.Conv2d(4, 2, 3, padding=1)
+)
 NAMES = ["0", "1", "3"]
 SHIFTS = torch.randn(3, 2, 5, 5)
 

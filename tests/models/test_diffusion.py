@@ -93,8 +93,13 @@ def test_a_users_diffusers_pipeline_folder_loads(tmp_path):
     d = diffusers_module()
     torch.manual_seed(1)
     unet = d.UNet2DModel(
-        sample_size=8, in_channels=3, out_channels=3, block_out_channels=(8, 8), norm_num_groups=4,
-        down_block_types=("DownBlock2D", "AttnDownBlock2D"), up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+        sample_size=8,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=(8, 8),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
     )
     sched = d.DDPMScheduler(num_train_timesteps=50, prediction_type="v_prediction")
     d.DDPMPipeline(unet=unet, scheduler=sched).save_pretrained(tmp_path / "theirs")

@@ -4,11 +4,14 @@ import inspect
 from typing import Any
 
 from roseood.detectors.base import Detector
+from roseood.detectors.diffpath import DiffPath
+from roseood.detectors.diffusion import MSMA, DenoisingLoss
 from roseood.detectors.ensemble import Ensemble
 from roseood.detectors.input_complexity import InputComplexity
 from roseood.detectors.likelihood_ratio import LikelihoodRatio
 from roseood.detectors.likelihood_regret import LikelihoodRegret
 from roseood.detectors.nll import NLL
+from roseood.detectors.reconstruction import Reconstruction
 from roseood.detectors.rnd import RND
 from roseood.detectors.rose import ROSE
 from roseood.errors import RoseError
@@ -17,6 +20,9 @@ from roseood.models.base import RoseModel
 DETECTORS: dict[str, type[Detector]] = {
     d.method: d for d in (ROSE, NLL, LikelihoodRegret, LikelihoodRatio, InputComplexity, RND)
 }
+# Diffusion models' detectors (issue 28): one block, registered by method name and as ``--methods``.
+DIFFUSION_DETECTORS: tuple[type[Detector], ...] = (DenoisingLoss, DiffPath, MSMA, Reconstruction)
+DETECTORS |= {d.method: d for d in DIFFUSION_DETECTORS}
 
 # Names accepted by ``rose evaluate --methods``: detector class and its keyword arguments.
 METHODS: dict[str, tuple[type[Detector], dict[str, Any]]] = {
@@ -35,6 +41,7 @@ METHODS: dict[str, tuple[type[Detector], dict[str, Any]]] = {
     "rnd-gb": (RND, {"perturbation": "gb"}),
     "rnd-random": (RND, {"perturbation": "random:0.2"}),
 }
+METHODS |= {d.method: (d, {}) for d in DIFFUSION_DETECTORS}
 
 
 def make_detector(method: str, model: RoseModel | None, **overrides: Any) -> Detector:
@@ -61,15 +68,20 @@ def method_params(method: str, **overrides: Any) -> dict[str, Any]:
 
 __all__ = [
     "DETECTORS",
+    "DIFFUSION_DETECTORS",
     "METHODS",
+    "MSMA",
     "NLL",
     "RND",
     "ROSE",
+    "DenoisingLoss",
     "Detector",
+    "DiffPath",
     "Ensemble",
     "InputComplexity",
     "LikelihoodRatio",
     "LikelihoodRegret",
+    "Reconstruction",
     "make_detector",
     "method_params",
 ]

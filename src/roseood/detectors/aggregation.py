@@ -150,6 +150,18 @@ class LogZ(ZScore):
     relu = False
 
 
+def mixture_nll(v: np.ndarray, weights: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> np.ndarray:
+    """−log density of the rows of ``v`` (N, L) under a Gaussian mixture (k,), (k, L), (k, L, L)."""
+    logp = np.stack(
+        [
+            np.log(w) + multivariate_normal(m, c, allow_singular=True).logpdf(v)
+            for w, m, c in zip(weights, means, covariances, strict=True)
+        ],
+        axis=-1,
+    ).reshape(len(v), -1)
+    return -logsumexp(logp, axis=1)
+
+
 class Density(Aggregation):
     """−log density of the log layer-score vector under a Gaussian mixture fitted on in-distribution
     images; ``_fit_mixture`` gives the weights (k,), means (k, L) and covariances (k, L, L)."""
@@ -174,15 +186,7 @@ class Density(Aggregation):
     def __call__(self, raw: np.ndarray) -> np.ndarray:
         if self.weights_ is None or self.means_ is None or self.covariances_ is None:
             raise RoseError(f"the {self.name} aggregation is not fitted")
-        v = log_scores(raw)
-        logp = np.stack(
-            [
-                np.log(w) + multivariate_normal(m, c, allow_singular=True).logpdf(v)
-                for w, m, c in zip(self.weights_, self.means_, self.covariances_, strict=True)
-            ],
-            axis=-1,
-        ).reshape(len(v), -1)
-        return -logsumexp(logp, axis=1)
+        return mixture_nll(log_scores(raw), self.weights_, self.means_, self.covariances_)
 
     def state(self) -> dict[str, torch.Tensor]:
         assert self.weights_ is not None and self.means_ is not None and self.covariances_ is not None
