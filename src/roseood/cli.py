@@ -115,7 +115,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         else:
             family = get_family(args.kind)
             model, kind = family.build(args.channels, **family.from_cli_arguments(args)), args.kind
-            channels, size = args.channels, 32
+            channels, size = args.channels, getattr(args, "image_size", 32)  # a family may set it
         data = load_images(
             args.data,
             split="train",
@@ -413,6 +413,17 @@ def cmd_check_model(args: argparse.Namespace) -> None:
     print(f"\n{sum(r.usable for r in reports)} of {len(reports)} parameterised layers usable by ROSE")
 
 
+def cmd_export_diffusers(args: argparse.Namespace) -> None:
+    from roseood.models.diffusion import DiffusionModel, export_diffusers
+
+    out = _output(args, args.out, folder=True)
+    model = _model(args)
+    if not isinstance(model, DiffusionModel):
+        raise RoseError(f"{args.model} is a {type(model).__name__}, not a diffusion model")
+    export_diffusers(model, out)
+    print(f"wrote the diffusers pipeline folder {out} (unet/, scheduler/, model_index.json, roseood.json)")
+
+
 def cmd_datasets(args: argparse.Namespace) -> None:
     from roseood.data import DATASETS, resolve_data_dir
 
@@ -708,6 +719,16 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(p)
     p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
     p.set_defaults(func=cmd_check_model)
+
+    p = sub.add_parser(
+        "export-diffusers", help="save a diffusion model as a diffusers folder (DDPMPipeline.from_pretrained)"
+    )
+    p.add_argument(
+        "--model", required=True, help="a diffusion model (roseood checkpoint or diffusers folder)"
+    )
+    p.add_argument("--out", required=True, help="folder to write")
+    _add_overwrite(p)
+    p.set_defaults(func=cmd_export_diffusers, device="cpu")
 
     p = sub.add_parser("datasets", help="list the named datasets and whether their files are present")
     p.add_argument("--data-dir", help="folder of dataset .npz files (unset: $ROSEOOD_DATA or the cache)")

@@ -69,3 +69,24 @@ def test_a_checkpoint_whose_code_is_gone_asks_for_model_module(model_file, tmp_p
 def test_bad_factories_are_one_line_errors(model_file, spec, message):
     with pytest.raises(RoseError, match=message):
         load_factory(spec.format(file=model_file))
+
+
+def test_a_model_file_imports_its_neighbours(tmp_path):
+    (tmp_path / "helper_net.py").write_text(
+        "from torch import nn\n\ndef net():\n    return nn.Linear(3, 3)\n"
+    )
+    (tmp_path / "factory_file.py").write_text(
+        textwrap.dedent(
+            """
+            import roseood
+            from helper_net import net
+
+            def build():
+                n = net()
+                return roseood.wrap(n, lambda x: n(x).pow(2).sum(1), input_kind="tensor", input_shape=(3,))
+            """
+        )
+    )
+    model = load_factory(f"{tmp_path / 'factory_file.py'}:build")
+    assert model.rose_loss(torch.rand(2, 3)).shape == (2,)
+    assert str(tmp_path) not in __import__("sys").path

@@ -43,7 +43,7 @@ def diffusers_module() -> Any:
     except Exception:  # any failure: diffusers must not try it
         import diffusers.utils.import_utils as import_utils
 
-        import_utils._torchvision_available = False  # type: ignore[attr-defined]
+        import_utils._torchvision_available = False
     return diffusers
 
 
@@ -84,6 +84,12 @@ class DiffusionModel(GenerativeModel):
     """
 
     kind = "diffusion"
+    alphas_cumprod: Tensor
+    ema_steps: Tensor
+    loss_timesteps: Tensor
+    loss_noise: Tensor
+    unet: Any
+    online: Any
 
     def __init__(
         self,

@@ -127,6 +127,7 @@ register_family(ModelFamily("classifier", Classifier, trainable=False, help="Fig
 
 
 def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--image-size", type=count, default=32, help="image size the UNet is trained at")
     p.add_argument("--widths", type=str, default="32,64,64", help="UNet block widths, one per resolution")
     p.add_argument("--layers-per-block", type=count, default=1, help="ResNet layers per UNet block")
     p.add_argument("--no-attention", action="store_true", help="no mid-block self-attention")
@@ -152,6 +153,7 @@ def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
         ) from None
     denoising = {"k": a.rose_k, "t_min": lo, "t_max": hi, "weighting": a.rose_weighting, "seed": a.rose_seed}
     return {
+        "image_size": a.image_size,
         "widths": widths,
         "layers_per_block": a.layers_per_block,
         "attention": not a.no_attention,

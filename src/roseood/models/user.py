@@ -6,6 +6,8 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -13,6 +15,21 @@ from torch import nn
 
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
+
+
+@contextmanager
+def _neighbours(target: str) -> Iterator[None]:
+    """While a user's ``.py`` file is imported and its factory runs, its folder is on ``sys.path``: the
+    file may import the modules beside it, as when it runs as a script from its folder."""
+    folder = str(Path(target).expanduser().resolve().parent) if target.endswith(".py") else None
+    added = folder is not None and folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(folder)  # type: ignore[arg-type]
 
 
 def _import(target: str) -> tuple[ModuleType, str]:
@@ -43,11 +60,12 @@ def load_factory(spec: str) -> RoseModel:
     if not sep or not target or not attr.isidentifier():
         raise RoseError(f"--model-module must be FILE.py:FACTORY or package.module:FACTORY, got {spec!r}")
     try:
-        module, where = _import(target)
-        factory = getattr(module, attr, None)
-        if not callable(factory):
-            raise RoseError(f"{target} defines no function {attr!r}")
-        model = factory()
+        with _neighbours(target):
+            module, where = _import(target)
+            factory = getattr(module, attr, None)
+            if not callable(factory):
+                raise RoseError(f"{target} defines no function {attr!r}")
+            model = factory()
     except RoseError:
         raise
     except Exception as exc:  # the user's own code failed: say where, in one line

@@ -1,0 +1,32 @@
+"""docs/diffusion.md's commands at tiny size: train a diffusion model, save it as a diffusers folder,
+evaluate ROSE and the diffusion detectors on that folder."""
+
+from __future__ import annotations
+
+import json
+
+from roseood.models import load_model
+from roseood.models.diffusion import DiffusionModel
+from tests.test_cli import run, workdir  # noqa: F401 - the fixture
+
+
+def test_train_export_and_evaluate_a_diffusers_folder(workdir, capsys):  # noqa: F811
+    assert run(
+        "train", "diffusion", "--data", "fashion_mnist", "--subset", "40", "--epochs", "1",
+        "--image-size", "16", "--widths", "8,16", "--rose-k", "2", "--out", "diff.pt",
+    ) == 0  # fmt: skip
+    model = load_model("diff.pt")
+    assert isinstance(model, DiffusionModel) and model.k == 2 and model.input_shape == (1, 16, 16)
+    assert run("export-diffusers", "--model", "diff.pt", "--out", "diff-folder") == 0
+    assert (workdir / "diff-folder" / "unet" / "config.json").is_file()
+    code = run(
+        "evaluate", "--model", "diff-folder", "--ood", "mnist",
+        "--methods", "rose-ekfac,rose-diag,denoising,diffpath,msma,reconstruction",
+        "--fit-samples", "30", "--stats-samples", "10", "--test-samples", "10", "--bootstrap", "0",
+        "--json", "result.json", "--quiet",
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((workdir / "result.json").read_text())
+    text = json.dumps(result)
+    for method in ("rose-ekfac", "denoising", "diffpath", "msma", "reconstruction"):
+        assert method in text
