@@ -75,6 +75,13 @@ class Profile:
     # ablation: EKFAC on every layer set (True) or only on the paper's (VAE encoder, Glow invconv) — the VAE
     # decoder's output layer has a (256·C·16)² Kronecker factor, far too slow to eigendecompose on a CPU
     ablation_ekfac_everywhere: bool = True
+    # diffusion experiment (issue 28, not in the paper): UNet, training budget, seeds, K of the loss
+    diffusion: dict[str, Any] = field(
+        default_factory=lambda: {"widths": (64, 128, 128), "layers_per_block": 2, "attention": True}
+    )
+    diffusion_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 50) for d in PAPER_VAE})
+    diffusion_seeds: tuple[int, ...] = (0, 1, 2)
+    diffusion_k: int = 8
 
     def settings(self) -> dict[str, Any]:
         """Everything about the profile, for reports."""
@@ -101,7 +108,11 @@ PROFILES: dict[str, Profile] = {
                 "Figure 5: at most 2000 Fisher images, 200 test images per set, 500 statistics images; "
                 "brightness sweep: detectors fitted on 2000 (+500 statistics) images, 300 test images per "
                 "set, Likelihood Ratio on 100 with 5 IWAE samples; ablation: 2000 Fisher + 500 statistics "
-                "images, 1000 test images per set, EKFAC only on the paper's layer set"
+                "images, 1000 test images per set, EKFAC only on the paper's layer set; diffusion: UNet "
+                "widths (16, 32, 32), one ResNet layer per block, 2 epochs on 3000 images per seed "
+                "(3 seeds), K = 4, "
+                "500 fit + 200 statistics images, 300 test images per set (the 2-core machine was shared: "
+                "load ~10), reconstruction from 3 starts × 4 DDIM steps"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
@@ -126,8 +137,17 @@ PROFILES: dict[str, Profile] = {
                     "detector_kwargs": {"lratio": {"k": 5}},
                 },
                 "ablation": {"fit_samples": 2000, "stats_samples": 500, "test_samples": 1000},
+                "diffusion": {
+                    "fit_samples": 500,
+                    "stats_samples": 200,
+                    "test_samples": 300,
+                    "detector_kwargs": {"reconstruction": {"starts": [0.1, 0.3, 0.5], "steps": 4}},
+                },
             },
             ablation_ekfac_everywhere=False,
+            diffusion={"widths": (16, 32, 32), "layers_per_block": 1, "attention": True},
+            diffusion_train=both((3000, 2)),
+            diffusion_k=4,
             fisher_sizes=(10, 100, 1000, 2000),
             fisher_stats_samples=500,
             fisher_test_samples=200,
@@ -163,8 +183,16 @@ PROFILES: dict[str, Profile] = {
                 "lratio": {"k": 1},
                 "ic": {"k": 2},
                 "rnd": {"epochs": 1},
+                "diffpath": {"steps": 2},
+                "msma": {"levels": 2},
+                "reconstruction": {"starts": [0.2], "steps": 1},
             },
             batch_size=16,
+            diffusion={"widths": (8, 16), "layers_per_block": 1, "attention": True},
+            diffusion_train=both((64, 1)),
+            diffusion_seeds=(0, 1),
+            diffusion_k=2,
+            experiment_overrides={"diffusion": {"detector_kwargs": {"rose": {"layers": "mid"}}}},
         ),
     )
 }

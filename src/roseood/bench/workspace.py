@@ -38,7 +38,7 @@ DEFAULT_DATASETS = ("fashion_mnist", "cifar10")  # ... and without --datasets
 class ModelRecipe:
     """A model to train: kind, data, architecture and training settings (epochs may grow on resume)."""
 
-    kind: str  # vae | glow | pixelcnn | classifier
+    kind: str  # vae | glow | pixelcnn | classifier | diffusion
     data: str  # fashion_mnist | cifar10
     arch: tuple[tuple[str, Any], ...]
     subset: int | None
@@ -57,7 +57,11 @@ class ModelRecipe:
     def name(self) -> str:
         """File stem, e.g. ``vae-cifar10-c3-ngf64-nz200-n20000-s0`` (epochs excluded: they can grow); a
         true flag shows as its name (``gated``), a false one not at all."""
-        arch = (k if v is True else f"{k}{v}" for k, v in self.arch if v is not False)
+        arch = (
+            k if v is True else f"{k}{'-'.join(map(str, v)) if isinstance(v, tuple) else v}"
+            for k, v in self.arch
+            if v is not False
+        )
         parts = [self.kind, self.data, f"c{self.channels}", *arch]
         parts.append(f"n{self.subset}" if self.subset else "nall")
         if self.perturb:

@@ -167,9 +167,17 @@ register_family(
     ModelFamily(
         "diffusion",
         DiffusionModel,
-        {"lr": 2e-4, "lr_halve_every": 0, "epochs": 3, "batch_size": 64},
+        {
+            "lr": 1e-3,
+            "lr_halve_every": 0,
+            "epochs": 3,
+            "batch_size": 64,
+            "warmup_steps": 100,
+            "grad_clip": 1.0,
+        },
         _diffusion_arguments,
         _diffusion_config,
-        help="DDPM on a diffusers UNet2DModel (needs roseood[diffusion]; Adam 2e-4, EMA weights evaluated)",
+        help="DDPM on a diffusers UNet2DModel (needs roseood[diffusion]; Adam 1e-3, 100 warm-up steps, "
+        "clip 1, EMA weights evaluated)",
     )
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from roseood.bench.experiments import (
     ablation,
     brightness,
+    diffusion,
     figure1,
     figure3,
     figure4,
@@ -37,6 +38,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         figure5,
         figure6,
         ablation,
+        diffusion,
     )
 }
 

@@ -1,0 +1,97 @@
+"""Diffusion models (issue 28, not in the paper): ROSE on a DDPM's denoising loss beside the diffusion-era
+detectors — the denoising loss itself, DiffPath, MSMA and DDPM-OOD reconstruction — on the same models.
+
+Per in-distribution set, ``diffusion_seeds`` UNets are trained (one per seed); every detector is fitted
+and scored on each, and each cell is the mean AUROC over the seeds ± the half-width of a 95 % Student-t
+interval over them (the spread of training, fitting and test draws together). NFEs/image: UNet
+evaluations per scored image (ROSE: K forward and one backward pass on the K copies); images/s: scoring
+throughput measured in this run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from roseood.bench.experiments import common
+from roseood.bench.report import BenchReport
+from roseood.bench.workspace import ModelRecipe, Workspace
+from roseood.detectors import make_detector
+from roseood.evaluation.report import markdown_rows
+from roseood.models.diffusion import DiffusionModel
+
+OOD = {
+    "fashion_mnist": ["mnist", "notmnist", "omniglot", "noise", "constant"],
+    "cifar10": ["celeba", "mnist", "fashion_mnist", "noise", "constant"],
+}
+METHODS = ["rose-ekfac", "rose-diag", "denoising", "diffpath", "msma", "reconstruction"]
+USES = common.Uses(("diffusion (diffusers UNet2DModel)",), common.BOTH, tuple(METHODS), ("diffusion",))
+
+
+def mean_interval(values: list[float]) -> tuple[float, float]:
+    """Mean and half-width of the 95 % Student-t interval of the mean (NaN width for one value)."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return float(v.mean()), float("nan")
+    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean()), float(half)
+
+
+def cell(values: list[float]) -> str:
+    if not values:
+        return "–"
+    mean, half = mean_interval(values)
+    return f"{mean:.3f}" if np.isnan(half) else f"{mean:.3f} ± {half:.3f}"
+
+
+def recipe(ws: Workspace, data: str, seed: int) -> ModelRecipe:
+    subset, epochs = ws.profile.diffusion_train[data]
+    return ModelRecipe("diffusion", data, tuple(ws.profile.diffusion.items()), subset, epochs, seed=seed)
+
+
+def nfe(model: DiffusionModel, method: str, kwargs: dict[str, Any]) -> str:
+    if method.startswith("rose"):
+        return f"{model.k} + backward"
+    return str(make_detector(method, model, **kwargs).nfe_per_image)  # type: ignore[attr-defined]
+
+
+def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
+    p = ws.profile
+    rep.parts.append(
+        f"UNet: {p.diffusion}; denoising loss (ROSE, denoising): K = {p.diffusion_k} fixed (t, noise) pairs; "
+        f"seeds {list(p.diffusion_seeds)}; cells: mean AUROC ± 95 % t-interval half-width over the seeds."
+    )
+    for data in ws.select_data():
+        aurocs: dict[str, dict[str, list[float]]] = {m: {s: [] for s in OOD[data]} for m in METHODS}
+        speed: dict[str, list[float]] = {m: [] for m in METHODS}
+        nfes: dict[str, str] = {}
+        for seed in p.diffusion_seeds:
+            model = ws.model(recipe(ws, data, seed))
+            assert isinstance(model, DiffusionModel)
+            model.set_denoising(k=p.diffusion_k)
+            kwargs = {m: ws.detector_kwargs(m) for m in METHODS}
+            result = ws.evaluate(model, ws.spec(model, data, OOD[data], METHODS, detector_kwargs=kwargs))
+            metrics = result.metrics()
+            for m in METHODS:
+                for s in OOD[data]:
+                    value = common.metric_of(metrics, m, s)
+                    if value is not None:
+                        aurocs[m][s].append(value)
+                speed[m].append(result.images_per_second.get(m, float("nan")))
+                nfes[m] = nfe(model, m, kwargs[m])
+            rep.results[f"{data}/seed{seed}"] = result.to_json()
+        rows = [[s, *(cell(aurocs[m][s]) for m in METHODS)] for s in OOD[data]]
+        rows.append(["NFEs/image", *(nfes[m] for m in METHODS)])
+        rows.append(["images/s", *(f"{np.nanmean(speed[m]):.1f}" for m in METHODS)])
+        rep.section(f"AUROC, diffusion model on {data}", markdown_rows(["OOD set", *METHODS], rows))
+        rep.results[f"{data}/summary"] = {
+            m: {s: mean_interval(v) for s, v in aurocs[m].items() if v} for m in METHODS
+        }
+
+
+EXPERIMENT = common.Experiment(
+    "diffusion", "ROSE on diffusion models", "issue 28 (not in the paper)", run, USES
+)
