@@ -20,7 +20,7 @@ GROUPS = (
     ["table2", "table3", "table6", "table7", "figure1", "figure3"],
     ["brightness", "table10", "table11", "figure4", "figure5", "figure6"],
 )
-OWN_TEST = ["ablation"]  # tests/bench/test_ablation.py: its own smoke run on the authors' VAE
+OWN_TEST = ["ablation", "diffusion"]  # own smoke runs: test_ablation.py (authors' VAE), test_diffusion.py
 assert sorted(GROUPS[0] + GROUPS[1] + OWN_TEST) == sorted(EXPERIMENTS), "every experiment is tested"
 
 TABLES_WITH_SCORES = {"table2", "table6", "table7", "table10", "table11"}  # their sub-reports save scores
