@@ -81,14 +81,15 @@ def check_loss_rows(loss: Tensor, n: int) -> None:
 
 
 def _per_sample(g: LayerGrad, order: Tensor | None, n: int, name: str) -> LayerGrad:
-    """One call's gradients with one row per sample: an expanded batch (K rows per sample, in ``order``)
-    has each sample's K rows folded into its positions, so ``G_n`` is the exact sum over its copies."""
-    if order is None:
+    """One call's gradients with one row per sample: an expanded batch (K rows per sample, in ``order``;
+    None: already image-major, no copy) has each sample's K rows folded into its positions, so ``G_n``
+    is the exact sum over its copies."""
+    if g.a.shape[0] == n:
         return g
     if g.g is not None:
         raise RoseError(f"layer {name}: its handler gives no factors to fold an expanded batch into")
     copies = g.a.shape[0] // n
-    a, d = g.a[order], g.d[order]
+    a, d = (g.a, g.d) if order is None else (g.a[order], g.d[order])
     return LayerGrad(
         a.reshape(n, copies * a.shape[1], a.shape[2]),
         d.reshape(n, copies * d.shape[1], d.shape[2]),
@@ -159,7 +160,7 @@ class LayerGradients:
             for i, (m, h) in enumerate(zip(self.modules, self.handlers, strict=True))
             if coords == "native" and h is not None and h.effective_weight is not None
         }
-        self._orders: dict[tuple[int, int, int, int], Tensor] = {}  # see _owners
+        self._orders: dict[tuple[int, int, int, int], Tensor | None] = {}  # see _owners
         self._masks = {
             i: parametrized_mask(m)
             for i, (m, h) in enumerate(zip(self.modules, self.handlers, strict=True))
@@ -218,9 +219,10 @@ class LayerGradients:
 
     def _owners(
         self, loss: Tensor, expanded: list[tuple[tuple[int, int, int, int], Tensor]]
-    ) -> dict[tuple[int, int, int, int], Tensor]:
+    ) -> dict[tuple[int, int, int, int], Tensor | None]:
         """For each (layer, call, rows, samples) whose rows are not the samples: the row order grouping
-        each sample's rows (cached: the loss expands every batch of that size the same way).
+        each sample's rows, None when they already are (cached: the loss expands every batch of that size
+        the same way).
 
         Found by one more backward pass of the first sample's loss alone: gradients are exactly zero on
         the rows it does not reach (no rounding: autograd propagates exact zeros), so its rows tell
@@ -232,7 +234,7 @@ class LayerGradients:
         first = torch.zeros_like(loss)
         first[0] = 1.0
         probes = torch.autograd.grad(loss, [y for _, y in expanded], grad_outputs=first)
-        owners = {}
+        owners: dict[tuple[int, int, int, int], Tensor | None] = {}
         for (key, y), probe in zip(expanded, probes, strict=True):
             rows = y.shape[0]
             reached = probe.detach().flatten(1).ne(0).any(1)
@@ -247,7 +249,7 @@ class LayerGradients:
                     "per sample (x.repeat_interleave(K, 0)) nor as K copies of the batch (x.repeat(K, ...)): "
                     "per-sample gradients cannot be read off its outputs"
                 )
-            owners[key] = torch.argsort(fits[0], stable=True)
+            owners[key] = None if fits[0] is layouts[0] else torch.argsort(fits[0], stable=True)
         return owners
 
     def _vmapped(
