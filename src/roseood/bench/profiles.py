@@ -111,7 +111,7 @@ PROFILES: dict[str, Profile] = {
                 "images, 1000 test images per set, EKFAC only on the paper's layer set; diffusion: UNet "
                 "widths (16, 32, 32), one ResNet layer per block, 2 epochs on 3000 images per seed "
                 "(3 seeds), K = 4, "
-                "500 fit + 200 statistics images, 300 test images per set (the 2-core machine was shared: "
+                "300 fit + 100 statistics images, 200 test images per set (the 2-core machine was shared: "
                 "load ~10), reconstruction from 3 starts × 4 DDIM steps"
             ),
             glow={
@@ -138,9 +138,9 @@ PROFILES: dict[str, Profile] = {
                 },
                 "ablation": {"fit_samples": 2000, "stats_samples": 500, "test_samples": 1000},
                 "diffusion": {
-                    "fit_samples": 500,
-                    "stats_samples": 200,
-                    "test_samples": 300,
+                    "fit_samples": 300,
+                    "stats_samples": 100,
+                    "test_samples": 200,
                     "detector_kwargs": {"reconstruction": {"starts": [0.1, 0.3, 0.5], "steps": 4}},
                 },
             },
