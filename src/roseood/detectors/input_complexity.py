@@ -13,12 +13,11 @@ reproduced exactly.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.compression import CODECS, compressed_bits, to_uint8
 from roseood.detectors.nll import model_nll
 from roseood.errors import RoseError
@@ -51,9 +50,6 @@ class InputComplexity(Detector):
         self.compressor = compressor
         self.k = k
 
-    def params(self) -> dict[str, Any]:
-        return {"compressor": self.compressor, "k": self.k, "batch_size": self.batch_size}
-
     def _fit(self, x: Tensor) -> None:
         """Nothing to learn: the model is trained and the compressor fixed."""
 
@@ -64,3 +60,6 @@ class InputComplexity(Detector):
     def _score(self, x: Tensor) -> Tensor:
         nll = model_nll(self.model, x, k=self.k, batch_size=self.batch_size, progress=self.progress)
         return nll.double() / math.log(2.0) - self.complexity(x)
+
+
+register_detector(InputComplexity, {f"ic-{codec}": {"compressor": codec} for codec in ("png", "jp2")})
