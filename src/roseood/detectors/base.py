@@ -103,6 +103,12 @@ class Detector(ABC):
         """Validate inputs against the model's declared input kind and shape (images when no model)."""
         return check_model_input(images, self.model)
 
+    def _require_model(self, what: str) -> RoseModel:
+        """The detector's generative model; a ``RoseError`` saying ``what`` needs one when there is none."""
+        if self.model is None:
+            raise RoseError(f"{what} needs a generative model")
+        return self.model
+
     def _require_images(self) -> None:
         """Refuse a model whose inputs are not images (for methods built on image perturbations/codecs)."""
         kind = getattr(self.model, "input_kind", "image")

@@ -20,8 +20,8 @@ from torch import Tensor
 from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.compression import CODECS, compressed_bits, to_uint8
 from roseood.detectors.nll import model_nll
-from roseood.errors import RoseError
 from roseood.models.base import RoseModel
+from roseood.validation import check_choice, check_int
 
 
 class InputComplexity(Detector):
@@ -39,16 +39,10 @@ class InputComplexity(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if model is None:
-            raise RoseError("Input Complexity needs a generative model")
-        if compressor not in CODECS:
-            raise RoseError(f"unknown compressor {compressor!r}; choose from {', '.join(CODECS)}")
-        if k < 1:
-            raise RoseError(f"k must be ≥ 1, got {k}")
-        self.model: RoseModel = model
+        self.model: RoseModel = self._require_model("Input Complexity")
         self._require_images()
-        self.compressor = compressor
-        self.k = k
+        self.compressor = check_choice(compressor, CODECS, "compressor")
+        self.k = check_int(k, "k")
 
     def _fit(self, x: Tensor) -> None:
         """Nothing to learn: the model is trained and the compressor fixed."""

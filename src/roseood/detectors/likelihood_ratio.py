@@ -23,6 +23,7 @@ from roseood.detectors.nll import model_nll
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
+from roseood.validation import check_int
 
 
 def _describe(shape: tuple[int, ...] | None) -> str:
@@ -46,13 +47,9 @@ class LikelihoodRatio(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if model is None:
-            raise RoseError("the likelihood ratio needs a generative model")
-        if k < 1:
-            raise RoseError(f"k must be ≥ 1, got {k}")
-        self.model: RoseModel = model
+        self.model: RoseModel = self._require_model("the likelihood ratio")
         self._require_images()
-        self.k = k
+        self.k = check_int(k, "k")
         self.background: RoseModel | None = None
         self._background_fingerprint: str | None = None
         if background is not None:

@@ -22,11 +22,9 @@ class NLL(Detector):
         self, model: RoseModel | None, *, k: int = 1, batch_size: int = 64, progress: bool | None = None
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if model is None:
-            raise RoseError("the NLL score needs a generative model")
+        self.model: RoseModel = self._require_model("the NLL score")
         if k > 1 and not is_latent_model(model):
             raise RoseError("IWAE (k > 1) applies to latent-variable models (VAEs) only; Glow's is exact")
-        self.model: RoseModel = model
         self.k = k
 
     def _fit(self, x: Tensor) -> None:
