@@ -176,8 +176,7 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
     p.add_argument(
         "--aggregate",
         metavar="NAME[:k=v,...]",
-        help="how ROSE combines layer scores: relu-norm (the paper's, default; beta, p), max-z, log-z "
-        "(p, beta), gaussian, gmm (k, reg, seed); e.g. relu-norm:beta=3 or gmm:k=4",
+        help=f"how ROSE combines layer scores: {_aggregations()}; e.g. relu-norm:beta=3 or gmm:k=4",
     )
     p.add_argument(
         "--adjust",
@@ -186,6 +185,17 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
     )
     add_data_args(p)
+
+
+def _aggregations() -> str:
+    """The registered aggregations with their parameters, the default marked: for ``--help``."""
+    from roseood.detectors.aggregation import AGGREGATIONS, DEFAULT_AGGREGATION
+
+    def one(name: str) -> str:
+        params = [*(["default"] if name == DEFAULT_AGGREGATION else []), *AGGREGATIONS[name]().params()]
+        return f"{name} ({', '.join(params)})" if params else name
+
+    return ", ".join(one(name) for name in AGGREGATIONS)
 
 
 DETECTOR_OPTIONS = ("layers", "aggregate", "adjust")  # given to every method whose detector takes them

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.curvature import Fisher, LayerGradients, LayerReport, check_layers, make_fisher
+from roseood.curvature import FISHERS, Fisher, LayerGradients, LayerReport, check_layers, make_fisher
 from roseood.data.tensors import iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
@@ -264,6 +264,4 @@ class ROSE(Detector):
         self.fit_warnings_ = list(state.get("fit_warnings", []))
 
 
-register_detector(
-    ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in ("ekfac", "kfac", "diag", "dense")}
-)
+register_detector(ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())})
