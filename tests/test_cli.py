@@ -356,14 +356,15 @@ def test_model_module_fits_scores_and_checks_a_user_model(workdir, capsys):
     assert "--model-module" in capsys.readouterr().err
 
 
-def test_train_module_trains_a_user_model_and_its_checkpoint_loads_by_itself(workdir, capsys):
+def test_train_module_trains_a_user_model_that_loads_back_with_its_module(workdir, capsys):
     (workdir / "user.py").write_text(USER_MODEL)
     args = ("train", "module", "--model-module", "user.py:build", "--subset", "16", "--epochs", "1")
     assert run(*args, "--out", "u.pt") == 0
-    assert load_model(workdir / "u.pt").rose_layers() == ["0", "2"]
-    assert (
-        run("check-model", "--model", "u.pt") == 0 and "of 3 parameterised layers" in capsys.readouterr().out
-    )
+    assert load_model(workdir / "u.pt", model_module="user.py:build").rose_layers() == ["0", "2"]
+    assert run("check-model", "--model", "u.pt") == 2  # the file names its code but never runs it
+    assert "pass --model-module" in capsys.readouterr().err
+    checked = run("check-model", "--model", "u.pt", "--model-module", "user.py:build")
+    assert checked == 0 and "of 3 parameterised layers" in capsys.readouterr().out
 
 
 def test_evaluate_several_models_reports_their_spread(workdir, capsys):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 import torch
@@ -21,13 +21,15 @@ from roseood import distributed
 from roseood.data.loading import ImageStream
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import check_detector_file
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.progress import on_terminal
-from roseood.serialization import atomic_save, safe_load, share_equal_tensors
+from roseood.serialization import safe_load, save_file, share_equal_tensors
 from roseood.validation import check_float, check_int
 
 DETECTOR_FORMAT = "roseood-detector"
+D = TypeVar("D", bound="Detector")
 
 
 class Detector(ABC):
@@ -130,22 +132,25 @@ class Detector(ABC):
             raise RoseError(f"{self.method} detector has no threshold: calibrate() it or pass a threshold")
         return np.asarray(scores) > cut
 
-    def save(self, path: str | Path) -> None:
-        """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically)."""
+    def save(self, path: str | Path, *, tag: str | None = None) -> None:
+        """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically,
+        with a checksum); ``tag`` is stored as given (the result cache records its key)."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted; nothing to save")
         if not distributed.is_main():
             distributed.barrier()  # rank 0 writes; the others wait until the file is there
             return
-        atomic_save(
+        save_file(
             {
                 "format": DETECTOR_FORMAT,
+                "version": 1,
                 "method": self.method,
                 "params": self.params(),
                 "state": share_equal_tensors(self.state()),
                 "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
-            },
+            }
+            | ({"tag": tag} if tag is not None else {}),
             path,
         )
         distributed.barrier()
@@ -161,8 +166,7 @@ class Detector(ABC):
             from roseood.detectors.ensemble import Ensemble
 
             return Ensemble.load(path, model)
-        if method not in DETECTORS:
-            raise CheckpointError(f"{path}: unknown detector method {method!r}")
+        detector_cls, params = file_fields(obj, path, DETECTORS)
         if cls is not Detector and method != cls.method:
             raise CheckpointError(f"{path}: holds a {method!r} detector, not {cls.method!r}")
         expected = obj.get("model_fingerprint")
@@ -175,17 +179,43 @@ class Detector(ABC):
                     f"{path}: fitted on model {expected}, but the given model is {actual}; "
                     "refit the detector for this model"
                 )
-        return DETECTORS[method](model, **obj["params"])._restore(obj, path)
+        return built_from_file(path, detector_cls, model, **params)._restore(obj, path)
 
     def _restore(self, obj: dict[str, Any], path: str | Path) -> Self:
-        """Set the learned state and threshold of a loaded file (``obj``: its contents) on this detector."""
+        """Set the learned state and threshold of a loaded file (``obj``: its contents) on this detector;
+        a state that does not fit is a one-line ``CheckpointError`` naming the file."""
         try:
             self.load_state(obj["state"])
         except CheckpointError as exc:
             raise CheckpointError(f"{path}: {exc}") from None
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: damaged {self.method} detector state ({_line(exc)})") from None
         self.threshold_ = obj.get("threshold")
         self.fitted_ = True
         return self
+
+
+def _line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def file_fields(
+    obj: dict[str, Any], path: str | Path, registry: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """``check_detector_file`` with the file's path in its error."""
+    try:
+        return check_detector_file(obj, registry)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+
+
+def built_from_file(path: str | Path, cls: type[D], *args: Any, **params: Any) -> D:
+    """``cls(*args, **params)`` with settings read from a file: settings it refuses are the file's fault,
+    a one-line ``CheckpointError`` naming it."""
+    try:
+        return cls(*args, **params)
+    except (RoseError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: its settings do not build a detector ({_line(exc)})") from None
 
 
 def held_out_count(n: int, held_out: int | float) -> int:

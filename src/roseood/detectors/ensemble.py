@@ -19,9 +19,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.detectors.base import DETECTOR_FORMAT, Detector, held_out_count
+from roseood.detectors.base import DETECTOR_FORMAT, Detector, built_from_file, file_fields, held_out_count
 from roseood.detectors.likelihood_ratio import LikelihoodRatio
 from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.integrity import shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.serialization import safe_load
@@ -140,12 +141,20 @@ class Ensemble(Detector):
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
-        if len(state.get("members", [])) != len(self.members) or not {"mean", "std"} <= state.keys():
+        members = state.get("members")
+        if not isinstance(members, list) or len(members) != len(self.members):
             raise CheckpointError(f"not a complete state of an ensemble of {len(self.members)} members")
-        for m, s in zip(self.members, state["members"], strict=True):
+        n = (len(self.members),)
+        mean = tensor(state.get("mean"), "state.mean", shape=n)
+        std = tensor(state.get("std"), "state.std", shape=n)
+        if not bool((std > 0).all()):
+            raise CheckpointError("field 'state.std' must be positive")
+        for m, s in zip(self.members, members, strict=True):
+            if not isinstance(s, dict):
+                raise CheckpointError("field 'state.members' must hold one state per member")
             m.load_state(s)
             m.fitted_ = True
-        self.mean_, self.std_ = state["mean"].numpy(), state["std"].numpy()
+        self.mean_, self.std_ = mean.double().numpy(), std.double().numpy()
 
     @classmethod
     def load(
@@ -153,15 +162,17 @@ class Ensemble(Detector):
     ) -> Detector:
         """Load a saved ensemble for ``models`` (the members' models, in order; ``model`` alone stands for
         an ensemble of one); refuses models other than the ones it was fitted on."""
+        from roseood.detectors import DETECTORS
+
         obj = safe_load(path, DETECTOR_FORMAT)
         if obj.get("method") != cls.method:
-            raise CheckpointError(f"{path}: holds a {obj.get('method')!r} detector, not an ensemble")
+            raise CheckpointError(f"{path}: holds a {shown(obj.get('method'))} detector, not an ensemble")
+        _, params = file_fields(obj, path, DETECTORS | {cls.method: cls})
         given = list(models) if models is not None else [model] if model is not None else []
-        try:
-            specs, state = obj["params"]["members"], obj["state"]
-            expected = state["fingerprints"]
-        except (KeyError, TypeError) as exc:
-            raise CheckpointError(f"{path}: not a complete ensemble file ({exc})") from None
+        specs = params["members"]
+        expected = obj["state"].get("fingerprints")
+        if not isinstance(expected, list) or len(expected) != len(specs):
+            raise CheckpointError(f"{path}: field 'state.fingerprints' must list one fingerprint per member")
         if len(given) != len(specs):
             raise CheckpointError(
                 f"{path}: an ensemble of {len(specs)} members needs {len(specs)} models, got {len(given)}"
@@ -169,12 +180,11 @@ class Ensemble(Detector):
         for i, (m, fp) in enumerate(zip(given, expected, strict=True)):
             if (actual := model_fingerprint(m)) != fp:
                 raise CheckpointError(
-                    f"{path}: member {i} was fitted on model {fp}, but the given one is {actual}"
+                    f"{path}: member {i} was fitted on model {shown(fp)}, but the given one is {actual}"
                 )
-        from roseood.detectors import DETECTORS
-
-        try:
-            members = [DETECTORS[s["method"]](m, **s["params"]) for m, s in zip(given, specs, strict=True)]
-        except KeyError as exc:
-            raise CheckpointError(f"{path}: unknown ensemble member method {exc}") from None
-        return cls(members, **{k: v for k, v in obj["params"].items() if k != "members"})._restore(obj, path)
+        members = [
+            built_from_file(path, DETECTORS[s["method"]], m, **s["params"])
+            for m, s in zip(given, specs, strict=True)
+        ]
+        rest = {k: v for k, v in params.items() if k != "members"}
+        return built_from_file(path, cls, members, **rest)._restore(obj, path)

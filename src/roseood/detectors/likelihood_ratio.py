@@ -22,6 +22,7 @@ from torch import Tensor
 from roseood.detectors.base import Detector
 from roseood.detectors.nll import model_nll
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import FINGERPRINT, field, shown
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 
@@ -92,7 +93,10 @@ class LikelihoodRatio(Detector):
         return {"background_fingerprint": model_fingerprint(self._require_background())}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self._background_fingerprint = state["background_fingerprint"]
+        fp = field(state, "background_fingerprint", str, "state.")
+        if not FINGERPRINT.fullmatch(fp):
+            raise CheckpointError(f"field 'state.background_fingerprint': {shown(fp)} is not a fingerprint")
+        self._background_fingerprint = fp
         if self.background is not None:
             self.set_background(self.background)
 

@@ -30,6 +30,7 @@ from roseood.detectors.aggregation import (
 )
 from roseood.detectors.base import Detector, held_out_count
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
+from roseood.integrity import field, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.validation import check_float
@@ -262,14 +263,27 @@ class ROSE(Detector):
             raise CheckpointError(
                 "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
             )
+        fishers = field(state, "fishers", dict, "state.")
+        if list(fishers) != self.layers:
+            raise CheckpointError(
+                f"field 'state.fishers' must hold one Fisher per layer of the detector "
+                f"({len(self.layers)}), found {shown(list(fishers))}"
+            )
         self.fishers_ = {}
-        for name, fs in state["fishers"].items():
+        for name in fishers:
             f = make_fisher(self.fisher_kind, self.damping)
-            f.load_state(fs)
+            try:
+                f.load_state(field(fishers, name, dict, "state.fishers."))
+            except CheckpointError as exc:
+                raise CheckpointError(f"the {self.fisher_kind} Fisher of layer {name}: {exc}") from None
             self.fishers_[name] = f
-        self.mean_, self.std_ = state["mean"], state["std"]
+        n = (len(self.layers),)
+        self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
+        self.std_ = tensor(state.get("std"), "state.std", shape=n, finite=False).double()
+        columns = len(column_names(self.layers, self.adjust))
         # files from before aggregations were options hold only the paper's z-normalisation
-        self.aggregation_.load_state(state.get("aggregation", {"mean": self.mean_, "std": self.std_}))
+        aggregation = state.get("aggregation", {"mean": self.mean_, "std": self.std_})
+        self.aggregation_.load_state(aggregation, columns)
         if self.adjust != "none":
             self.trend_.load_state(state.get("trend", {}), len(self.layers))
-        self.fit_warnings_ = list(state.get("fit_warnings", []))
+        self.fit_warnings_ = [str(w) for w in state.get("fit_warnings", [])]
