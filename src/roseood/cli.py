@@ -75,9 +75,16 @@ def _input_paths(args: argparse.Namespace) -> Iterator[Path]:
                 yield from (resolve_data_dir(args.data_dir) / spec.filename(s) for s in spec.splits)
 
 
-def _output(args: argparse.Namespace, path: str, *, folder: bool = False, marker: str | None = None) -> Path:
+def _output(
+    args: argparse.Namespace,
+    path: str,
+    *,
+    folder: bool = False,
+    marker: str | None = None,
+    stdout: bool = False,
+) -> Path:
     """Check one output of this command before any work (see ``serialization.check_output``): never an
-    input, replaced only with ``--overwrite``, its folder writable."""
+    input, replaced only with ``--overwrite``, its folder writable (``stdout``: ``-`` allowed)."""
     overwrite = getattr(args, "overwrite", False) or getattr(args, "resume", False)
     hint = "pass --resume to continue it, --overwrite to replace it" if "resume" in args else ""
     return check_output(
@@ -87,6 +94,7 @@ def _output(args: argparse.Namespace, path: str, *, folder: bool = False, marker
         folder=folder,
         marker=marker,
         hint=hint or "pass --overwrite to replace it",
+        stdout=stdout,
     )
 
 
@@ -332,7 +340,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     from roseood.progress import progress
     from roseood.serialization import write_csv
 
-    out = _output(args, args.out)
+    out = _output(args, args.out, stdout=True)
     models = _models(args)
     channels, size = image_options(models[0])
     det = (
@@ -376,7 +384,11 @@ def cmd_score(args: argparse.Namespace) -> None:
         for _ in rows():  # the other processes score their shares of every chunk
             pass
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
-    print(f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {out}; {cut}")
+    where = "standard output" if str(out) == "-" else out
+    print(
+        f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {where}; {cut}",
+        file=sys.stderr if str(out) == "-" else sys.stdout,
+    )
 
 
 def _probe_inputs(model: RoseModel, batch: int = 2) -> Tensor:
@@ -674,7 +686,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--threshold", type=v.finite_float, help="call scores above this OOD (unset: the detector's own)"
     )
-    p.add_argument("--out", required=True, help="CSV file: index, file, label, score, ood")
+    p.add_argument(
+        "--out", required=True, help="CSV file: index, file, label, score, ood (- for standard output)"
+    )
     _add_overwrite(p)
     p.add_argument("--background", help="background model, for a saved lratio detector")
     p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
