@@ -409,3 +409,17 @@ def test_evaluate_resumes_from_its_cache(workdir, monkeypatch):
     one = json.loads((workdir / "one.json").read_text())["results"]
     two = json.loads((workdir / "two.json").read_text())["models"]["model"]["results"]
     assert two == one
+
+
+def test_nll_fit_and_score_repeat_run_to_run(workdir):
+    """The VAE's NLL samples its latent per image from the detector's seed: the threshold and every
+    score are the same in each run (they differed in the fourth digit before, issue 30)."""
+    fit = ("fit", "--model", "model.pt", "--method", "nll", "--seed", "3", "--fit-samples", "20")
+    score = ("score", "--model", "model.pt", "--data", "mnist", "--chunk", "7")
+    for i, global_seed in enumerate((0, 1)):
+        torch.manual_seed(global_seed)
+        assert run(*fit, "--out", f"nll{i}.pt") == 0
+        assert run(*score, "--detector", f"nll{i}.pt", "--out", f"s{i}.csv") == 0
+    thresholds = [torch.load(f"nll{i}.pt", weights_only=True)["threshold"] for i in (0, 1)]
+    assert thresholds[0] is not None and thresholds[0] == thresholds[1]
+    assert (workdir / "s0.csv").read_text() == (workdir / "s1.csv").read_text()

@@ -23,10 +23,12 @@ from roseood.detectors.compression import CODECS, compressed_bits, to_uint8
 from roseood.detectors.nll import model_nll
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
+from roseood.validation import check_int
 
 
 class InputComplexity(Detector):
-    """Input Complexity score in bits. ``compressor``: "png" or "jp2"; ``k``: IWAE samples (VAE only)."""
+    """Input Complexity score in bits. ``compressor``: "png" or "jp2"; ``k``: IWAE samples (VAE only),
+    drawn per image from ``seed`` (see ``NLL``)."""
 
     method = "ic"
 
@@ -36,6 +38,7 @@ class InputComplexity(Detector):
         *,
         compressor: str = "png",
         k: int = 20,
+        seed: int = 0,
         batch_size: int = 64,
         progress: bool | None = None,
     ) -> None:
@@ -50,9 +53,10 @@ class InputComplexity(Detector):
         self._require_images()
         self.compressor = compressor
         self.k = k
+        self.seed = check_int(seed, "seed", low=0)
 
     def params(self) -> dict[str, Any]:
-        return {"compressor": self.compressor, "k": self.k, "batch_size": self.batch_size}
+        return {"compressor": self.compressor, "k": self.k, "seed": self.seed, "batch_size": self.batch_size}
 
     def _fit(self, x: Tensor) -> None:
         """Nothing to learn: the model is trained and the compressor fixed."""
@@ -62,5 +66,7 @@ class InputComplexity(Detector):
         return torch.from_numpy(compressed_bits(to_uint8(x), self.compressor))
 
     def _score(self, x: Tensor) -> Tensor:
-        nll = model_nll(self.model, x, k=self.k, batch_size=self.batch_size, progress=self.progress)
+        nll = model_nll(
+            self.model, x, k=self.k, batch_size=self.batch_size, progress=self.progress, seed=self.seed
+        )
         return nll.double() / math.log(2.0) - self.complexity(x)

@@ -25,6 +25,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import FINGERPRINT, field, shown
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
+from roseood.validation import check_int
 
 
 def _describe(shape: tuple[int, ...] | None) -> str:
@@ -33,7 +34,8 @@ def _describe(shape: tuple[int, ...] | None) -> str:
 
 
 class LikelihoodRatio(Detector):
-    """OOD score ``NLL_main − NLL_background`` (higher = more OOD); ``k``: IWAE samples for VAEs."""
+    """OOD score ``NLL_main − NLL_background`` (higher = more OOD); ``k``: IWAE samples for VAEs, drawn
+    per image from ``seed`` (see ``NLL``)."""
 
     method = "lratio"
 
@@ -43,6 +45,7 @@ class LikelihoodRatio(Detector):
         *,
         background: RoseModel | None = None,
         k: int = 20,
+        seed: int = 0,
         batch_size: int = 64,
         progress: bool | None = None,
     ) -> None:
@@ -54,6 +57,7 @@ class LikelihoodRatio(Detector):
         self.model: RoseModel = model
         self._require_images()
         self.k = k
+        self.seed = check_int(seed, "seed", low=0)
         self.background: RoseModel | None = None
         self._background_fingerprint: str | None = None
         if background is not None:
@@ -87,7 +91,7 @@ class LikelihoodRatio(Detector):
         return self.background
 
     def params(self) -> dict[str, Any]:
-        return {"k": self.k, "batch_size": self.batch_size}
+        return {"k": self.k, "seed": self.seed, "batch_size": self.batch_size}
 
     def state(self) -> dict[str, Any]:
         return {"background_fingerprint": model_fingerprint(self._require_background())}
@@ -119,4 +123,5 @@ class LikelihoodRatio(Detector):
     def _score(self, x: Tensor) -> Tensor:
         background = self._require_background()
         opts: dict[str, Any] = {"k": self.k, "batch_size": self.batch_size, "progress": self.progress}
+        opts["seed"] = self.seed
         return model_nll(self.model, x, **opts) - model_nll(background, x, **opts)

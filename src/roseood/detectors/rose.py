@@ -33,7 +33,8 @@ from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, Ros
 from roseood.integrity import field, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
-from roseood.validation import check_float
+from roseood.randomness import per_input_seed
+from roseood.validation import check_float, check_int
 
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
@@ -47,7 +48,7 @@ class ROSE(Detector):
     ROSE wraps itself (for non-image inputs, wrap it first). ``stats_fraction`` of the images given to
     ``fit`` are held out for the layer means/stds unless ``held_out`` images are passed explicitly.
     ``stochastic=True`` samples the latent (VAE) or the dequantisation noise (Glow) instead of the
-    deterministic loss the authors used.
+    deterministic loss the authors used, per image from ``seed`` and the image (``roseood.randomness``).
 
     ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
     paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
@@ -71,6 +72,7 @@ class ROSE(Detector):
         p: float = math.inf,
         stats_fraction: float = 0.2,
         stochastic: bool = False,
+        seed: int = 0,
         aggregate: str = DEFAULT_AGGREGATION,
         adjust: str = "none",
         batch_size: int = 64,
@@ -102,6 +104,7 @@ class ROSE(Detector):
         self.trend_ = LikelihoodTrend()
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
+        self.seed = check_int(seed, "seed", low=0)
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
@@ -117,6 +120,7 @@ class ROSE(Detector):
             "p": self.p,
             "stats_fraction": self.stats_fraction,
             "stochastic": self.stochastic,
+            "seed": self.seed,
             "aggregate": self.aggregate,
             "adjust": self.adjust,
             "batch_size": self.batch_size,
@@ -125,9 +129,10 @@ class ROSE(Detector):
     def _layer_grads(self, x: Tensor) -> tuple[dict[str, Any], Tensor]:
         """Per-sample gradients of the chosen layers and the per-sample loss they differentiate."""
         self.model.eval()
-        return self._grads.with_loss(
-            lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device)
-        )
+        with per_input_seed(self.seed):
+            return self._grads.with_loss(
+                lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device)
+            )
 
     def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
         """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
