@@ -449,6 +449,11 @@ CASES = [
         "{d}/o.csv",
     ),
     _c("fit --out - (a checkpoint to stdout)", "cannot be standard output", *FIT, "--out", "-"),
+    *(
+        [_c("score --out /dev/full", "No space left on device", *SCORE, "--out", "/dev/full", "--overwrite")]
+        if Path("/dev/full").exists()
+        else []
+    ),
     _c("unknown option", "unrecognized arguments", "datasets", "--colour"),
 ]
 
