@@ -80,7 +80,9 @@ def _user_model_error(path: str | Path, obj: dict[str, Any]) -> CheckpointError:
     factory = obj.get("factory")
     spec = factory if isinstance(factory, str) and len(factory) < 500 and factory.isprintable() else None
     built = (
-        f"built by {shown(spec)}; pass --model-module {spec}" if spec else "pass --model-module FILE:FACTORY"
+        f"built by {shown(spec)}; if you trust that code, pass --model-module {spec}"
+        if spec
+        else "pass --model-module FILE:FACTORY"
     )
     return CheckpointError(
         f"{path}: holds a user model ({shown(obj['kind'])}), whose code is never run from a file: {built} "
