@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from roseood.demo import demo_images, demo_model
-from roseood.detectors import DIFFUSION_DETECTORS, METHODS, make_detector
+from roseood.detectors import METHODS, DiffusionDetector, make_detector
 from roseood.models.vae import load_authors_vae
 
 HERE = Path(__file__).resolve().parent
@@ -46,7 +46,7 @@ def compute() -> dict[str, np.ndarray]:
     out = {}
     for name, model in models.items():
         for method in METHODS:
-            if METHODS[method][0] in DIFFUSION_DETECTORS:  # they need a diffusion model, not these VAEs
+            if issubclass(METHODS[method][0], DiffusionDetector):  # needs a diffusion model, not these VAEs
                 continue
             extra = {"background": background} if method == "lratio" else QUICK.get(method, {})
             torch.manual_seed(0)

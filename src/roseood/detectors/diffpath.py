@@ -14,12 +14,12 @@ training images); the 1-D variant (a KDE of √Σ(dε̂/dt)²) is not offered.
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from roseood.detectors.base import register_detector
 from roseood.detectors.diffusion import StatisticDetector, ddim_step, timestep_batch
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
@@ -37,9 +37,6 @@ class DiffPath(StatisticDetector):
         if steps < 2:
             raise RoseError(f"diffpath needs steps ≥ 2 (a rate of change), got {steps}")
         self.steps = steps
-
-    def params(self) -> dict[str, Any]:
-        return {"steps": self.steps, "batch_size": self.batch_size}
 
     @property
     def nfe_per_image(self) -> int:
@@ -73,3 +70,6 @@ class DiffPath(StatisticDetector):
             )
 
         return self._batched(x, six, "DiffPath DDIM paths").numpy()
+
+
+register_detector(DiffPath)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from roseood.data.tensors import iter_batches
 from roseood.detectors.aggregation import mixture_nll
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
 from roseood.models.diffusion import DiffusionModel
@@ -117,9 +117,6 @@ class DenoisingLoss(DiffusionDetector):
 
     method = "denoising"
 
-    def params(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size}
-
     @property
     def nfe_per_image(self) -> int:
         return self.model.k
@@ -178,9 +175,6 @@ class MSMA(StatisticDetector):
             raise RoseError(f"msma needs levels ≥ 1, got {levels}")
         self.levels = levels
 
-    def params(self) -> dict[str, Any]:
-        return {"levels": self.levels, "batch_size": self.batch_size}
-
     @property
     def nfe_per_image(self) -> int:
         return self.levels
@@ -198,3 +192,7 @@ class MSMA(StatisticDetector):
             return torch.stack(cols, 1)
 
         return self._batched(x, norms, "MSMA score norms").numpy()
+
+
+register_detector(DenoisingLoss)
+register_detector(MSMA)

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from roseood.data.tensors import iter_batches
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.errors import DataError, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import GenerativeModel, is_latent_model
 from roseood.models.vae import VAE
+from roseood.randomness import per_input_seed, randn
+from roseood.validation import check_int
 
 Params = dict[str, Tensor]
 
@@ -89,7 +91,9 @@ class LikelihoodRegret(Detector):
 
     ``steps``/``lr``/``betas``/``weight_decay``: the per-image Adam optimisation of the encoder copy;
     ``k``: IWAE samples for the NLL before and after; ``sample``: draw z in the optimised ELBO as the
-    authors do (False decodes z = μ, deterministic). ``batch_size`` images are optimised together.
+    authors do (False decodes z = μ). Every sample is drawn per image from ``seed`` and the image (the
+    same IWAE samples before and after), so a score does not depend on the run, batch or process count.
+    ``batch_size`` images are optimised together.
     """
 
     method = "lr"
@@ -104,11 +108,12 @@ class LikelihoodRegret(Detector):
         weight_decay: float = 5e-5,
         k: int = 20,
         sample: bool = True,
+        seed: int = 0,
         batch_size: int = 16,
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if not isinstance(model, VAE):
+        if not is_latent_model(model):
             found = "no model" if model is None else f"a {getattr(model, 'kind', type(model).__name__)}"
             raise RoseError(f"Likelihood Regret needs a VAE (it fine-tunes the encoder), got {found}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
@@ -119,24 +124,14 @@ class LikelihoodRegret(Detector):
             raise RoseError(f"betas must be two numbers in [0, 1), got {betas!r}")
         if batch_size < 1:
             raise RoseError(f"batch_size must be ≥ 1, got {batch_size}")
-        self.model: VAE = model
+        self.model: VAE = cast(VAE, model)  # the IWAE and encoder parts of LatentModel, typed as the VAE
         self.steps = steps
         self.lr = lr
-        self.betas = (float(betas[0]), float(betas[1]))
+        self.betas = [float(betas[0]), float(betas[1])]
         self.weight_decay = weight_decay
         self.k = k
         self.sample = sample
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "lr": self.lr,
-            "betas": list(self.betas),
-            "weight_decay": self.weight_decay,
-            "k": self.k,
-            "sample": self.sample,
-            "batch_size": self.batch_size,
-        }
+        self.seed = check_int(seed, "seed", low=0)
 
     def _fit(self, x: Tensor) -> None:
         """Likelihood Regret learns nothing from in-distribution data."""
@@ -152,7 +147,7 @@ class LikelihoodRegret(Detector):
         """Encoder parameters after ``steps`` Adam steps per image, stacked along a new first axis.
 
         ``noise`` of shape (steps, N, nz) fixes the latent noise of every step; by default it is drawn
-        from torch's global generator (``sample=True``) or zero, i.e. z = μ (``sample=False``).
+        per image (``roseood.randomness``; ``sample=True``) or zero, i.e. z = μ (``sample=False``).
         """
         n, nz = x.shape[0], self.model.nz
         if noise is not None and tuple(noise.shape) != (self.steps, n, nz):
@@ -164,14 +159,11 @@ class LikelihoodRegret(Detector):
         exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
         exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
         per_image_grad = vmap(grad(self._neg_elbo), in_dims=(0, None, 0, 0))
+        if noise is None and self.sample:
+            noise = randn(x, self.steps, nz, stream="lr-latent").transpose(0, 1)
         with torch.no_grad():  # torch.func.grad still differentiates; this only spares the decoder graph
             for step in range(1, self.steps + 1):
-                if noise is not None:
-                    eps = noise[step - 1].to(x)
-                elif self.sample:
-                    eps = torch.randn(n, nz, device=x.device, dtype=x.dtype)
-                else:
-                    eps = x.new_zeros(n, nz)
+                eps = noise[step - 1].to(x) if noise is not None else x.new_zeros(n, nz)
                 grads = per_image_grad(params, buffers, x, eps)
                 adam_step(
                     params,
@@ -180,7 +172,7 @@ class LikelihoodRegret(Detector):
                     exp_avg_sq,
                     step,
                     lr=self.lr,
-                    betas=self.betas,
+                    betas=(self.betas[0], self.betas[1]),
                     weight_decay=self.weight_decay,
                 )
         return params
@@ -189,13 +181,18 @@ class LikelihoodRegret(Detector):
         """IWAE NLL before − after the per-image encoder optimisation, for one batch (no validation)."""
         x = x.to(self.device)
         self.model.eval()
-        with torch.no_grad():
-            before = self.model.iwae_nll(x, self.k)
-        params = self.optimize_encoders(x, noise)
-        with torch.no_grad(), _encoder_replaced(self.model, _StackedEncoder(self.model.encoder, params)):
-            after = self.model.iwae_nll(x, self.k)
+        with per_input_seed(self.seed):
+            with torch.no_grad():
+                before = self.model.iwae_nll(x, self.k)
+            params = self.optimize_encoders(x, noise)
+            stacked = _StackedEncoder(self.model.encoder, params)
+            with torch.no_grad(), _encoder_replaced(self.model, stacked):
+                after = self.model.iwae_nll(x, self.k)
         return before - after
 
     def _score(self, x: Tensor) -> Tensor:
         desc = "Likelihood Regret" if self.progress else None
         return torch.cat([self.regret(batch).cpu() for batch in iter_batches(x, self.batch_size, desc)])
+
+
+register_detector(LikelihoodRegret)

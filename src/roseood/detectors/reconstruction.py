@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from roseood.detectors.base import register_detector
 from roseood.detectors.diffusion import DiffusionDetector, ddim_step, timestep_batch
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
@@ -70,9 +71,6 @@ class Reconstruction(DiffusionDetector):
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
 
-    def params(self) -> dict[str, Any]:
-        return {"starts": self.starts, "steps": self.steps, "seed": self.seed, "batch_size": self.batch_size}
-
     @property
     def nfe_per_image(self) -> int:
         return len(self.starts) * self.steps
@@ -111,3 +109,6 @@ class Reconstruction(DiffusionDetector):
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.mean_, self.std_ = state["mean"], state["std"]
+
+
+register_detector(Reconstruction)

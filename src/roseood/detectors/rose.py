@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.curvature import Fisher, LayerGradients, LayerReport, check_layers, make_fisher
+from roseood.curvature import FISHERS, Fisher, LayerGradients, LayerReport, check_layers, make_fisher
 from roseood.data.tensors import iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
@@ -28,11 +28,13 @@ from roseood.detectors.aggregation import (
     make_aggregation,
     tie_problem,
 )
-from roseood.detectors.base import Detector, held_out_count
+from roseood.detectors.base import Detector, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
+from roseood.integrity import field, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
-from roseood.validation import check_float
+from roseood.randomness import per_input_seed
+from roseood.validation import check_float, check_int
 
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
@@ -46,7 +48,7 @@ class ROSE(Detector):
     ROSE wraps itself (for non-image inputs, wrap it first). ``stats_fraction`` of the images given to
     ``fit`` are held out for the layer means/stds unless ``held_out`` images are passed explicitly.
     ``stochastic=True`` samples the latent (VAE) or the dequantisation noise (Glow) instead of the
-    deterministic loss the authors used.
+    deterministic loss the authors used, per image from ``seed`` and the image (``roseood.randomness``).
 
     ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
     paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
@@ -57,6 +59,10 @@ class ROSE(Detector):
     """
 
     method = "rose"
+    keeps_held_out = True  # layer statistics come from the held-out images
+    layerwise = True
+    reports_fit_warnings = True
+    runtime_params = ("progress", "loss_fn")
 
     def __init__(
         self,
@@ -70,6 +76,7 @@ class ROSE(Detector):
         p: float = math.inf,
         stats_fraction: float = 0.2,
         stochastic: bool = False,
+        seed: int = 0,
         aggregate: str = DEFAULT_AGGREGATION,
         adjust: str = "none",
         batch_size: int = 64,
@@ -90,7 +97,7 @@ class ROSE(Detector):
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
         coords = type(make_fisher(fisher)).coords  # validates the name early
         self.model: RoseModel = model
-        self.fisher_kind = fisher
+        self.fisher = fisher
         self.layer_spec = layers
         self.layers = layers if isinstance(layers, list) else model.rose_layers(layers)
         self.damping = damping
@@ -101,32 +108,19 @@ class ROSE(Detector):
         self.trend_ = LikelihoodTrend()
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
+        self.seed = check_int(seed, "seed", low=0)
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
-        self.fit_warnings_: list[str] = []
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "fisher": self.fisher_kind,
-            "layers": self.layers,
-            "damping": self.damping,
-            "beta": self.beta,
-            "p": self.p,
-            "stats_fraction": self.stats_fraction,
-            "stochastic": self.stochastic,
-            "aggregate": self.aggregate,
-            "adjust": self.adjust,
-            "batch_size": self.batch_size,
-        }
 
     def _layer_grads(self, x: Tensor) -> tuple[dict[str, Any], Tensor]:
         """Per-sample gradients of the chosen layers and the per-sample loss they differentiate."""
         self.model.eval()
-        return self._grads.with_loss(
-            lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device)
-        )
+        with per_input_seed(self.seed):
+            return self._grads.with_loss(
+                lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device)
+            )
 
     def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
         """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
@@ -172,12 +166,12 @@ class ROSE(Detector):
 
         Under torchrun each process accumulates its shard of ``x``; the sums are added together (float64)
         before each pass ends, and rank 0's eigendecompositions are shared with every process."""
-        self.fishers_ = {name: make_fisher(self.fisher_kind, self.damping) for name in self.layers}
+        self.fishers_ = {name: make_fisher(self.fisher, self.damping) for name in self.layers}
         passes = next(iter(self.fishers_.values())).passes
         distributed.check_enough(x.shape[0], "Fisher images")
         x = x[distributed.shard(x.shape[0])]
         for pass_index in range(passes):
-            desc = f"ROSE-{self.fisher_kind} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
+            desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             for batch in iter_batches(x, self.batch_size, desc):
                 for name, g in self._layer_grads(batch)[0].items():
                     self.fishers_[name].update(g, pass_index)
@@ -206,7 +200,7 @@ class ROSE(Detector):
 
     def _warn(self, messages: list[str]) -> list[str]:
         for message in messages:
-            warnings.warn(f"ROSE-{self.fisher_kind}: {message}", DegenerateFitWarning, stacklevel=4)
+            warnings.warn(f"ROSE-{self.fisher}: {message}", DegenerateFitWarning, stacklevel=4)
         return messages
 
     def layer_scores(self, images: Tensor | np.ndarray, desc: str = "ROSE scoring") -> Tensor:
@@ -262,14 +256,30 @@ class ROSE(Detector):
             raise CheckpointError(
                 "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
             )
+        fishers = field(state, "fishers", dict, "state.")
+        if list(fishers) != self.layers:
+            raise CheckpointError(
+                f"field 'state.fishers' must hold one Fisher per layer of the detector "
+                f"({len(self.layers)}), found {shown(list(fishers))}"
+            )
         self.fishers_ = {}
-        for name, fs in state["fishers"].items():
-            f = make_fisher(self.fisher_kind, self.damping)
-            f.load_state(fs)
+        for name in fishers:
+            f = make_fisher(self.fisher, self.damping)
+            try:
+                f.load_state(field(fishers, name, dict, "state.fishers."))
+            except CheckpointError as exc:
+                raise CheckpointError(f"the {self.fisher} Fisher of layer {name}: {exc}") from None
             self.fishers_[name] = f
-        self.mean_, self.std_ = state["mean"], state["std"]
+        n = (len(self.layers),)
+        self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
+        self.std_ = tensor(state.get("std"), "state.std", shape=n, finite=False).double()
+        columns = len(column_names(self.layers, self.adjust))
         # files from before aggregations were options hold only the paper's z-normalisation
-        self.aggregation_.load_state(state.get("aggregation", {"mean": self.mean_, "std": self.std_}))
+        aggregation = state.get("aggregation", {"mean": self.mean_, "std": self.std_})
+        self.aggregation_.load_state(aggregation, columns)
         if self.adjust != "none":
             self.trend_.load_state(state.get("trend", {}), len(self.layers))
-        self.fit_warnings_ = list(state.get("fit_warnings", []))
+        self.fit_warnings_ = [str(w) for w in state.get("fit_warnings", [])]
+
+
+register_detector(ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())})
