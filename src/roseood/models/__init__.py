@@ -1,5 +1,5 @@
-"""Models ROSE can analyse: the paper's VAE and Glow, a PixelCNN, any module through
-``wrap``, the family registry, plus checkpoint I/O."""
+"""Models ROSE can analyse: the paper's VAE and Glow, a PixelCNN, diffusion models (diffusers UNets, with
+``roseood[diffusion]``), any module through ``wrap``, the family registry, plus checkpoint I/O."""
 
 from roseood.models.base import GenerativeModel, RoseModel
 from roseood.models.checkpoint import (
@@ -10,6 +10,7 @@ from roseood.models.checkpoint import (
     open_model,
     save_model,
 )
+from roseood.models.diffusion import DiffusionModel, export_diffusers, load_diffusers
 from roseood.models.families import FAMILIES, ModelFamily, get_family, register_family
 from roseood.models.glow import Glow
 from roseood.models.pixelcnn import PixelCNN
@@ -20,15 +21,18 @@ from roseood.models.wrap import WrappedModel, wrap
 __all__ = [
     "FAMILIES",
     "VAE",
+    "DiffusionModel",
     "GenerativeModel",
     "Glow",
     "ModelFamily",
     "PixelCNN",
     "RoseModel",
     "WrappedModel",
+    "export_diffusers",
     "get_family",
     "load_authors_vae",
     "load_checkpoint",
+    "load_diffusers",
     "load_factory",
     "load_model",
     "load_weights",
