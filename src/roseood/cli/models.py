@@ -100,14 +100,10 @@ def cmd_check_model(args: argparse.Namespace) -> None:
 
 
 def cmd_export_diffusers(args: argparse.Namespace) -> None:
-    from roseood.errors import RoseError
-    from roseood.models.diffusion import DiffusionModel, export_diffusers
+    from roseood.models.diffusion import as_diffusion_model, export_diffusers
 
     out = checked_output(args, args.out, folder=True)
-    model = load_model_arg(args)
-    if not isinstance(model, DiffusionModel):
-        raise RoseError(f"{args.model} is a {type(model).__name__}, not a diffusion model")
-    export_diffusers(model.cpu(), out)
+    export_diffusers(as_diffusion_model(load_model_arg(args), f"export-diffusers {args.model}").cpu(), out)
     print(f"wrote the diffusers pipeline folder {out} (unet/, scheduler/, model_index.json, roseood.json)")
 
 

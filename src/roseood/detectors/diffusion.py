@@ -19,7 +19,7 @@ from roseood.detectors.aggregation import mixture_nll
 from roseood.detectors.base import Detector, register_detector
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
-from roseood.models.diffusion import DiffusionModel
+from roseood.models.diffusion import DiffusionModel, as_diffusion_model
 
 
 class DiffusionDetector(Detector):
@@ -27,12 +27,8 @@ class DiffusionDetector(Detector):
     (its EMA weights, in eval mode) without gradients."""
 
     def __init__(self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None):
-        if not isinstance(model, DiffusionModel):
-            raise RoseError(
-                f"the {self.method} method needs a diffusion model (rose train diffusion; diffusers folder)"
-            )
         super().__init__(model, batch_size=batch_size, progress=progress)
-        self.model: DiffusionModel = model
+        self.model: DiffusionModel = as_diffusion_model(model, f"the {self.method} method")
 
     @property
     def nfe_per_image(self) -> int:

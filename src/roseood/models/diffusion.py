@@ -278,6 +278,14 @@ class DiffusionModel(GenerativeModel):
         return sets
 
 
+def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
+    """``model`` if it is a diffusion model, else a one-line ``RoseError`` saying that ``what`` needs one
+    (the one place outside the class that asks for its type)."""
+    if not isinstance(model, DiffusionModel):
+        raise RoseError(f"{what} needs a diffusion model (rose train diffusion, a diffusers folder)")
+    return model
+
+
 def _plain(config: Any) -> dict[str, Any]:
     """A diffusers config as JSON-able plain values (lists, not tuples), without private keys."""
     return json.loads(json.dumps({k: v for k, v in dict(config).items() if not k.startswith("_")}))

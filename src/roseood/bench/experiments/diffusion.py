@@ -21,7 +21,7 @@ from roseood.bench.report import BenchReport
 from roseood.bench.workspace import ModelRecipe, Workspace
 from roseood.detectors import make_detector
 from roseood.evaluation.report import markdown_rows
-from roseood.models.diffusion import DiffusionModel
+from roseood.models.diffusion import DiffusionModel, as_diffusion_model
 
 OOD = {
     "fashion_mnist": ["mnist", "notmnist", "omniglot", "noise", "constant"],
@@ -69,8 +69,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         speed: dict[str, list[float]] = {m: [] for m in METHODS}
         nfes: dict[str, str] = {}
         for seed in p.diffusion_seeds:
-            model = ws.model(recipe(ws, data, seed))
-            assert isinstance(model, DiffusionModel)
+            model = as_diffusion_model(ws.model(recipe(ws, data, seed)), "the diffusion bench")
             model.set_denoising(k=p.diffusion_k)
             kwargs = {m: ws.detector_kwargs(m) for m in METHODS}
             result = ws.evaluate(model, ws.spec(model, data, OOD[data], METHODS, detector_kwargs=kwargs))
