@@ -14,7 +14,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from roseood.errors import CheckpointError, RoseError
-from roseood.integrity import field, shown
+from roseood.integrity import field, same, shown
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file, verify
 from roseood.validation import check_model_config
@@ -57,7 +57,7 @@ def check_model_file(obj: dict[str, Any], path: str | Path) -> None:
     """The fields of a model file (format and checksum already checked): version, kind, config,
     state_dict (names to tensors), and the optional factory and training state."""
     try:
-        if obj.get("version", MODEL_VERSION) != MODEL_VERSION:
+        if not same(obj.get("version", MODEL_VERSION), MODEL_VERSION):
             version = shown(obj.get("version"))
             raise CheckpointError(f"field 'version': {version} is not a version this roseood reads")
         field(obj, "kind", str)

@@ -24,6 +24,7 @@ from torch import Tensor
 from roseood import distributed
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import same
 from roseood.models.base import RoseModel, input_dims, model_config, model_name
 from roseood.models.checkpoint import MODEL_FORMAT, save_model
 from roseood.progress import note
@@ -118,16 +119,20 @@ def restore_training(
     ts = obj.get("train_state")
     if ts is None:
         raise CheckpointError(f"{checkpoint}: has no training state to resume from")
-    same = ts.get(key, {}) | {"epochs": None} == settings | {"epochs": None}
+    stored = ts.get(key, {})
     arch = (obj.get("kind"), obj.get("config"))
-    if not same or arch != (model_name(model), model_config(model)):
+    if (
+        not isinstance(stored, dict)
+        or not same(stored | {"epochs": None}, settings | {"epochs": None})
+        or not same(arch, (model_name(model), model_config(model)))
+    ):
         raise CheckpointError(f"{checkpoint}: was trained with other settings (only the epochs may change)")
     if data_digest is not None and ts.get("data_digest") is None:
         raise CheckpointError(
             f"{checkpoint}: records no digest of its training data (written before roseood checked it), "
             f"so resuming cannot confirm the data is the same; the data now has digest {data_digest}"
         )
-    if data_digest is not None and ts.get("data_digest") != data_digest:
+    if data_digest is not None and not same(ts.get("data_digest"), data_digest):
         raise CheckpointError(
             f"{checkpoint}: was trained on other data (digest {ts.get('data_digest')}, now {data_digest}); "
             "resume with the same data, subset and seed"
