@@ -100,8 +100,19 @@ def check_names(text: str, choices: Iterable[str], name: str = "name") -> tuple[
 
 
 def check_model_config(config: Mapping[str, Any], where: str = "model config") -> None:
-    """Every integer size in a model architecture (channels, widths, latent size, levels…) is ≥ 1."""
+    """A model architecture holds plain values (numbers, strings, lists and mappings of them, as
+    ``config()`` writes them) and every integer size in it (channels, widths, latent size…) is ≥ 1."""
+
+    def plain(value: Any) -> bool:
+        if isinstance(value, list | tuple):
+            return all(plain(v) for v in value)
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in value.items())
+        return value is None or isinstance(value, bool | int | float | str)
+
     for key, value in config.items():
+        if not plain(value):
+            raise RoseError(f"{where}: {key} must be a plain value, got a {type(value).__name__}")
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             raise RoseError(f"{where}: {key} must be ≥ 1, got {value}")
 

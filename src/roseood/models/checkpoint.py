@@ -113,7 +113,7 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
         try:
             check_model_config(obj["config"], f"{kind} config")
             model = FAMILIES[str(kind)].cls(**obj["config"])
-        except (TypeError, KeyError, ValueError, AttributeError, RoseError) as exc:
+        except (TypeError, KeyError, ValueError, AttributeError, RuntimeError, RoseError) as exc:
             raise CheckpointError(
                 f"{path}: cannot build a {kind} from its stored config ({_first_line(exc)})"
             ) from None
