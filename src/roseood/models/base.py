@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from roseood.data.preprocess import Preprocessing
 from roseood.errors import RoseError
 
 INPUT_KINDS = ("image", "tensor", "tokens")
@@ -104,6 +105,9 @@ class GenerativeModel(nn.Module, ABC):
         super().__init__()
         self.in_channels = in_channels
         self.image_size = image_size
+        # what the training images went through (size, channels, resize method); saved in checkpoints
+        # and applied again to images scored with this model; None: the default (crop)
+        self.preprocessing: Preprocessing | None = None
 
     @abstractmethod
     def config(self) -> dict[str, Any]:
