@@ -102,20 +102,19 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from roseood import distributed
     from roseood.data import load_images
-    from roseood.evaluation.evaluate import image_options
+    from roseood.evaluation.evaluate import model_preprocessing
     from roseood.models import get_family, load_factory
     from roseood.models.train import TrainConfig, seeded, train
 
     _output(args, args.out)
     with seeded(args.seed):  # model initialisation and training repeat bit for bit
-        model: RoseModel
+        model: RoseModel | None = None
         if args.kind == USER_MODEL:
             model, kind = load_factory(args.model_module), None
-            channels, size = image_options(model)
-        else:
-            family = get_family(args.kind)
-            model, kind = family.build(args.channels, **family.from_cli_arguments(args)), args.kind
-            channels, size = args.channels, 32
+            prep = model_preprocessing(model)
+            channels, size, resize = prep.channels, prep.size, prep.resize
+        else:  # unset --size/--channels: from the data
+            kind, channels, size, resize = args.kind, args.channels, args.size, args.resize
         data = load_images(
             args.data,
             split="train",
@@ -123,8 +122,13 @@ def cmd_train(args: argparse.Namespace) -> None:
             seed=args.seed,
             channels=channels,
             size=size,
+            resize=resize,
             data_dir=args.data_dir,
         )
+        data.state_preprocessing(always=True)
+        if model is None:
+            family = get_family(args.kind)
+            model = family.build_for(data, **family.from_cli_arguments(args))
         cfg = TrainConfig.for_model(
             kind,
             epochs=args.epochs,
@@ -147,6 +151,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             resume=args.resume,
             device=distributed.device(args.device),
             overwrite=args.overwrite,
+            progress=not args.quiet,
         )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
@@ -156,9 +161,11 @@ def _spec(args: argparse.Namespace, methods: list[str]) -> EvalSpec:
 
     kwargs: dict[str, dict[str, Any]] = {m: {} for m in methods}
     if args.background:
+        from roseood import distributed
         from roseood.models import load_model
 
-        kwargs["lratio"] = {"background": load_model(args.background).to(args.device)}
+        device = distributed.device(args.device)
+        kwargs["lratio"] = {"background": load_model(args.background).to(device)}
     from roseood.detectors import METHODS, ROSE
 
     for m in methods:
@@ -313,7 +320,9 @@ def cmd_fit(args: argparse.Namespace) -> None:
     models = _models(args)
     spec = _spec(args, [args.method])
     fit = load_fit_images(spec, models[0])
-    det = fit_detector(args.method, models if len(models) > 1 else models[0], fit, spec, progress=True)
+    det = fit_detector(
+        args.method, models if len(models) > 1 else models[0], fit, spec, progress=not args.quiet
+    )
     held_out = fit.images[fisher_count(spec, len(fit)) :]
     det.calibrate(held_out, tpr=args.tpr)
     det.save(args.out)
@@ -328,13 +337,13 @@ def cmd_score(args: argparse.Namespace) -> None:
     from roseood import distributed
     from roseood.data import open_images
     from roseood.detectors import Detector, Ensemble
-    from roseood.evaluation.evaluate import image_options
+    from roseood.evaluation.evaluate import model_preprocessing
     from roseood.progress import progress
     from roseood.serialization import write_csv
 
     out = _output(args, args.out)
     models = _models(args)
-    channels, size = image_options(models[0])
+    prep = model_preprocessing(models[0])
     det = (
         Ensemble.load(args.detector, models=models)
         if len(models) > 1
@@ -349,17 +358,19 @@ def cmd_score(args: argparse.Namespace) -> None:
     data = open_images(
         args.data,
         split=args.split,
-        n=args.n,
+        n=args.subset,
         seed=args.seed,
         data_dir=args.data_dir,
-        channels=channels,
-        size=size,
+        channels=prep.channels,
+        size=prep.size,
+        resize=prep.resize,
     )
+    data.state_preprocessing()
     threshold = args.threshold if args.threshold is not None else det.threshold_
 
     def rows() -> Iterator[list[Any]]:
         # Chunks in, rows out: memory stays bounded however many images there are.
-        shown = None if distributed.is_main() else False  # None: a bar on a terminal, ~10 % lines otherwise
+        shown = distributed.is_main() and not args.quiet  # a bar on a terminal, periodic lines otherwise
         bar = progress(None, "scoring", total=len(data), unit="image", enabled=shown)
         for lo, scores in det.score_stream(data, chunk=args.chunk * distributed.world()):
             decisions = det.decide(scores, threshold) if threshold is not None else [None] * len(scores)
@@ -431,7 +442,7 @@ def cmd_datasets(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from roseood.demo import run_demo
 
-    run_demo(fit_samples=args.fit_samples, test_samples=args.test_samples)
+    run_demo(fit_samples=args.fit_samples, test_samples=args.test_samples, progress=not args.quiet)
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -508,6 +519,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
     _add_data_args(p, seed=0)
+    _add_quiet(p)
     p.set_defaults(func=cmd_train)
 
 
@@ -516,8 +528,22 @@ def _add_data_args(p: argparse.ArgumentParser, seed: int = 2021) -> None:
         "--data-dir", help="folder of dataset .npz files (unset: $ROSEOOD_DATA or ~/.cache/roseood/data)"
     )
     p.add_argument("--seed", type=v.seed, default=seed, help="seed (0 ≤ seed < 2**32) for subsets and noise")
-    p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
+    _add_device(p)
     p.add_argument("--batch-size", type=v.count, default=64, help="images per forward/backward pass")
+
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        type=v.device,
+        default="auto",
+        help="auto (CUDA, then Apple MPS, then the CPU), cpu, cuda, cuda:N or mps; "
+        "under torchrun each process takes the GPU of its local rank",
+    )
+
+
+def _add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or progress lines")
 
 
 def _add_overwrite(p: argparse.ArgumentParser, *aliases: str) -> None:
@@ -525,6 +551,7 @@ def _add_overwrite(p: argparse.ArgumentParser, *aliases: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from roseood.data.preprocess import RESIZE_METHODS
     from roseood.detectors import METHODS
     from roseood.detectors.adjustment import ADJUSTMENTS
     from roseood.models.families import FAMILIES
@@ -551,7 +578,21 @@ def build_parser() -> argparse.ArgumentParser:
         if family.trainable:
             fp = families.add_parser(family.name, help=family.help)
             _add_train_args(fp)
-            fp.add_argument("--channels", type=v.channels, default=1, help="image channels: 1 or 3")
+            fp.add_argument(
+                "--channels",
+                type=v.channels,
+                help="image channels, 1 or 3 (unset: 3 if any image is colour)",
+            )
+            fp.add_argument(
+                "--size", type=v.count, help="image size S: S×S pixels (unset: the data's most common size)"
+            )
+            fp.add_argument(
+                "--resize",
+                choices=RESIZE_METHODS,
+                default="crop",
+                help="how images of another size are brought to S×S: crop (shorter side to S, centre crop, "
+                "the paper's) or stretch",
+            )
             family.add_cli_arguments(fp)
     fp = families.add_parser(
         USER_MODEL, help="your own model: --model-module FILE.py:FACTORY (trains its NLL)"
@@ -643,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a re-run after an interruption computes only what is missing",
     )
     _add_overwrite(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_quiet(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("fit", help="fit one detector, calibrate its threshold and save it to a file")
@@ -663,6 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="detector file to write")
     _add_overwrite(p)
+    _add_quiet(p)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("score", help="write one score and OOD decision per image (CSV) with a saved detector")
@@ -670,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detector", required=True, help="file written by `rose fit`")
     p.add_argument("--data", required=True, help="dataset name, .npz file or image folder")
     p.add_argument("--split", default="test", help="split of a named dataset")
-    p.add_argument("--n", type=v.count, help="score a deterministic subset of this size (unset: all)")
+    p.add_argument("--subset", type=v.count, help="score a deterministic subset of this size (unset: all)")
     p.add_argument(
         "--threshold", type=v.finite_float, help="call scores above this OOD (unset: the detector's own)"
     )
@@ -679,6 +721,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--background", help="background model, for a saved lratio detector")
     p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
     _add_data_args(p)
+    _add_quiet(p)
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser(
@@ -698,15 +741,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="in-distribution sets to include (fashion_mnist, cifar10; unset: both), e.g. ablation-cifar10",
     )
     p.add_argument("--data-dir", help="folder of dataset .npz files (unset: $ROSEOOD_DATA or the cache)")
-    p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_device(p)
+    _add_quiet(p)
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser(
         "check-model", help="dry run: which layers of a model ROSE can use, and why not (one tiny batch)"
     )
     model_args(p)
-    p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
+    _add_device(p)
     p.set_defaults(func=cmd_check_model)
 
     p = sub.add_parser("datasets", help="list the named datasets and whether their files are present")
@@ -718,6 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fit-samples", type=v.count, default=2000, help="Fashion-MNIST images for the Fisher")
     p.add_argument("--test-samples", type=v.count, default=1000, help="test images per set")
+    _add_quiet(p)
     p.set_defaults(func=cmd_demo)
     return parser
 
