@@ -11,8 +11,11 @@ terminal"; the library's own defaults are off (progress is opt-in from Python).
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
@@ -163,9 +166,29 @@ def progress(
     if not on_terminal():
         return LineProgress(iterable, desc, total)
     tqdm_kwargs.pop("leave", None)  # one line per stage stays, so the screen reads as a log of stages
-    bar = _Bar(iterable, desc=desc, total=total, dynamic_ncols=True, **tqdm_kwargs)
+    # a terminal that reports no size (a fresh pty) would get empty bars: then $COLUMNS/$LINES or 80×24
+    fallback = shutil.get_terminal_size()
+    size = {"dynamic_ncols": True} if _width() > 0 else {"ncols": fallback.columns, "nrows": fallback.lines}
+    bar = _Bar(iterable, desc=desc, total=total, **size, **tqdm_kwargs)
     bar._released = False
     return bar
+
+
+def _width() -> int:
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def show_warnings_as_notes() -> None:
+    """Print every Python warning as one ``warning: ...`` line that does not break a progress bar (for
+    the command line; the Python API keeps the ``warnings`` module's own format)."""
+
+    def show(message: Warning | str, *_: Any, **__: Any) -> None:
+        note(f"warning: {message}")
+
+    warnings.showwarning = show
 
 
 def note(message: str) -> None:

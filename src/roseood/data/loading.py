@@ -42,8 +42,27 @@ DEFAULT_GENERATED_N = 10000
 Labels = npt.NDArray[np.int64]
 
 
+class _Stated:
+    """What ``ImageSet`` and ``ImageStream`` share: saying what their preprocessing changes."""
+
+    name: str
+    conversion: str | None
+    preprocessing: Preprocessing | None
+
+    def state_preprocessing(self, always: bool = False) -> None:
+        """Say on stderr, in one line, what preprocessing changes; when it changes nothing, say nothing
+        (``always``: say that the images are used as they are)."""
+        if self.conversion:
+            state(f"{self.name}: {self.conversion}{self._target()}")
+        elif always:
+            state(f"{self.name}: images used as they are{self._target()}")
+
+    def _target(self) -> str:
+        return f" ({self.preprocessing.describe()})" if self.preprocessing is not None else ""
+
+
 @dataclass(frozen=True, eq=False)
-class ImageSet:
+class ImageSet(_Stated):
     """Preprocessed images ready for a model, with where they came from.
 
     ``images`` is uint8 ``(N, C, size, size)``; ``labels`` is int64 ``(N,)``, ``-1`` where unknown (for a
@@ -64,14 +83,9 @@ class ImageSet:
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
-    def state_preprocessing(self, always: bool = False) -> None:
-        """Say on stderr, in one line, what preprocessing changes; when it changes nothing, say nothing
-        (``always``: say that the images are used as they are)."""
-        _state(self.name, self.conversion, self.preprocessing, always)
-
 
 @dataclass(frozen=True, eq=False)
-class ImageStream:
+class ImageStream(_Stated):
     """An image source read by index range, ``read(lo, hi)`` → uint8 (n, C, size, size): an image folder
     is read file by file on demand (bounded memory for any number of files), arrays are preprocessed
     chunk by chunk. The other fields are those of ``ImageSet``."""
@@ -87,19 +101,6 @@ class ImageStream:
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
-
-    def state_preprocessing(self, always: bool = False) -> None:
-        """Say on stderr, in one line, what preprocessing changes; when it changes nothing, say nothing
-        (``always``: say that the images are used as they are)."""
-        _state(self.name, self.conversion, self.preprocessing, always)
-
-
-def _state(name: str, conversion: str | None, prep: Preprocessing | None, always: bool) -> None:
-    target = f" ({prep.describe()})" if prep is not None else ""
-    if conversion:
-        state(f"{name}: {conversion}{target}")
-    elif always:
-        state(f"{name}: images used as they are{target}")
 
 
 def load_images(
