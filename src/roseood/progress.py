@@ -199,7 +199,7 @@ def note(message: str) -> None:
 def state(message: str) -> None:
     """State a fact the user must not miss (e.g. a conversion of their images) on stderr, in one line,
     from the main process only; shown even when progress is quiet."""
-    from roseood import distributed
+    from roseood.distributed import is_main
 
-    if distributed.is_main():
+    if is_main():
         note(message)

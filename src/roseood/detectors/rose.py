@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.curvature import Fisher, LayerGradients, LayerReport, check_layers, make_fisher
+from roseood.curvature import FISHERS, Fisher, LayerGradients, LayerReport, check_layers, make_fisher
 from roseood.data.tensors import iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
@@ -28,7 +28,7 @@ from roseood.detectors.aggregation import (
     make_aggregation,
     tie_problem,
 )
-from roseood.detectors.base import Detector, held_out_count
+from roseood.detectors.base import Detector, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
@@ -57,6 +57,10 @@ class ROSE(Detector):
     """
 
     method = "rose"
+    keeps_held_out = True  # layer statistics come from the held-out images
+    layerwise = True
+    reports_fit_warnings = True
+    runtime_params = ("progress", "loss_fn")
 
     def __init__(
         self,
@@ -90,7 +94,7 @@ class ROSE(Detector):
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
         coords = type(make_fisher(fisher)).coords  # validates the name early
         self.model: RoseModel = model
-        self.fisher_kind = fisher
+        self.fisher = fisher
         self.layer_spec = layers
         self.layers = layers if isinstance(layers, list) else model.rose_layers(layers)
         self.damping = damping
@@ -105,21 +109,6 @@ class ROSE(Detector):
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
-        self.fit_warnings_: list[str] = []
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "fisher": self.fisher_kind,
-            "layers": self.layers,
-            "damping": self.damping,
-            "beta": self.beta,
-            "p": self.p,
-            "stats_fraction": self.stats_fraction,
-            "stochastic": self.stochastic,
-            "aggregate": self.aggregate,
-            "adjust": self.adjust,
-            "batch_size": self.batch_size,
-        }
 
     def _layer_grads(self, x: Tensor) -> tuple[dict[str, Any], Tensor]:
         """Per-sample gradients of the chosen layers and the per-sample loss they differentiate."""
@@ -172,12 +161,12 @@ class ROSE(Detector):
 
         Under torchrun each process accumulates its shard of ``x``; the sums are added together (float64)
         before each pass ends, and rank 0's eigendecompositions are shared with every process."""
-        self.fishers_ = {name: make_fisher(self.fisher_kind, self.damping) for name in self.layers}
+        self.fishers_ = {name: make_fisher(self.fisher, self.damping) for name in self.layers}
         passes = next(iter(self.fishers_.values())).passes
         distributed.check_enough(x.shape[0], "Fisher images")
         x = x[distributed.shard(x.shape[0])]
         for pass_index in range(passes):
-            desc = f"ROSE-{self.fisher_kind} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
+            desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             for batch in iter_batches(x, self.batch_size, desc):
                 for name, g in self._layer_grads(batch)[0].items():
                     self.fishers_[name].update(g, pass_index)
@@ -206,7 +195,7 @@ class ROSE(Detector):
 
     def _warn(self, messages: list[str]) -> list[str]:
         for message in messages:
-            warnings.warn(f"ROSE-{self.fisher_kind}: {message}", DegenerateFitWarning, stacklevel=4)
+            warnings.warn(f"ROSE-{self.fisher}: {message}", DegenerateFitWarning, stacklevel=4)
         return messages
 
     def layer_scores(self, images: Tensor | np.ndarray, desc: str = "ROSE scoring") -> Tensor:
@@ -264,7 +253,7 @@ class ROSE(Detector):
             )
         self.fishers_ = {}
         for name, fs in state["fishers"].items():
-            f = make_fisher(self.fisher_kind, self.damping)
+            f = make_fisher(self.fisher, self.damping)
             f.load_state(fs)
             self.fishers_[name] = f
         self.mean_, self.std_ = state["mean"], state["std"]
@@ -273,3 +262,6 @@ class ROSE(Detector):
         if self.adjust != "none":
             self.trend_.load_state(state.get("trend", {}), len(self.layers))
         self.fit_warnings_ = list(state.get("fit_warnings", []))
+
+
+register_detector(ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())})

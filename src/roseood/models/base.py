@@ -16,7 +16,6 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from roseood.data.preprocess import Preprocessing
 from roseood.errors import RoseError
 
 INPUT_KINDS = ("image", "tensor", "tokens")
@@ -91,6 +90,25 @@ def input_dims(model: RoseModel) -> int:
     return math.prod(model.input_shape or (1,))
 
 
+@runtime_checkable
+class LatentModel(Protocol):
+    """A model with an encoder q(z|x) and a decoder: it offers the importance-weighted NLL (IWAE) and
+    the parts Likelihood Regret fine-tunes (the paper's VAE is one)."""
+
+    encoder: nn.Module
+    decoder: nn.Module
+    nz: int
+
+    def iwae_nll(self, x: Tensor, k: int) -> Tensor: ...
+
+    def reconstruction_nll(self, logits: Tensor, x: Tensor) -> Tensor: ...
+
+
+def is_latent_model(model: object) -> bool:
+    """Whether ``model`` offers the IWAE NLL and an encoder to fine-tune (``LatentModel``)."""
+    return isinstance(model, LatentModel)
+
+
 class GenerativeModel(nn.Module, ABC):
     """A likelihood model on images ``x`` of shape (N, C, H, W) with values in [0, 1].
 
@@ -105,9 +123,6 @@ class GenerativeModel(nn.Module, ABC):
         super().__init__()
         self.in_channels = in_channels
         self.image_size = image_size
-        # what the training images went through (size, channels, resize method); saved in checkpoints
-        # and applied again to images scored with this model; None: the default (crop)
-        self.preprocessing: Preprocessing | None = None
 
     @abstractmethod
     def config(self) -> dict[str, Any]:

@@ -12,16 +12,16 @@ import argparse
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from roseood.data.loading import ImageSet, ImageStream
 from roseood.data.preprocess import Preprocessing
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
-from roseood.models.classifier import Classifier
 from roseood.models.glow import Glow
 from roseood.models.pixelcnn import PixelCNN
 from roseood.models.vae import VAE
+from roseood.registry import Registry
 from roseood.validation import count
 
 
@@ -65,11 +65,11 @@ class ModelFamily:
         (``model.preprocessing``, saved in its checkpoints and applied again when scoring)."""
         prep = images.preprocessing or Preprocessing()
         model = self.build(prep.channels, prep.size, **config)
-        model.preprocessing = prep
+        cast(Any, model).preprocessing = prep  # an attribute of the instance, saved by save_model
         return model
 
 
-FAMILIES: dict[str, ModelFamily] = {}
+FAMILIES: Registry[str, ModelFamily] = Registry("model kind")
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
@@ -78,15 +78,12 @@ def register_family(family: ModelFamily) -> ModelFamily:
         raise RoseError(
             f"family {family.name!r}: its class {family.cls.__name__} has kind {family.cls.kind!r}"
         )
-    FAMILIES[family.name] = family
-    return family
+    return FAMILIES.register(family.name, family, replace=True)
 
 
 def get_family(name: str) -> ModelFamily:
     """The registered family ``name``, or a ``RoseError`` listing the known ones."""
-    if name not in FAMILIES:
-        raise RoseError(f"unknown model kind {name!r}; known: {', '.join(sorted(FAMILIES))}")
-    return FAMILIES[name]
+    return FAMILIES.get(name)
 
 
 def _vae_arguments(p: argparse.ArgumentParser) -> None:
@@ -139,4 +136,3 @@ register_family(
         help="PixelCNN, not in the paper (masked convs, 256-way softmax; Adam 1e-3 halved every 10 epochs)",
     )
 )
-register_family(ModelFamily("classifier", Classifier, trainable=False, help="Figure 6 classifiers"))
