@@ -153,12 +153,14 @@ def progress(
     **tqdm_kwargs: Any,
 ) -> Any:
     """Wrap ``iterable`` (or count ``update`` calls up to ``total``) with progress reporting: a tqdm bar
-    on a terminal, periodic lines otherwise, nothing when ``enabled`` is False or another bar is shown
-    (its stage is this loop's)."""
+    on a terminal, periodic lines otherwise, nothing when ``enabled`` is False, another bar is shown
+    (its stage is this loop's) or this is not torchrun's rank 0."""
     global _open_bars
     if enabled is None:
         enabled = on_terminal()
-    if not enabled or _open_bars:
+    from roseood.distributed import is_main
+
+    if not enabled or _open_bars or not is_main():  # under torchrun only rank 0 reports
         return tqdm(iterable, total=total, disable=True)
     if _stages:
         desc = f"{_stages[-1]}: {desc}" if desc else _stages[-1]
