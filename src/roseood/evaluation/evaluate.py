@@ -229,7 +229,7 @@ class FittedDetector:
 
 
 def fit_calibrated(
-    method: str, model: RoseModel | list[RoseModel], spec: EvalSpec, tpr: float = 0.95, progress: bool = True
+    method: str, model: RoseModel | list[RoseModel], spec: EvalSpec, tpr: float = 0.95, progress: bool = False
 ) -> FittedDetector:
     """Fit ``method`` on the spec's fit images (``fit_samples`` + ``stats_samples``) and set its
     threshold so that a fraction ``tpr`` of the held-out images counts as in-distribution: what
@@ -317,8 +317,8 @@ def evaluate(
     every OOD set with the same images and seeds. A list of models: each method as an ``Ensemble`` of
     its detector on every model (e.g. one model per training seed).
 
-    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress=None`` shows
-    progress only on a terminal. With a ``cache``,
+    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress`` True reports
+    one bar per stage (fit, each set's scoring) on a terminal, periodic lines in a log. With a ``cache``,
     fitted detectors and scores are stored as they are made and reused, so a re-run after an
     interruption only computes what is missing.
     """
