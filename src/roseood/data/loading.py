@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -103,43 +104,23 @@ class ImageStream(_Stated):
         return int(self.labels.shape[0])
 
 
-def load_images(
-    source: str | os.PathLike[str],
-    *,
-    split: str = "test",
-    data_dir: str | Path | None = None,
-    n: int | None = None,
-    seed: int = 0,
-    channels: int | None = 1,
-    size: int | None = 32,
-    brightness: float = 1.0,
-    resize: str = "crop",
-    download: bool = True,
-) -> ImageSet:
-    """Load a named set (``"mnist"``, ``"cifar10:train"``, ``"noise"``), an ``.npz``/``.npy`` file or an image
-    folder (PNG, JPEG, WebP, TIFF, BMP, GIF; recursive; class subfolders become labels).
+class ImageOptions(TypedDict, total=False):
+    """The keyword arguments of ``open_images`` and ``load_images`` (see ``open_images``)."""
 
-    Images are resized/centre-cropped to ``size`` (``resize="stretch"``: stretched), converted to
-    ``channels`` and scaled by ``brightness`` exactly as the paper's torchvision pipeline does (see
-    :mod:`roseood.data.preprocess`); ``channels``/``size`` None take them from the data (colour if any
-    image is, the most common size). With ``n``, a subset of ``n`` images is drawn with
-    ``default_rng(seed).choice(N, n, replace=False)`` and sorted, so the same ``(n, seed)`` always gives
-    the same images in file order; ``n >= N`` takes all of them. Named sets are read from
-    ``{data_dir}/{name}_{split}.npz`` and downloaded when missing if possible. A known name wins over a
-    same-named path: pass ``./mnist`` or a ``Path`` to mean the folder.
-    """
-    s = open_images(
-        source,
-        split=split,
-        data_dir=data_dir,
-        n=n,
-        seed=seed,
-        channels=channels,
-        size=size,
-        brightness=brightness,
-        resize=resize,
-        download=download,
-    )
+    split: str
+    data_dir: str | Path | None
+    n: int | None
+    seed: int
+    channels: int | None
+    size: int | None
+    brightness: float
+    resize: str
+    download: bool
+
+
+def load_images(source: str | os.PathLike[str], **options: Unpack[ImageOptions]) -> ImageSet:
+    """``open_images`` (same arguments) with every image read and preprocessed at once."""
+    s = open_images(source, **options)
     return ImageSet(
         s.name, s.read(0, len(s)), s.labels, s.source, s.files, s.conversion, s.preprocessing, s.classes
     )
@@ -158,7 +139,19 @@ def open_images(
     resize: str = "crop",
     download: bool = True,
 ) -> ImageStream:
-    """Like ``load_images`` (same arguments), but images are only read and preprocessed when asked for."""
+    """Open a named set (``"mnist"``, ``"cifar10:train"``, ``"noise"``), an ``.npz``/``.npy`` file or an image
+    folder (PNG, JPEG, WebP, TIFF, BMP, GIF; recursive; class subfolders become labels).
+
+    Images are resized/centre-cropped to ``size`` (``resize="stretch"``: stretched), converted to
+    ``channels`` and scaled by ``brightness`` exactly as the paper's torchvision pipeline does (see
+    :mod:`roseood.data.preprocess`); ``channels``/``size`` None take them from the data (colour if any
+    image is, the most common size). With ``n``, a subset of ``n`` images is drawn with
+    ``default_rng(seed).choice(N, n, replace=False)`` and sorted, so the same ``(n, seed)`` always gives
+    the same images in file order; ``n >= N`` takes all of them. Named sets are read from
+    ``{data_dir}/{name}_{split}.npz`` and downloaded when missing if possible. A known name wins over a
+    same-named path: pass ``./mnist`` or a ``Path`` to mean the folder. Images are read and preprocessed
+    only when ``read(lo, hi)`` asks for them (a folder file by file: bounded memory for any number).
+    """
     check_options(channels or 1, size or 1, brightness)
     Preprocessing(channels or 1, size or 1, resize)  # refuses an unknown resize method
     check_seed(seed, error=DataError)
