@@ -58,24 +58,29 @@ def check_seed(value: Any, name: str = "seed", *, error: type[RoseError] = RoseE
 
 
 def check_device(value: Any, name: str = "device") -> str:
-    """A device string torch knows and this machine has (``cuda`` needs a visible GPU)."""
+    """``auto`` (the best device here: see ``roseood.distributed.device``) or a device string torch knows
+    and this machine has (``cuda`` needs a visible GPU, ``mps`` Apple's Metal)."""
     import torch
 
+    if str(value) == "auto":
+        return "auto"
     try:
         device = torch.device(str(value))
     except (RuntimeError, ValueError):
-        raise RoseError(f"{name} {value!r} is not a device; use one of {', '.join(DEVICE_TYPES)}") from None
+        raise RoseError(
+            f"{name} {value!r} is not a device; use auto or one of {', '.join(DEVICE_TYPES)}"
+        ) from None
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise RoseError(f"{name} {value!r}: no CUDA GPU is available on this machine; use cpu")
+            raise RoseError(f"{name} {value!r}: no CUDA GPU is available on this machine; use auto or cpu")
         if device.index is not None and device.index >= count:
             raise RoseError(f"{name} {value!r}: only {count} CUDA device(s) are visible")
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise RoseError(f"{name} {value!r}: MPS is not available on this machine; use cpu")
+            raise RoseError(f"{name} {value!r}: MPS is not available on this machine; use auto or cpu")
     elif device.type != "cpu":
-        raise RoseError(f"{name} {value!r} is not supported; use one of {', '.join(DEVICE_TYPES)}")
+        raise RoseError(f"{name} {value!r} is not supported; use auto or one of {', '.join(DEVICE_TYPES)}")
     return str(value)
 
 

@@ -9,10 +9,11 @@ checkpoint from elsewhere cannot run code. The file records which factory built 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor, nn
 
+from roseood.data.preprocess import Preprocessing
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import field, same, shown
 from roseood.models.base import RoseModel, model_config, model_name
@@ -24,7 +25,8 @@ MODEL_VERSION = 1
 
 
 def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
-    """Write ``model`` (and, for resumable training, optimiser/epoch state) atomically to ``path``."""
+    """Write ``model`` (and, for resumable training, optimiser/epoch state) atomically to ``path``, with
+    the image preprocessing it was trained with (``model.preprocessing``) when it has one."""
     assert isinstance(model, nn.Module)
     obj: dict[str, Any] = {
         "format": MODEL_FORMAT,
@@ -36,6 +38,9 @@ def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] |
     factory = getattr(model, "factory", None)
     if factory is not None:
         obj["factory"] = factory  # informational: says which --model-module loads it back
+    prep = getattr(model, "preprocessing", None)
+    if isinstance(prep, Preprocessing):
+        obj["preprocessing"] = prep.to_dict()
     if train_state is not None:
         obj["train_state"] = train_state
     save_file(obj, path)
@@ -120,8 +125,23 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
         _load_state(model, obj["state_dict"], path, f"the stored {kind} config")
     else:
         raise _user_model_error(path, obj)
+    if obj.get("preprocessing") is not None:
+        cast(Any, model).preprocessing = _preprocessing(obj["preprocessing"], model, path)
     model.eval()
     return model, obj
+
+
+def _preprocessing(stored: Any, model: RoseModel, path: str | Path) -> Preprocessing:
+    """The stored preprocessing, checked against the model's input shape."""
+    try:
+        prep = Preprocessing.from_dict(stored)
+    except (TypeError, AttributeError, RoseError) as exc:
+        raise CheckpointError(f"{path}: unreadable preprocessing record ({_first_line(exc)})") from None
+    if model.input_shape not in (None, (prep.channels, prep.size, prep.size)):
+        raise CheckpointError(
+            f"{path}: preprocessing {prep.describe()} does not fit the model's inputs {model.input_shape}"
+        )
+    return prep
 
 
 def load_model(path: str | Path, model_module: str | None = None) -> RoseModel:
