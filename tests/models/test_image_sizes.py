@@ -12,7 +12,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.models import FAMILIES, VAE, Glow, PixelCNN, load_model, save_model
 from roseood.models.glow import default_levels
 from roseood.models.vae import authors_key_map, pyramid
-from roseood.serialization import atomic_save
+from roseood.serialization import save_file
 
 
 @pytest.mark.parametrize(
@@ -53,12 +53,12 @@ def test_checkpoints_record_the_preprocessing_and_refuse_one_that_does_not_fit(t
     save_model(model, tmp_path / "m.pt")
     assert load_model(tmp_path / "m.pt").preprocessing == Preprocessing(3, 48, "stretch")  # type: ignore[attr-defined]
     obj = torch.load(tmp_path / "m.pt", weights_only=True)
-    atomic_save(obj | {"preprocessing": {"channels": 1, "size": 48, "resize": "crop"}}, tmp_path / "bad.pt")
+    save_file(obj | {"preprocessing": {"channels": 1, "size": 48, "resize": "crop"}}, tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match="does not fit the model's inputs"):
         load_model(tmp_path / "bad.pt")
-    atomic_save(obj | {"preprocessing": {"channels": 3, "size": 48, "resize": "squash"}}, tmp_path / "odd.pt")
+    save_file(obj | {"preprocessing": {"channels": 3, "size": 48, "resize": "squash"}}, tmp_path / "odd.pt")
     with pytest.raises(CheckpointError, match="unreadable preprocessing"):
         load_model(tmp_path / "odd.pt")
     del obj["preprocessing"]  # written before preprocessing was recorded: no record, the default (crop)
-    atomic_save(obj, tmp_path / "old.pt")
+    save_file(obj, tmp_path / "old.pt")
     assert getattr(load_model(tmp_path / "old.pt"), "preprocessing", None) is None
