@@ -43,6 +43,26 @@ def test_batching_does_not_change_scores(fitted_rose, images):
     np.testing.assert_allclose(fitted_rose.score(images), one, rtol=1e-5)
 
 
+def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, monkeypatch):
+    """EKFAC's second pass reads the gradients kept from the first instead of running the model again:
+    bitwise the same Fisher as recomputing them (budget 0), with half the model passes."""
+
+    def fit(budget: int) -> tuple[ROSE, int]:
+        monkeypatch.setattr(ROSE, "grad_cache_bytes", budget)
+        det = ROSE(tiny_vae, fisher="ekfac", batch_size=8)
+        calls = []
+        real = det._layer_grads
+        monkeypatch.setattr(det, "_layer_grads", lambda x: calls.append(1) or real(x))
+        det.fit_fisher(images[:16])
+        return det, len(calls)
+
+    (recomputed, n_recomputed), (reused, n_reused) = fit(0), fit(2**30)
+    assert (n_recomputed, n_reused) == (4, 2)
+    for name, f in recomputed.fishers_.items():
+        for key in ("scale", "u_in", "u_out"):
+            assert torch.equal(getattr(f, key), getattr(reused.fishers_[name], key)), (name, key)
+
+
 def test_fit_holds_out_statistics_images_by_default(tiny_vae, images):
     det = ROSE(tiny_vae, fisher="diag", stats_fraction=0.25).fit(images)
     assert det.fishers_["encoder.conv0"].count == 18
