@@ -148,4 +148,4 @@ def test_gradient_store_keeps_first_pass_batches_within_its_budget(tiny_vae, ima
 
 def test_full_float32_leaves_cpu_settings_alone():
     with full_float32(torch.device("cpu")):
-        assert torch.backends.cudnn.conv.fp32_precision == "tf32"  # type: ignore[attr-defined]
+        assert torch.backends.cudnn.conv.fp32_precision == "tf32"
