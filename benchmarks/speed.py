@@ -25,6 +25,7 @@ import resource
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,7 @@ def images(n_fit: int, n_test: int) -> tuple[Tensor, Tensor, Tensor]:
 def fit_and_score(index: int, args: argparse.Namespace, layers: list[str], damping: float) -> dict[str, Any]:
     """In a fresh process: fit library ``index``'s EKFAC, score the test batch; times, peaks and scores."""
     torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # kronfluence's deprecated GradScaler
     device = torch.device(args.device)
     model = (load_model(args.model) if args.model else demo_model()).to(device).eval()
     fit, _, x = (t.to(device) for t in images(args.fit, args.batch))
@@ -353,21 +355,21 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(2**16))  # read by glibc as each child starts
     spawn = multiprocessing.get_context("spawn")
-    for index, (name, package, _) in enumerate(LIBRARIES):
-        if importlib.util.find_spec(package) is None:
-            print(f"{package} not installed (pip install -e '.[bench]'): skipped")
-            continue
-        with spawn.Pool(1) as pool:
-            results[name] = pool.apply(fit_and_score, (index, args, ekfac.layers, ekfac.damping))
     mib = 2**20
     print(
         f"{'EKFAC Fisher':<36}{'fit s':>8}{'fit peak MiB':>14}{'score s':>9}{'1st score s':>13}"
         f"{'score peak MiB':>16}"
     )
-    for name, r in results.items():
+    for index, (name, package, _) in enumerate(LIBRARIES):
+        if importlib.util.find_spec(package) is None:
+            print(f"{package} not installed (pip install -e '.[bench]'): skipped")
+            continue
+        with spawn.Pool(1) as pool:
+            r = results[name] = pool.apply(fit_and_score, (index, args, ekfac.layers, ekfac.damping))
         print(
             f"{name:<36}{r['fit_s']:>8.1f}{r['fit_peak'] / mib:>14.0f}{r['score_s']:>9.2f}"
-            f"{r['first_score_s']:>13.2f}{r['score_peak'] / mib:>16.0f}"
+            f"{r['first_score_s']:>13.2f}{r['score_peak'] / mib:>16.0f}",
+            flush=True,
         )
     ours = results[LIBRARIES[0][0]]["scores"]
     for name, r in list(results.items())[1:]:

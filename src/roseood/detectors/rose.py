@@ -65,8 +65,9 @@ class ROSE(Detector):
     """
 
     method = "rose"
-    grad_cache_bytes: int = 2**30
-    """Memory the first Fisher pass may keep its gradients in for EKFAC's second pass (0: recompute)."""
+    grad_cache_bytes: int = 2**29
+    """Memory the first Fisher pass may keep its layer gradients in for EKFAC's second pass, which then
+    skips the model for those batches (0: always recompute; the kept gradients add to the peak memory)."""
 
     def __init__(
         self,
