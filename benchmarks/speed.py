@@ -205,10 +205,11 @@ def _status_bytes(field: str) -> int:
     raise KeyError(field)
 
 
-def measured(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, int]:
-    """``fn()``, its wall time, and the peak memory it added: GPU memory allocated by torch on CUDA, else
-    the process's resident memory (Linux: high-water mark reset before ``fn``; elsewhere the peak of the
-    whole process, an upper bound)."""
+def measured(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, float, int]:
+    """``fn()``, its wall time, its CPU time (all threads of this process: on a shared machine, the
+    work done, whatever else runs), and the peak memory it added: GPU memory allocated by torch on CUDA,
+    else the process's resident memory (Linux: high-water mark reset before ``fn``; elsewhere the peak
+    of the whole process, an upper bound)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -219,11 +220,11 @@ def measured(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, i
             base = _status_bytes("VmRSS")
         except OSError:
             base = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - base
     elif base:
@@ -231,7 +232,7 @@ def measured(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, i
     else:
         scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
-    return result, seconds, peak
+    return result, seconds, cpu_seconds, peak
 
 
 def images(n_fit: int, n_test: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -252,13 +253,15 @@ def fit_and_score(index: int, args: argparse.Namespace, layers: list[str], dampi
     model.rose_loss(x[:8]).sum().backward()  # the same one-off warm-up for every library
     model.zero_grad(set_to_none=True)
     lib = LIBRARIES[index][2](model, layers, damping, args.batch)
-    _, fit_s, fit_peak = measured(lambda: lib.fit(fit), device)
-    scores, first_s, score_peak = measured(lambda: lib.layer_scores(x), device)
-    score_s = timed(lambda: lib.layer_scores(x), args.repeats)
+    _, fit_s, fit_cpu_s, fit_peak = measured(lambda: lib.fit(fit), device)
+    scores, first_s, _, score_peak = measured(lambda: lib.layer_scores(x), device)
+    _, score_s, score_cpu_s, _ = measured(lambda: [lib.layer_scores(x) for _ in range(args.repeats)], device)
     return {
         "fit_s": fit_s,
+        "fit_cpu_s": fit_cpu_s,
         "fit_peak": fit_peak,
-        "score_s": score_s,
+        "score_s": score_s / args.repeats,
+        "score_cpu_s": score_cpu_s / args.repeats,
         "first_score_s": first_s,
         "score_peak": score_peak,
         "scores": scores.cpu().numpy(),
@@ -357,8 +360,8 @@ def main() -> None:
     spawn = multiprocessing.get_context("spawn")
     mib = 2**20
     print(
-        f"{'EKFAC Fisher':<36}{'fit s':>8}{'fit peak MiB':>14}{'score s':>9}{'1st score s':>13}"
-        f"{'score peak MiB':>16}"
+        f"{'EKFAC Fisher':<36}{'fit s':>8}{'fit CPU s':>11}{'fit peak MiB':>14}"
+        f"{'score s':>9}{'score CPU s':>13}{'1st score s':>13}{'score peak MiB':>16}"
     )
     for index, (name, package, _) in enumerate(LIBRARIES):
         if importlib.util.find_spec(package) is None:
@@ -367,8 +370,9 @@ def main() -> None:
         with spawn.Pool(1) as pool:
             r = results[name] = pool.apply(fit_and_score, (index, args, ekfac.layers, ekfac.damping))
         print(
-            f"{name:<36}{r['fit_s']:>8.1f}{r['fit_peak'] / mib:>14.0f}{r['score_s']:>9.2f}"
-            f"{r['first_score_s']:>13.2f}{r['score_peak'] / mib:>16.0f}",
+            f"{name:<36}{r['fit_s']:>8.1f}{r['fit_cpu_s']:>11.1f}{r['fit_peak'] / mib:>14.0f}"
+            f"{r['score_s']:>9.2f}{r['score_cpu_s']:>13.2f}{r['first_score_s']:>13.2f}"
+            f"{r['score_peak'] / mib:>16.0f}",
             flush=True,
         )
     ours = results[LIBRARIES[0][0]]["scores"]

@@ -48,9 +48,9 @@ def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, mo
     """EKFAC's second pass reads the gradients kept from the first instead of running the model again:
     bitwise the same Fisher as recomputing them (budget 0), with half the model passes."""
 
-    def fit(budget: int) -> tuple[ROSE, int]:
+    def fit(budget: int, stochastic: bool = False) -> tuple[ROSE, int]:
         monkeypatch.setattr(ROSE, "grad_cache_bytes", budget)
-        det = ROSE(tiny_vae, fisher="ekfac", batch_size=8)
+        det = ROSE(tiny_vae, fisher="ekfac", batch_size=8, stochastic=stochastic)
         calls = []
         real = det._layer_grads
         monkeypatch.setattr(det, "_layer_grads", lambda x: calls.append(1) or real(x))
@@ -59,6 +59,7 @@ def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, mo
 
     (recomputed, n_recomputed), (reused, n_reused) = fit(0), fit(2**30)
     assert (n_recomputed, n_reused) == (4, 2)
+    assert fit(2**30, stochastic=True)[1] == 4  # a sampled loss draws new noise in the second pass
     for name, f in recomputed.fishers_.items():
         for key in ("scale", "u_in", "u_out"):
             assert torch.equal(getattr(f, key), getattr(reused.fishers_[name], key)), (name, key)
