@@ -62,8 +62,8 @@ def build(side: int = 16, transforms: int = 3, hidden: int = 256, seed: int = 0)
     first transform, which meets the pixels, models local structure that OOD images share (the paper's
     Appendix D), and the output layer (shift and log-scale) tracks the likelihood: both detect MNIST
     worst. But the last MADE alone misses far-OOD images that the likelihood rejects (constant, noise,
-    CIFAR-10), which ``all`` catches: use it for unknown inputs. benchmarks/README.md has the per-layer
-    and per-OOD-set results and the sixteen flows behind these choices."""
+    CIFAR-10), which ``all`` catches: use it for unknown inputs. docs/results.md has the per-OOD-set
+    results and the sixteen flows behind these choices."""
     torch.manual_seed(seed)
     net = DequantisedMAF(side, transforms, hidden)
     names = [n for n, m in net.named_modules() if isinstance(m, zuko.nn.MaskedLinear)]

@@ -146,8 +146,12 @@ def test_fit_score_and_evaluate_an_ensemble_of_models(workdir, capsys, monkeypat
     evaluate = ("evaluate", *models, "--ensemble", "--methods", "rose-diag,nll", *sizes, "--quiet")
     assert run(*evaluate, "--ood", "mnist", "--json", "a.json", "--cache", "cache") == 0
     loaded = []  # a second run with one more OOD set loads the fitted ensembles from the cache
-    load = Ensemble.load
-    monkeypatch.setattr(Ensemble, "load", lambda *a, **k: loaded.append(k["models"]) or load(*a, **k))
+    from_file = Ensemble.from_file
+    monkeypatch.setattr(
+        Ensemble,
+        "from_file",
+        lambda obj, path, model, **k: loaded.append(model) or from_file(obj, path, model, **k),
+    )
     assert run(*evaluate, "--ood", "mnist,noise", "--json", "b.json", "--cache", "cache") == 0
     assert len(loaded) == 2 and all(len(m) == 2 for m in loaded)  # rose-diag and nll, each over 2 models
     first, second = (json.loads((workdir / f).read_text()) for f in ("a.json", "b.json"))

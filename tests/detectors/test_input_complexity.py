@@ -86,7 +86,7 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     det = InputComplexity(model, compressor="jp2", k=7).fit(x)
     det.save(tmp_path / "ic.pt")
     loaded = Detector.load(tmp_path / "ic.pt", model)
-    assert isinstance(loaded, InputComplexity) and loaded.params() == det.params()
+    assert isinstance(loaded, InputComplexity) and loaded.get_params() == det.get_params()
     assert np.array_equal(loaded.score(x), det.score(x))
 
 

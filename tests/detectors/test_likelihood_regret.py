@@ -103,7 +103,7 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     scores = det.score(x)
     det.save(tmp_path / "lr.pt")
     loaded = Detector.load(tmp_path / "lr.pt", model)
-    assert isinstance(loaded, LikelihoodRegret) and loaded.params() == det.params()
+    assert isinstance(loaded, LikelihoodRegret) and loaded.get_params() == det.get_params()
     torch.manual_seed(0)
     assert np.array_equal(loaded.score(x), scores)
 

@@ -46,7 +46,7 @@ def test_save_load_round_trip(tmp_path: Path, model: ScaledSumModel | None) -> N
     det = RND(model, perturbation="dct:28", epochs=1, **TINY).fit(x)
     det.save(tmp_path / "rnd.pt")
     loaded = Detector.load(tmp_path / "rnd.pt", None)  # the generative model plays no part
-    assert isinstance(loaded, RND) and loaded.params() == det.params()
+    assert isinstance(loaded, RND) and loaded.get_params() == det.get_params()
     assert loaded.losses_ == det.losses_
     assert np.array_equal(loaded.score(x), det.score(x))
 

@@ -89,7 +89,7 @@ def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
     path = tmp_path / "rose.pt"
     fitted_rose.save(path)
     loaded = Detector.load(path, tiny_vae)
-    assert isinstance(loaded, ROSE) and loaded.fisher_kind == "ekfac" and loaded.p == math.inf
+    assert isinstance(loaded, ROSE) and loaded.fisher == "ekfac" and loaded.p == math.inf
     np.testing.assert_allclose(loaded.score(images), fitted_rose.score(images), rtol=1e-5)  # float32 bases
 
 

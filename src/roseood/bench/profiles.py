@@ -50,7 +50,7 @@ class Profile:
     glow_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 50) for d in PAPER_VAE})
     # PixelCNN (not in the paper; only with --models pixelcnn): architecture and training budget. The
     # gated variant, whose ROSE default is its vertical stack, beat the residual one on every CPU run
-    # (benchmarks/README.md); the paper profile's size is a guess for a GPU, not measured.
+    # (docs/results.md); the paper profile's size is a guess for a GPU, not measured.
     pixelcnn: dict[str, int] = field(default_factory=lambda: {"width": 64, "blocks": 8, "gated": True})
     pixelcnn_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 20) for d in PAPER_VAE})
     background_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 100) for d in PAPER_VAE})
@@ -109,7 +109,7 @@ PROFILES: dict[str, Profile] = {
             },
             vae_train={"fashion_mnist": (None, 1), "cifar10": (20000, 3)},
             glow_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 2)},
-            pixelcnn={"width": 48, "blocks": 5, "gated": True},  # the recipe in benchmarks/README.md
+            pixelcnn={"width": 48, "blocks": 5, "gated": True},  # the recipe in docs/results.md
             pixelcnn_train={"fashion_mnist": (12000, 5), "cifar10": (10000, 2)},
             background_train={"fashion_mnist": (10000, 2), "cifar10": (10000, 1)},
             classifier_train=(20000, 2),

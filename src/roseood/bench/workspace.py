@@ -12,10 +12,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
+from roseood.bench.classifier import Classifier, train_classifier
 from roseood.bench.profiles import BACKGROUND, PAPER_GLOW_WEIGHT_DECAY, PAPER_VAE, Profile
 from roseood.data import load_images
 from roseood.errors import RoseError
@@ -24,7 +25,6 @@ from roseood.evaluation.evaluate import EvalSpec, evaluate, sweep
 from roseood.evaluation.result import EvaluationResult
 from roseood.models import get_family, load_checkpoint
 from roseood.models.base import GenerativeModel, RoseModel, model_name
-from roseood.models.classifier import Classifier, train_classifier
 from roseood.models.train import TrainConfig, train
 from roseood.validation import check_choice, check_device
 
@@ -191,9 +191,9 @@ class Workspace:
         torch.manual_seed(recipe.seed)  # the initial weights (and VAE sampling) depend on the recipe only
         model = recipe.build()
         t0 = time.time()
-        if isinstance(model, Classifier):
+        if recipe.kind == "classifier":
             train_classifier(
-                model,
+                cast(Classifier, model),
                 data.images,
                 data.labels,
                 epochs=recipe.epochs,

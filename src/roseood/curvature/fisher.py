@@ -28,6 +28,7 @@ from torch import Tensor
 
 from roseood.curvature.grads import LayerGrad
 from roseood.errors import RoseError
+from roseood.registry import Registry
 
 DENSE_MAX_PARAMS = 4096
 
@@ -370,11 +371,11 @@ class EKFAC(KFAC):
         self.scale_count = int(state["scale_count"])
 
 
-FISHERS: dict[str, type[Fisher]] = {f.name: f for f in (DenseFisher, DiagFisher, KFAC, EKFAC)}
+FISHERS: Registry[str, type[Fisher]] = Registry("Fisher approximation")
+for _fisher in (DenseFisher, DiagFisher, KFAC, EKFAC):
+    FISHERS.register(_fisher.name, _fisher)
 
 
 def make_fisher(kind: str, damping: float = 1e-8) -> Fisher:
     """A fresh Fisher approximation by name: dense, diag, kfac or ekfac."""
-    if kind not in FISHERS:
-        raise RoseError(f"unknown Fisher approximation {kind!r}; choose from {sorted(FISHERS)}")
-    return FISHERS[kind](damping)
+    return FISHERS.get(kind)(damping)

@@ -24,6 +24,7 @@ from torch.nn.utils import parametrize
 
 from roseood.curvature.layergrad import LayerGrad
 from roseood.errors import RoseError
+from roseood.registry import Registry
 
 GradFn = Callable[[nn.Module, Tensor, Tensor, Tensor | None], LayerGrad]
 
@@ -50,7 +51,7 @@ class LayerHandler:
     fishers: str = "all (Kronecker factors per group)"
 
 
-_REGISTRY: dict[type[nn.Module] | str, LayerHandler] = {}
+_REGISTRY: Registry[type[nn.Module] | str, LayerHandler] = Registry("layer handler")
 
 
 def register_layer(module_type: type[nn.Module] | str, handler: LayerHandler | GradFn) -> None:
@@ -58,7 +59,7 @@ def register_layer(module_type: type[nn.Module] | str, handler: LayerHandler | G
     class, or its ``"module.QualName"`` so that the class need not be imported."""
     if not isinstance(handler, LayerHandler):
         handler = LayerHandler(getattr(handler, "__name__", "custom").lstrip("_"), handler)
-    _REGISTRY[module_type] = handler
+    _REGISTRY.register(module_type, handler, replace=True)
 
 
 def declare_mask(module: nn.Module, mask: Tensor) -> None:
@@ -113,7 +114,7 @@ def resolve(module: nn.Module) -> Resolution:
         return Resolution(None, False, "no trainable parameters")
     cls, note = type(module), "no handler registered for its type"
     for base in cls.__mro__:
-        handler = _REGISTRY.get(base) or _REGISTRY.get(_type_name(base))
+        handler = _REGISTRY.find(base) or _REGISTRY.find(_type_name(base))
         if handler is None:
             continue
         if base is not cls and cls.forward is not base.forward and attribute_mask(module) is None:  # type: ignore[attr-defined]

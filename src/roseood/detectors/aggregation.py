@@ -28,6 +28,7 @@ from sklearn.covariance import LedoitWolf
 from sklearn.mixture import GaussianMixture
 
 from roseood.errors import RoseError
+from roseood.registry import Registry
 
 TIE_SHARE = 0.10  # more than this share of statistics images with one identical score: degenerate
 DYNAMIC_RANGE = 1e8  # a layer whose scores span more than this factor: z-scores are meaningless
@@ -233,7 +234,9 @@ class GMM(Density):
         return {"k": self.k, "reg": self.reg, "seed": self.seed}
 
 
-AGGREGATIONS: dict[str, type[Aggregation]] = {a.name: a for a in (ReluNorm, MaxZ, LogZ, Gaussian, GMM)}
+AGGREGATIONS: Registry[str, type[Aggregation]] = Registry("aggregation")
+for _aggregation in (ReluNorm, MaxZ, LogZ, Gaussian, GMM):
+    AGGREGATIONS.register(_aggregation.name, _aggregation)
 DEFAULT_AGGREGATION = ReluNorm.name
 
 
@@ -249,14 +252,12 @@ def _parse_value(text: str) -> Any:
 def make_aggregation(spec: str, **params: Any) -> Aggregation:
     """Build an aggregation from ``name[:k=v,...]`` (the CLI's ``--aggregate``) plus keyword ``params``."""
     name, _, args = spec.partition(":")
-    if name not in AGGREGATIONS:
-        raise RoseError(f"unknown aggregation {name!r}; choose from {', '.join(AGGREGATIONS)}")
+    cls = AGGREGATIONS.get(name)
     for item in filter(None, (a.strip() for a in args.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
             raise RoseError(f"aggregation parameter {item!r} is not key=value (e.g. gmm:k=4)")
         params[key.strip()] = _parse_value(value.strip())
-    cls = AGGREGATIONS[name]
     accepted = cls().params()
     unknown = [k for k in params if k not in accepted]
     if unknown:

@@ -4,14 +4,20 @@
 detector may keep apart from its main fit, e.g. ROSE's layer statistics; the others learn from both),
 ``score(images)`` returns one number per image (higher = more out-of-distribution), ``save``/``load``
 round-trip the learned state in one file that records the fingerprint of the model it was fitted on.
+
+A detector declares what it needs beyond in-distribution images in class attributes (``keeps_held_out``,
+``extra_models``, ``layerwise``, ``reports_fit_warnings``); callers ask these, never the class. Its
+parameters are its ``__init__`` keywords (``get_params``, the scikit-learn way). Adding a detector is one
+file: a subclass plus ``register_detector(cls, {"method-name": {preset kwargs}, ...})``.
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 import torch
@@ -24,6 +30,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.progress import on_terminal
+from roseood.registry import Registry
 from roseood.serialization import atomic_save, safe_load, share_equal_tensors
 from roseood.validation import check_float, check_int
 
@@ -31,9 +38,18 @@ DETECTOR_FORMAT = "roseood-detector"
 
 
 class Detector(ABC):
-    """Base class: configuration in ``__init__``, learned state in ``state()``, validation at the edges."""
+    """Base class: configuration in ``__init__``, learned state in ``state()``, validation at the edges.
+
+    Every keyword-only ``__init__`` argument but the ``runtime_params`` and ``extra_models`` is a
+    parameter, stored on the instance under its own name: ``get_params`` reads them, files record them.
+    """
 
     method: ClassVar[str]
+    keeps_held_out: ClassVar[bool] = False  # fit() keeps ``held_out`` apart (else learns from both)
+    extra_models: ClassVar[tuple[str, ...]] = ()  # further models __init__ and load() take by keyword
+    layerwise: ClassVar[bool] = False  # offers layer_scores(): one raw score per layer
+    reports_fit_warnings: ClassVar[bool] = False  # fit() may leave degenerate-fit warnings in fit_warnings_
+    runtime_params: ClassVar[tuple[str, ...]] = ("progress",)  # how it runs, not what it computes
 
     def __init__(
         self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None
@@ -43,6 +59,7 @@ class Detector(ABC):
         self.progress = on_terminal() if progress is None else progress  # None: bars on a terminal
         self.fitted_ = False
         self.threshold_: float | None = None  # score above which an input is called OOD (calibrate)
+        self.fit_warnings_: list[str] = []
 
     # -- to implement ----------------------------------------------------------------------------
     @abstractmethod
@@ -53,9 +70,20 @@ class Detector(ABC):
     def _score(self, x: Tensor) -> Tensor:
         """Per-image OOD scores (higher = more OOD) for validated images."""
 
-    @abstractmethod
-    def params(self) -> dict[str, Any]:
-        """JSON-able hyper-parameters that, with the model, rebuild an unfitted detector."""
+    @classmethod
+    def param_names(cls) -> list[str]:
+        """The names of the parameters: keyword-only ``__init__`` arguments that are not runtime
+        options or further models."""
+        skip = {*cls.runtime_params, *cls.extra_models}
+        return [
+            name
+            for name, p in inspect.signature(cls.__init__).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in skip
+        ]
+
+    def get_params(self) -> dict[str, Any]:
+        """JSON-able hyper-parameters that, with the model(s), rebuild an unfitted detector."""
+        return {name: getattr(self, name) for name in self.param_names()}
 
     def state(self) -> dict[str, Any]:
         """Learned state (tensors and plain values); empty for detectors that learn nothing."""
@@ -74,6 +102,12 @@ class Detector(ABC):
     def _check(self, images: Tensor | np.ndarray) -> Tensor:
         """Validate inputs against the model's declared input kind and shape (images when no model)."""
         return check_model_input(images, self.model)
+
+    def _require_model(self, what: str) -> RoseModel:
+        """The detector's generative model; a ``RoseError`` saying ``what`` needs one when there is none."""
+        if self.model is None:
+            raise RoseError(f"{what} needs a generative model")
+        return self.model
 
     def _require_images(self) -> None:
         """Refuse a model whose inputs are not images (for methods built on image perturbations/codecs)."""
@@ -141,7 +175,7 @@ class Detector(ABC):
             {
                 "format": DETECTOR_FORMAT,
                 "method": self.method,
-                "params": self.params(),
+                "params": self.get_params(),
                 "state": share_equal_tensors(self.state()),
                 "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
@@ -151,33 +185,65 @@ class Detector(ABC):
         distributed.barrier()
 
     @classmethod
-    def load(cls, path: str | Path, model: RoseModel | None) -> Detector:
-        """Load a saved detector for ``model``; refuses a file fitted on a different model."""
-        from roseood.detectors import DETECTORS
+    def describe(cls) -> str:
+        """What this kind of detector is called in messages: ``a 'rose' detector``."""
+        return f"a {cls.method!r} detector"
 
+    def layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
+        """Raw per-layer scores ``(N, layers)``, for detectors with ``layerwise``."""
+        raise RoseError(f"the {self.method} detector has no layer-wise scores")
+
+    @classmethod
+    def load(cls, path: str | Path, model: Any = None, **extra_models: Any) -> Detector:
+        """Load a saved detector for ``model`` (an ensemble: its members' models, in order) and the
+        further models its kind needs (``extra_models``, e.g. ``background=``); refuses a file fitted on
+        other models. The file's method name is looked up in ``DETECTORS``, never imported. Loading through
+        the detector's own class (``LikelihoodRatio.load``) requires its further models; the generic
+        ``Detector.load`` leaves them to be attached later (scoring refuses until they are)."""
         obj = safe_load(path, DETECTOR_FORMAT)
         method = obj.get("method")
-        if method == "ensemble" and cls is Detector:  # its members need their models: ``model`` is one
-            from roseood.detectors.ensemble import Ensemble
-
-            return Ensemble.load(path, model)
-        if method not in DETECTORS:
+        if not isinstance(method, str) or method not in DETECTORS:
             raise CheckpointError(f"{path}: unknown detector method {method!r}")
-        if cls is not Detector and method != cls.method:
-            raise CheckpointError(f"{path}: holds a {method!r} detector, not {cls.method!r}")
+        found = DETECTORS[method]
+        if not issubclass(found, cls):
+            raise CheckpointError(f"{path}: holds a {method!r} detector, not {cls.describe()}")
+        extra = {k: extra_models.get(k) for k in found.extra_models}
+        if cls is found and (missing := [k for k, m in extra.items() if m is None]):
+            raise CheckpointError(f"{path}: a {method} detector needs its {missing[0]} model ({missing[0]}=)")
+        return found.from_file(obj, path, model, **{k: m for k, m in extra.items() if m is not None})
+
+    @classmethod
+    def from_file(cls, obj: Mapping[str, Any], path: str | Path, model: Any, **extra_models: Any) -> Detector:
+        """Rebuild this kind of detector from a loaded file's contents ``obj`` (see ``load``)."""
+        if isinstance(model, list | tuple):
+            if len(model) != 1:
+                raise CheckpointError(
+                    f"{path}: holds one {cls.method} detector, not an ensemble; it takes one model, "
+                    f"got {len(model)}"
+                )
+            model = model[0]
         expected = obj.get("model_fingerprint")
         if expected is not None:
             if model is None:
-                raise CheckpointError(f"{path}: this {method} detector needs the model it was fitted on")
+                raise CheckpointError(f"{path}: this {cls.method} detector needs the model it was fitted on")
             actual = model_fingerprint(model)
             if actual != expected:
                 raise CheckpointError(
                     f"{path}: fitted on model {expected}, but the given model is {actual}; "
                     "refit the detector for this model"
                 )
-        return DETECTORS[method](model, **obj["params"])._restore(obj, path)
+        params = obj.get("params")
+        if not isinstance(params, dict):
+            raise CheckpointError(f"{path}: its detector parameters are not a mapping ({params!r})")
+        if unknown := sorted(set(params) - set(cls.param_names())):
+            raise CheckpointError(f"{path}: the {cls.method} detector has no parameter {', '.join(unknown)}")
+        try:
+            det = cls(model, **params, **extra_models)
+        except RoseError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
+        return det._restore(obj, path)
 
-    def _restore(self, obj: dict[str, Any], path: str | Path) -> Self:
+    def _restore(self, obj: Mapping[str, Any], path: str | Path) -> Self:
         """Set the learned state and threshold of a loaded file (``obj``: its contents) on this detector."""
         try:
             self.load_state(obj["state"])
@@ -186,6 +252,51 @@ class Detector(ABC):
         self.threshold_ = obj.get("threshold")
         self.fitted_ = True
         return self
+
+
+class Method(NamedTuple):
+    """A named detection method (``rose evaluate --methods``): a detector class and its preset keywords."""
+
+    cls: type[Detector]
+    kwargs: dict[str, Any]
+
+
+DETECTORS: Registry[str, type[Detector]] = Registry("detector")  # a file's ``method`` → its class
+METHODS: Registry[str, Method] = Registry("method")  # the names users pick methods by
+
+
+def register_detector(cls: type[Detector], methods: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Register a detector class under its ``method`` name and the user-facing ``methods`` it offers
+    (name → preset keyword arguments; default: its ``method`` name with no presets)."""
+    DETECTORS.register(cls.method, cls)
+    for name, kwargs in (methods if methods is not None else {cls.method: {}}).items():
+        METHODS.register(name, Method(cls, dict(kwargs)))
+
+
+def make_detector(method: str, model: Any, **overrides: Any) -> Detector:
+    """Build an unfitted detector from a method name of ``METHODS``."""
+    cls, kwargs = METHODS.get(method)
+    return cls(model, **(kwargs | overrides))
+
+
+def method_params(method: str, **overrides: Any) -> dict[str, Any]:
+    """The parameters ``make_detector(method, model, **overrides)`` builds with, defaults filled in, and
+    the further models it takes: what identifies an unfitted detector (for cache keys), found without
+    building one."""
+    cls, kwargs = METHODS.get(method)
+    try:
+        bound = inspect.signature(cls).bind_partial(**(kwargs | overrides))
+    except TypeError as exc:
+        raise RoseError(f"{method}: {exc}") from None
+    bound.apply_defaults()
+    keep = {*cls.param_names(), *cls.extra_models}
+    return {k: v for k, v in bound.arguments.items() if k in keep}
+
+
+def load_detector(path: str | Path, model: Any, **extra_models: Any) -> Detector:
+    """Load any saved detector (``Detector.load``): ``model`` is its model, or for an ensemble the list of
+    its members' models; ``extra_models`` are given to detectors that declare them (e.g. ``background``)."""
+    return Detector.load(path, model, **extra_models)
 
 
 def held_out_count(n: int, held_out: int | float) -> int:

@@ -11,7 +11,7 @@ A saved ensemble holds every member's state and its model's fingerprint:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -19,12 +19,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.detectors.base import DETECTOR_FORMAT, Detector, held_out_count
-from roseood.detectors.likelihood_ratio import LikelihoodRatio
+from roseood.detectors.base import DETECTORS, Detector, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
-from roseood.serialization import safe_load
 from roseood.validation import check_float
 
 COMBINATIONS = ("mean", "max")
@@ -34,6 +32,10 @@ class Ensemble(Detector):
     """Mean (or max) of the members' scores, each z-normalised on held-out in-distribution inputs."""
 
     method = "ensemble"
+
+    @classmethod
+    def describe(cls) -> str:
+        return "an ensemble"
 
     def __init__(
         self,
@@ -52,9 +54,10 @@ class Ensemble(Detector):
                 raise RoseError(f"ensemble members must be detectors (not ensembles), got {type(m).__name__}")
             if not isinstance(m.model, RoseModel):
                 raise RoseError(f"ensemble member {m.method} has no generative model to fingerprint")
-            if isinstance(m, LikelihoodRatio):
+            if m.extra_models:
                 raise RoseError(
-                    "the likelihood ratio needs a background model; it cannot be an ensemble member"
+                    f"the {m.method} detector needs its {' and '.join(m.extra_models)} model; "
+                    "it cannot be an ensemble member"
                 )
             models.append(m.model)
         inputs = {(model.input_kind, model.input_shape) for model in models}
@@ -74,12 +77,13 @@ class Ensemble(Detector):
         self.mean_: np.ndarray | None = None  # (members,) score mean and std on the held-out inputs
         self.std_: np.ndarray | None = None
 
-    def params(self) -> dict[str, Any]:
-        return {
-            "combine": self.combine,
-            "held_out_fraction": self.held_out_fraction,
-            "members": [{"method": m.method, "params": m.params()} for m in self.members],
-        }
+    def get_params(self) -> dict[str, Any]:
+        """``combine``, ``held_out_fraction`` and each member's method and parameters."""
+        members = [{"method": m.method, "params": m.get_params()} for m in self.members]
+        return super().get_params() | {"members": members}
+
+    def _collect_fit_warnings(self) -> None:
+        self.fit_warnings_ = [f"member {i}: {w}" for i, m in enumerate(self.members) for w in m.fit_warnings_]
 
     def fit(self, images: Tensor | np.ndarray, held_out: Tensor | np.ndarray | None = None) -> Self:
         """Fit every member on ``images`` with ``held_out`` (default: the last ``held_out_fraction`` of
@@ -109,6 +113,7 @@ class Ensemble(Detector):
                 f"{held.shape[0]} held-out inputs, so they cannot be put on one scale"
             )
         self.mean_, self.std_ = mean, std
+        self._collect_fit_warnings()
         self.fitted_ = True
         return self
 
@@ -146,17 +151,24 @@ class Ensemble(Detector):
             m.load_state(s)
             m.fitted_ = True
         self.mean_, self.std_ = state["mean"].numpy(), state["std"].numpy()
+        self._collect_fit_warnings()
 
     @classmethod
     def load(
-        cls, path: str | Path, model: RoseModel | None = None, *, models: Sequence[RoseModel] | None = None
+        cls,
+        path: str | Path,
+        model: Any = None,
+        *,
+        models: Sequence[RoseModel] | None = None,
+        **extra_models: Any,
     ) -> Detector:
         """Load a saved ensemble for ``models`` (the members' models, in order; ``model`` alone stands for
         an ensemble of one); refuses models other than the ones it was fitted on."""
-        obj = safe_load(path, DETECTOR_FORMAT)
-        if obj.get("method") != cls.method:
-            raise CheckpointError(f"{path}: holds a {obj.get('method')!r} detector, not an ensemble")
-        given = list(models) if models is not None else [model] if model is not None else []
+        return super().load(path, list(models) if models is not None else model, **extra_models)
+
+    @classmethod
+    def from_file(cls, obj: Mapping[str, Any], path: str | Path, model: Any, **extra_models: Any) -> Detector:
+        given = list(model) if isinstance(model, list | tuple) else [model] if model is not None else []
         try:
             specs, state = obj["params"]["members"], obj["state"]
             expected = state["fingerprints"]
@@ -171,10 +183,13 @@ class Ensemble(Detector):
                 raise CheckpointError(
                     f"{path}: member {i} was fitted on model {fp}, but the given one is {actual}"
                 )
-        from roseood.detectors import DETECTORS
-
-        try:
-            members = [DETECTORS[s["method"]](m, **s["params"]) for m, s in zip(given, specs, strict=True)]
-        except KeyError as exc:
-            raise CheckpointError(f"{path}: unknown ensemble member method {exc}") from None
+        members = []
+        for m, spec in zip(given, specs, strict=True):
+            method = spec.get("method") if isinstance(spec, dict) else None
+            if not isinstance(method, str) or method not in DETECTORS or DETECTORS[method] is cls:
+                raise CheckpointError(f"{path}: unknown ensemble member method {method!r}")
+            members.append(DETECTORS[method](m, **spec["params"]))
         return cls(members, **{k: v for k, v in obj["params"].items() if k != "members"})._restore(obj, path)
+
+
+register_detector(Ensemble, {})

@@ -13,16 +13,15 @@ reproduced exactly.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.compression import CODECS, compressed_bits, to_uint8
 from roseood.detectors.nll import model_nll
-from roseood.errors import RoseError
 from roseood.models.base import RoseModel
+from roseood.validation import check_choice, check_int
 
 
 class InputComplexity(Detector):
@@ -40,19 +39,10 @@ class InputComplexity(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if model is None:
-            raise RoseError("Input Complexity needs a generative model")
-        if compressor not in CODECS:
-            raise RoseError(f"unknown compressor {compressor!r}; choose from {', '.join(CODECS)}")
-        if k < 1:
-            raise RoseError(f"k must be ≥ 1, got {k}")
-        self.model: RoseModel = model
+        self.model: RoseModel = self._require_model("Input Complexity")
         self._require_images()
-        self.compressor = compressor
-        self.k = k
-
-    def params(self) -> dict[str, Any]:
-        return {"compressor": self.compressor, "k": self.k, "batch_size": self.batch_size}
+        self.compressor = check_choice(compressor, CODECS, "compressor")
+        self.k = check_int(k, "k")
 
     def _fit(self, x: Tensor) -> None:
         """Nothing to learn: the model is trained and the compressor fixed."""
@@ -64,3 +54,6 @@ class InputComplexity(Detector):
     def _score(self, x: Tensor) -> Tensor:
         nll = model_nll(self.model, x, k=self.k, batch_size=self.batch_size, progress=self.progress)
         return nll.double() / math.log(2.0) - self.complexity(x)
+
+
+register_detector(InputComplexity, {f"ic-{codec}": {"compressor": codec} for codec in ("png", "jp2")})

@@ -14,16 +14,16 @@ from the generic ``Detector.load``, which refuses to score until it has one).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.nll import model_nll
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
+from roseood.validation import check_int
 
 
 def _describe(shape: tuple[int, ...] | None) -> str:
@@ -35,6 +35,7 @@ class LikelihoodRatio(Detector):
     """OOD score ``NLL_main − NLL_background`` (higher = more OOD); ``k``: IWAE samples for VAEs."""
 
     method = "lratio"
+    extra_models = ("background",)
 
     def __init__(
         self,
@@ -46,13 +47,9 @@ class LikelihoodRatio(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if model is None:
-            raise RoseError("the likelihood ratio needs a generative model")
-        if k < 1:
-            raise RoseError(f"k must be ≥ 1, got {k}")
-        self.model: RoseModel = model
+        self.model: RoseModel = self._require_model("the likelihood ratio")
         self._require_images()
-        self.k = k
+        self.k = check_int(k, "k")
         self.background: RoseModel | None = None
         self._background_fingerprint: str | None = None
         if background is not None:
@@ -85,9 +82,6 @@ class LikelihoodRatio(Detector):
             )
         return self.background
 
-    def params(self) -> dict[str, Any]:
-        return {"k": self.k, "batch_size": self.batch_size}
-
     def state(self) -> dict[str, Any]:
         return {"background_fingerprint": model_fingerprint(self._require_background())}
 
@@ -95,18 +89,6 @@ class LikelihoodRatio(Detector):
         self._background_fingerprint = state["background_fingerprint"]
         if self.background is not None:
             self.set_background(self.background)
-
-    @classmethod
-    def load(cls, path: str | Path, model: RoseModel | None, background: RoseModel | None = None) -> Detector:
-        """Load a saved detector for ``model`` and its ``background`` model (both checked by fingerprint)."""
-        det = super().load(path, model)
-        if background is None:
-            raise CheckpointError(
-                f"{path}: a likelihood-ratio detector needs its background model (background=)"
-            )
-        assert isinstance(det, LikelihoodRatio)
-        det.set_background(background)
-        return det
 
     def _fit(self, x: Tensor) -> None:
         """Both models are trained beforehand; fitting only checks that the background is there."""
@@ -116,3 +98,6 @@ class LikelihoodRatio(Detector):
         background = self._require_background()
         opts: dict[str, Any] = {"k": self.k, "batch_size": self.batch_size, "progress": self.progress}
         return model_nll(self.model, x, **opts) - model_nll(background, x, **opts)
+
+
+register_detector(LikelihoodRatio)

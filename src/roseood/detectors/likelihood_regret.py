@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from roseood.data.tensors import iter_batches
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.errors import DataError, RoseError
-from roseood.models.base import GenerativeModel
+from roseood.models.base import GenerativeModel, is_latent_model
 from roseood.models.vae import VAE
 
 Params = dict[str, Tensor]
@@ -108,7 +108,7 @@ class LikelihoodRegret(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if not isinstance(model, VAE):
+        if not is_latent_model(model):
             found = "no model" if model is None else f"a {getattr(model, 'kind', type(model).__name__)}"
             raise RoseError(f"Likelihood Regret needs a VAE (it fine-tunes the encoder), got {found}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
@@ -119,24 +119,13 @@ class LikelihoodRegret(Detector):
             raise RoseError(f"betas must be two numbers in [0, 1), got {betas!r}")
         if batch_size < 1:
             raise RoseError(f"batch_size must be ≥ 1, got {batch_size}")
-        self.model: VAE = model
+        self.model: VAE = cast(VAE, model)  # the IWAE and encoder parts of LatentModel, typed as the VAE
         self.steps = steps
         self.lr = lr
-        self.betas = (float(betas[0]), float(betas[1]))
+        self.betas = [float(betas[0]), float(betas[1])]
         self.weight_decay = weight_decay
         self.k = k
         self.sample = sample
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "lr": self.lr,
-            "betas": list(self.betas),
-            "weight_decay": self.weight_decay,
-            "k": self.k,
-            "sample": self.sample,
-            "batch_size": self.batch_size,
-        }
 
     def _fit(self, x: Tensor) -> None:
         """Likelihood Regret learns nothing from in-distribution data."""
@@ -180,7 +169,7 @@ class LikelihoodRegret(Detector):
                     exp_avg_sq,
                     step,
                     lr=self.lr,
-                    betas=self.betas,
+                    betas=(self.betas[0], self.betas[1]),
                     weight_decay=self.weight_decay,
                 )
         return params
@@ -199,3 +188,6 @@ class LikelihoodRegret(Detector):
     def _score(self, x: Tensor) -> Tensor:
         desc = "Likelihood Regret" if self.progress else None
         return torch.cat([self.regret(batch).cpu() for batch in iter_batches(x, self.batch_size, desc)])
+
+
+register_detector(LikelihoodRegret)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import torch
 from torch import Tensor
 
 from roseood.data.tensors import iter_batches
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.errors import RoseError
-from roseood.models.base import RoseModel
-from roseood.models.vae import VAE
+from roseood.models.base import LatentModel, RoseModel, is_latent_model
 
 
 class NLL(Detector):
@@ -23,15 +22,10 @@ class NLL(Detector):
         self, model: RoseModel | None, *, k: int = 1, batch_size: int = 64, progress: bool | None = None
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if model is None:
-            raise RoseError("the NLL score needs a generative model")
-        if k > 1 and not isinstance(model, VAE):
-            raise RoseError("IWAE (k > 1) applies to VAEs only; the Glow likelihood is exact")
-        self.model: RoseModel = model
+        self.model: RoseModel = self._require_model("the NLL score")
+        if k > 1 and not is_latent_model(model):
+            raise RoseError("IWAE (k > 1) applies to latent-variable models (VAEs) only; Glow's is exact")
         self.k = k
-
-    def params(self) -> dict[str, Any]:
-        return {"k": self.k, "batch_size": self.batch_size}
 
     def _fit(self, x: Tensor) -> None:
         """The likelihood needs no fitting."""
@@ -45,8 +39,8 @@ class NLL(Detector):
                 b = batch.to(self.device)
                 out.append(
                     (
-                        self.model.iwae_nll(b, self.k)
-                        if isinstance(self.model, VAE) and self.k > 1
+                        cast(LatentModel, self.model).iwae_nll(b, self.k)
+                        if is_latent_model(self.model) and self.k > 1
                         else self.model.nll(b)
                     ).cpu()
                 )
@@ -58,5 +52,8 @@ class NLL(Detector):
 
 def model_nll(model: RoseModel, x: Tensor, *, k: int, batch_size: int, progress: bool) -> Tensor:
     """Per-image NLL in nats on CPU: IWAE with ``k`` samples for a VAE, the exact likelihood otherwise."""
-    k = k if isinstance(model, VAE) else 1
+    k = k if is_latent_model(model) else 1
     return NLL(model, k=k, batch_size=batch_size, progress=progress).nll(x)
+
+
+register_detector(NLL, {"nll": {"k": 1}, "nll-iwae": {"k": 20}})

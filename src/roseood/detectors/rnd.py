@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from roseood.data.perturbations import make_perturbation
 from roseood.data.tensors import iter_batches
-from roseood.detectors.base import Detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.errors import DataError, RoseError
 from roseood.models.base import RoseModel
 from roseood.progress import progress as progress_bar
@@ -105,18 +105,6 @@ class RND(Detector):
     def device(self) -> torch.device:
         return self._device
 
-    def params(self) -> dict[str, Any]:
-        return {
-            "perturbation": self.perturbation,
-            "epochs": self.epochs,
-            "lr": self.lr,
-            "width": self.width,
-            "out_dim": self.out_dim,
-            "extra": self.extra,
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-        }
-
     def _build(self, in_channels: int, image_size: int) -> None:
         """Create the predictor and the two targets, initialised from ``seed`` (global RNG left intact)."""
         with torch.random.fork_rng(devices=[]):
@@ -192,3 +180,17 @@ class RND(Detector):
         self.targets_[1].load_state_dict(state["target1"])
         self.predictor_.eval()
         self.losses_ = list(state.get("losses", []))
+
+
+register_detector(
+    RND,
+    {
+        f"rnd-{name}": {"perturbation": perturbation}
+        for name, perturbation in (
+            ("svd", "svd:28"),
+            ("dct", "dct:28"),
+            ("gb", "gb"),
+            ("random", "random:0.2"),
+        )
+    },
+)

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from roseood import distributed
 from roseood.curvature import (
+    FISHERS,
     FactorCache,
     Fisher,
     GradientStore,
@@ -36,7 +37,7 @@ from roseood.detectors.aggregation import (
     make_aggregation,
     tie_problem,
 )
-from roseood.detectors.base import Detector, held_out_count
+from roseood.detectors.base import Detector, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
@@ -65,6 +66,10 @@ class ROSE(Detector):
     """
 
     method = "rose"
+    keeps_held_out = True  # layer statistics come from the held-out images
+    layerwise = True
+    reports_fit_warnings = True
+    runtime_params = ("progress", "loss_fn")
     grad_cache_bytes: int = 2**29
     """Memory the first Fisher pass may keep its layer gradients in for EKFAC's second pass, which then
     skips the model for those batches (0: always recompute; the kept gradients add to the peak memory)."""
@@ -101,7 +106,7 @@ class ROSE(Detector):
             raise RoseError(f"stats_fraction must lie in (0, 1), got {stats_fraction}")
         coords = type(make_fisher(fisher)).coords  # validates the name early
         self.model: RoseModel = model
-        self.fisher_kind = fisher
+        self.fisher = fisher
         self.layer_spec = layers
         self.layers = layers if isinstance(layers, list) else model.rose_layers(layers)
         self.damping = damping
@@ -116,21 +121,6 @@ class ROSE(Detector):
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
-        self.fit_warnings_: list[str] = []
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "fisher": self.fisher_kind,
-            "layers": self.layers,
-            "damping": self.damping,
-            "beta": self.beta,
-            "p": self.p,
-            "stats_fraction": self.stats_fraction,
-            "stochastic": self.stochastic,
-            "aggregate": self.aggregate,
-            "adjust": self.adjust,
-            "batch_size": self.batch_size,
-        }
 
     def _layer_grads(self, x: Tensor) -> tuple[dict[str, Any], Tensor]:
         """Per-sample gradients of the chosen layers and the per-sample loss they differentiate."""
@@ -185,13 +175,13 @@ class ROSE(Detector):
         before each pass ends, and rank 0's eigendecompositions are shared with every process. With a
         deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
         instead of running the model again."""
-        self.fishers_ = {name: make_fisher(self.fisher_kind, self.damping) for name in self.layers}
+        self.fishers_ = {name: make_fisher(self.fisher, self.damping) for name in self.layers}
         passes = next(iter(self.fishers_.values())).passes
         distributed.check_enough(x.shape[0], "Fisher images")
         x = x[distributed.shard(x.shape[0])]
         store = GradientStore(self.grad_cache_bytes if passes > 1 and not self.stochastic else 0)
         for pass_index in range(passes):
-            desc = f"ROSE-{self.fisher_kind} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
+            desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             for i, batch in enumerate(iter_batches(x, self.batch_size, desc)):
                 grads = store.get(i, pass_index, batch, lambda b: self._layer_grads(b)[0])
                 for name, g in grads.items():
@@ -222,7 +212,7 @@ class ROSE(Detector):
 
     def _warn(self, messages: list[str]) -> list[str]:
         for message in messages:
-            warnings.warn(f"ROSE-{self.fisher_kind}: {message}", DegenerateFitWarning, stacklevel=4)
+            warnings.warn(f"ROSE-{self.fisher}: {message}", DegenerateFitWarning, stacklevel=4)
         return messages
 
     def layer_scores(self, images: Tensor | np.ndarray, desc: str = "ROSE scoring") -> Tensor:
@@ -280,7 +270,7 @@ class ROSE(Detector):
             )
         self.fishers_ = {}
         for name, fs in state["fishers"].items():
-            f = make_fisher(self.fisher_kind, self.damping)
+            f = make_fisher(self.fisher, self.damping)
             f.load_state(fs)
             self.fishers_[name] = f
         self.mean_, self.std_ = state["mean"], state["std"]
@@ -289,3 +279,6 @@ class ROSE(Detector):
         if self.adjust != "none":
             self.trend_.load_state(state.get("trend", {}), len(self.layers))
         self.fit_warnings_ = list(state.get("fit_warnings", []))
+
+
+register_detector(ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())})

@@ -13,9 +13,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from roseood.evaluation.cache import ResultCache
-from roseood.evaluation.evaluate import EvalSpec, evaluate, fit_detector, load_fit_images
+from roseood.evaluation.evaluate import (
+    EvalSpec,
+    FittedDetector,
+    evaluate,
+    fit_calibrated,
+    fit_detector,
+    load_fit_images,
+)
 from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
+from roseood.evaluation.scoring import score_rows, write_scores
 
 if TYPE_CHECKING:
     from roseood.evaluation.report import write_across_report, write_index, write_report
@@ -35,15 +43,19 @@ __all__ = [
     "AcrossModels",
     "EvalSpec",
     "EvaluationResult",
+    "FittedDetector",
     "ResultCache",
     "evaluate",
+    "fit_calibrated",
     "fit_detector",
     "fpr_at_tpr",
     "load_fit_images",
     "metric_intervals",
     "ood_metrics",
     "roc_points",
+    "score_rows",
     "write_across_report",
     "write_index",
     "write_report",
+    "write_scores",
 ]

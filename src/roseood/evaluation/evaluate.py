@@ -17,15 +17,7 @@ import torch
 
 from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images, take
-from roseood.detectors import (
-    METHODS,
-    ROSE,
-    Detector,
-    Ensemble,
-    LikelihoodRatio,
-    make_detector,
-    method_params,
-)
+from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method_params
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
@@ -216,6 +208,29 @@ def fit_detector(
     return det.fit(fit.images[:n_fisher], held_out=held_out)
 
 
+@dataclass(frozen=True)
+class FittedDetector:
+    """A detector fitted and calibrated by ``fit_calibrated``, with the images it saw."""
+
+    detector: Detector
+    fit: ImageSet
+    held_out: int  # the last ``held_out`` images of ``fit``: layer statistics and the threshold's sample
+
+
+def fit_calibrated(
+    method: str, model: RoseModel | list[RoseModel], spec: EvalSpec, tpr: float = 0.95, progress: bool = True
+) -> FittedDetector:
+    """Fit ``method`` on the spec's fit images (``fit_samples`` + ``stats_samples``) and set its
+    threshold so that a fraction ``tpr`` of the held-out images counts as in-distribution: what
+    ``rose fit`` saves. A list of models: an ensemble of the method on each."""
+    models = model if isinstance(model, list) else [model]
+    fit = load_fit_images(spec, models[0])
+    det = fit_detector(method, model, fit, spec, progress=progress)
+    held_out = fit.images[fisher_count(spec, len(fit)) :]
+    det.calibrate(held_out, tpr=tpr)
+    return FittedDetector(det, fit, len(held_out))
+
+
 def detector_params(method: str, spec: EvalSpec) -> dict[str, Any]:
     """The method's detector settings, defaults filled in, models as fingerprints: JSON-able."""
     params = method_params(method, batch_size=spec.batch_size, **spec.detector_kwargs.get(method, {}))
@@ -248,13 +263,9 @@ class _MethodRun:
         return fit_detector(self.method, self.model, self.fit, self.spec, self.progress)
 
     def _load(self, path: Path) -> Detector:
-        if isinstance(self.model, list):
-            return Ensemble.load(path, models=self.model)
-        det = Detector.load(path, self.model)
-        background = self.spec.detector_kwargs.get(self.method, {}).get("background")
-        if isinstance(det, LikelihoodRatio) and background is not None:
-            det.set_background(background)
-        return det
+        kwargs = self.spec.detector_kwargs.get(self.method, {})
+        extra = {name: kwargs.get(name) for name in METHODS[self.method].cls.extra_models}
+        return Detector.load(path, self.model, **extra)
 
     def score(self, images: np.ndarray) -> tuple[np.ndarray, float]:
         """Scores of ``images`` (per layer with ``spec.layerwise``) and the seconds they took (cached: the
@@ -265,9 +276,7 @@ class _MethodRun:
             det = self.detector()
             torch.manual_seed(self.spec.seed)
             t0 = time.perf_counter()
-            values = (
-                det.layer_scores(images).numpy() if isinstance(det, ROSE) and layerwise else det.score(images)
-            )
+            values = det.layer_scores(images).numpy() if layerwise else det.score(images)
             return np.append(values, time.perf_counter() - t0)
 
         if self.cache is None:
@@ -279,20 +288,11 @@ class _MethodRun:
         return values, float(out[-1])
 
     def fit_warnings(self) -> list[str]:
-        """A ROSE detector's degenerate-fit warnings (kept in its saved state, so cached runs have them);
-        an ensemble's, per member."""
-        if not issubclass(METHODS[self.method][0], ROSE):
+        """The detector's degenerate-fit warnings (kept in its saved state, so cached runs have them; an
+        ensemble's, per member), for detectors that report them (others are not even loaded)."""
+        if not METHODS[self.method].cls.reports_fit_warnings:
             return []
-        det = self.detector()
-        if isinstance(det, Ensemble):
-            return [
-                f"member {i}: {w}"
-                for i, m in enumerate(det.members)
-                if isinstance(m, ROSE)
-                for w in m.fit_warnings_
-            ]
-        assert isinstance(det, ROSE)
-        return det.fit_warnings_
+        return self.detector().fit_warnings_
 
 
 def evaluate(
@@ -315,7 +315,7 @@ def evaluate(
     unknown = [m for m in spec.methods if m not in METHODS]
     if unknown:
         raise RoseError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
-    if spec.layerwise and not all(METHODS[m][0] is ROSE for m in spec.methods):
+    if spec.layerwise and not all(METHODS[m].cls.layerwise for m in spec.methods):
         raise RoseError("layer-wise scores exist for ROSE methods only")
     models = model if isinstance(model, list) else [model]
     if not models:

@@ -1,9 +1,15 @@
-"""Models ROSE can analyse: the paper's VAE and Glow, a PixelCNN, the Figure 6 classifiers, any module through
+"""Models ROSE can analyse: the paper's VAE and Glow, a PixelCNN, any module through
 ``wrap``, the family registry, plus checkpoint I/O."""
 
 from roseood.models.base import GenerativeModel, RoseModel
-from roseood.models.checkpoint import load_checkpoint, load_model, load_weights, model_fingerprint, save_model
-from roseood.models.classifier import Classifier, train_classifier
+from roseood.models.checkpoint import (
+    load_checkpoint,
+    load_model,
+    load_weights,
+    model_fingerprint,
+    open_model,
+    save_model,
+)
 from roseood.models.families import FAMILIES, ModelFamily, get_family, register_family
 from roseood.models.glow import Glow
 from roseood.models.pixelcnn import PixelCNN
@@ -14,7 +20,6 @@ from roseood.models.wrap import WrappedModel, wrap
 __all__ = [
     "FAMILIES",
     "VAE",
-    "Classifier",
     "GenerativeModel",
     "Glow",
     "ModelFamily",
@@ -28,8 +33,8 @@ __all__ = [
     "load_model",
     "load_weights",
     "model_fingerprint",
+    "open_model",
     "register_family",
     "save_model",
-    "train_classifier",
     "wrap",
 ]

@@ -90,6 +90,25 @@ def input_dims(model: RoseModel) -> int:
     return math.prod(model.input_shape or (1,))
 
 
+@runtime_checkable
+class LatentModel(Protocol):
+    """A model with an encoder q(z|x) and a decoder: it offers the importance-weighted NLL (IWAE) and
+    the parts Likelihood Regret fine-tunes (the paper's VAE is one)."""
+
+    encoder: nn.Module
+    decoder: nn.Module
+    nz: int
+
+    def iwae_nll(self, x: Tensor, k: int) -> Tensor: ...
+
+    def reconstruction_nll(self, logits: Tensor, x: Tensor) -> Tensor: ...
+
+
+def is_latent_model(model: object) -> bool:
+    """Whether ``model`` offers the IWAE NLL and an encoder to fine-tune (``LatentModel``)."""
+    return isinstance(model, LatentModel)
+
+
 class GenerativeModel(nn.Module, ABC):
     """A likelihood model on images ``x`` of shape (N, C, H, W) with values in [0, 1].
 

@@ -73,7 +73,7 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     elif kind in FAMILIES:
         try:
             check_model_config(obj["config"], f"{kind} config")
-            model = FAMILIES[kind].cls(**obj["config"])
+            model = FAMILIES[str(kind)].cls(**obj["config"])
         except (TypeError, KeyError, ValueError, AttributeError, RoseError) as exc:
             raise CheckpointError(
                 f"{path}: cannot build a {kind} from its stored config ({_first_line(exc)})"
@@ -107,3 +107,18 @@ def model_fingerprint(model: RoseModel) -> str:
     """Content hash of a model's weights; detectors store it to refuse being used with another model."""
     assert isinstance(model, nn.Module)
     return fingerprint(model.state_dict())
+
+
+def open_model(path: str | Path | None = None, model_module: str | None = None) -> RoseModel:
+    """The model a user names: a checkpoint ``path``, user code ``model_module`` ("file.py:factory"), or
+    both (the code builds the model, ``path`` holds its weights: a roseood checkpoint or a plain
+    ``state_dict`` file). Eval mode, on the CPU."""
+    from roseood.models.user import load_factory
+
+    if model_module is None and path is None:
+        raise RoseError("name the model: --model CHECKPOINT and/or --model-module FILE.py:FACTORY")
+    if model_module is None:
+        assert path is not None
+        return load_model(path)
+    model = load_factory(model_module)
+    return load_weights(model, path) if path is not None else model

@@ -15,10 +15,10 @@ from typing import Any
 
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
-from roseood.models.classifier import Classifier
 from roseood.models.glow import Glow
 from roseood.models.pixelcnn import PixelCNN
 from roseood.models.vae import VAE
+from roseood.registry import Registry
 from roseood.validation import count
 
 
@@ -52,7 +52,7 @@ class ModelFamily:
         return self.cls(in_channels=in_channels, **config)
 
 
-FAMILIES: dict[str, ModelFamily] = {}
+FAMILIES: Registry[str, ModelFamily] = Registry("model kind")
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
@@ -61,15 +61,12 @@ def register_family(family: ModelFamily) -> ModelFamily:
         raise RoseError(
             f"family {family.name!r}: its class {family.cls.__name__} has kind {family.cls.kind!r}"
         )
-    FAMILIES[family.name] = family
-    return family
+    return FAMILIES.register(family.name, family, replace=True)
 
 
 def get_family(name: str) -> ModelFamily:
     """The registered family ``name``, or a ``RoseError`` listing the known ones."""
-    if name not in FAMILIES:
-        raise RoseError(f"unknown model kind {name!r}; known: {', '.join(sorted(FAMILIES))}")
-    return FAMILIES[name]
+    return FAMILIES.get(name)
 
 
 def _vae_arguments(p: argparse.ArgumentParser) -> None:
@@ -122,4 +119,3 @@ register_family(
         help="PixelCNN, not in the paper (masked convs, 256-way softmax; Adam 1e-3 halved every 10 epochs)",
     )
 )
-register_family(ModelFamily("classifier", Classifier, trainable=False, help="Figure 6 classifiers"))

@@ -195,7 +195,7 @@ class PixelCNN(GenerativeModel):
         ``first``: the input layer's convs; ``last``: the two output convs (the softmax's own features);
         ``body``: the later layers. Gated only, ``vertical`` (its default): the vertical stack's convs,
         the context from the rows above rather than the left neighbours' local texture, which the
-        paper's Appendix D finds dominates the likelihood (benchmarks/README.md has the comparison)."""
+        paper's Appendix D finds dominates the likelihood (docs/results.md has the comparison)."""
 
         def convs(name: str) -> list[str]:
             module = self.get_submodule(name)

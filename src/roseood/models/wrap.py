@@ -21,7 +21,10 @@ class WrappedModel(nn.Module):
     ``state_dict`` keys are the module's own (a plain ``module.state_dict()`` file loads into it) and
     moving or switching the wrapper to eval mode acts on the module. ``loss_fn(x)`` is the per-sample
     −log p(x) (or a bound) ROSE differentiates and, by maximum likelihood, the training loss; ``nll``
-    (default: ``loss_fn`` without gradients) is the likelihood score.
+    (default: ``loss_fn`` without gradients) is the likelihood score. ``layers``: module names for ROSE
+    (a list, or named sets ``{"encoder": [...], ...}`` whose first is the default; None: every layer with
+    per-sample gradient support); ``input_shape``: one sample's shape, checked on every input;
+    ``input_kind``: "image" (uint8 or [0, 1] floats, (C, H, W)), "tensor" (floats) or "tokens".
     """
 
     kind = "wrapped"
@@ -124,23 +127,6 @@ class WrappedModel(nn.Module):
         return self.module(x)
 
 
-def wrap(
-    module: nn.Module,
-    loss_fn: LossFn,
-    *,
-    layers: Sequence[str] | dict[str, list[str]] | None = None,
-    nll: LossFn | None = None,
-    input_shape: Sequence[int] | None = None,
-    input_kind: str = "image",
-    name: str | None = None,
-) -> WrappedModel:
-    """Make ``module`` usable by ROSE and every likelihood detector.
-
-    ``loss_fn(x)``: per-sample −log p(x) (or a bound), shape (N,), differentiable; ``layers``: module
-    names for ROSE (a list, or named sets ``{"encoder": [...], ...}`` whose first is the default; None:
-    every layer with per-sample gradient support); ``input_shape``: one sample's shape, checked on every
-    input; ``input_kind``: "image" (uint8 or [0, 1] floats, (C, H, W)), "tensor" (floats) or "tokens".
-    """
-    return WrappedModel(
-        module, loss_fn, layers=layers, nll=nll, input_shape=input_shape, input_kind=input_kind, name=name
-    )
+wrap = WrappedModel
+"""``roseood.wrap(module, loss_fn, *, layers, nll, input_shape, input_kind, name)``: make ``module`` usable
+by ROSE and every likelihood detector (the ``WrappedModel`` constructor, under the name users call)."""

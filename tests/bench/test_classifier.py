@@ -9,19 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from roseood.bench.classifier import ARCHS, Classifier, train_classifier
 from roseood.curvature import LayerGradients
 from roseood.detectors import ROSE
 from roseood.errors import CheckpointError, DataError, RoseError
-from roseood.models import (
-    FAMILIES,
-    Classifier,
-    load_checkpoint,
-    load_model,
-    model_fingerprint,
-    save_model,
-    train_classifier,
-)
-from roseood.models.classifier import ARCHS
+from roseood.models import FAMILIES, load_checkpoint, load_model, model_fingerprint, save_model
 
 
 def _with_running_stats(model: Classifier, channels: int = 1) -> Classifier:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from roseood.data.tensors import as_image_tensor
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel
+from roseood.models.families import ModelFamily, register_family
 from roseood.models.train import run_epochs, start_run
 
 # Standard VGG configurations (Simonyan & Zisserman 2015): convolutions per stage; every stage ends in a
@@ -248,3 +249,6 @@ def train_classifier(
         progress=progress,
     )
     return model.eval(), history
+
+
+register_family(ModelFamily("classifier", Classifier, trainable=False, help="Figure 6 classifiers"))

@@ -1,0 +1,75 @@
+"""The ``rose`` command line: one module per command group; commands parse, call the library and print."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+
+from roseood.cli import bench, detect, evaluate, info, models
+from roseood.cli.common import Parser
+from roseood.errors import RoseError
+
+COMMAND_GROUPS = (models, evaluate, detect, bench, info)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rose`` parser: every command group's sub-commands."""
+    parser = Parser(
+        prog="rose", description="Out-of-distribution detection with deep generative models (ROSE)."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in COMMAND_GROUPS:
+        group.register(sub)
+    return parser
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe (``rose datasets | head``), send the rest of stdout nowhere, so Python's own
+    flush at exit prints no BrokenPipeError either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (tests)
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (2: bad input, 130: interrupted). Under torchrun
+    (``torchrun --nproc-per-node N -m roseood ...``) every process runs it on its share of the work and only
+    rank 0 prints and writes files."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
+        return exc.code if isinstance(exc.code, int) else 2
+    from roseood import distributed
+
+    where = f" (rank {distributed.rank()})" if distributed.launched() else ""
+    joined = not distributed.active()  # leave at the end only a process group this call joined
+    try:
+        distributed.init()
+        where = f" (rank {distributed.rank()})" if distributed.active() else ""
+        with contextlib.ExitStack() as stack:
+            if not distributed.is_main():
+                stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+            args.func(args)
+        if joined:
+            distributed.barrier()  # finish together before leaving the group (see finally)
+    except RoseError as exc:
+        print(f"error{where}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
+    finally:
+        if joined:
+            distributed.shutdown()
+    return 0
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,237 @@
+"""What every ``rose`` command shares: the parser class, option groups, output checks, model loading."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from roseood import validation as v
+from roseood.errors import RoseError
+from roseood.serialization import check_output
+
+if TYPE_CHECKING:
+    from roseood.models.base import RoseModel
+
+MODEL_MODULE_HELP = (
+    "Python code building your model: a function returning roseood.wrap(...) or a GenerativeModel"
+)
+# Options that name files or folders a command reads: an output may never be one of them.
+INPUT_OPTIONS = (
+    "model",
+    "detector",
+    "background",
+    "encoder",
+    "decoder",
+    "data",
+    "in_data",
+    "fit_data",
+    "ood",
+)
+
+
+def csv_list(text: str) -> list[str]:
+    """``a, b,c`` → ``["a", "b", "c"]``."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def cli_names(choices: Iterable[str], what: str) -> Any:
+    """An argparse ``type=`` for a comma-separated list of known names."""
+    return v.cli_type(lambda text, _: list(v.check_names(text, choices, what)), str)
+
+
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to every option's help, except flags and options whose help says what
+    happens when they are unset."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """Shows every option's default in ``--help`` and reports a bad option as one ``error:`` line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def add_overwrite(p: argparse.ArgumentParser, *aliases: str) -> None:
+    p.add_argument("--overwrite", *aliases, action="store_true", help="replace existing output files")
+
+
+def add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
+
+
+def add_data_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data-dir", help="folder of dataset .npz files (unset: $ROSEOOD_DATA or ~/.cache/roseood/data)"
+    )
+
+
+def add_data_args(p: argparse.ArgumentParser, seed: int = 2021) -> None:
+    """Data folder, seed, device and batch size: the options of every command that reads images."""
+    add_data_dir(p)
+    p.add_argument("--seed", type=v.seed, default=seed, help="seed (0 ≤ seed < 2**32) for subsets and noise")
+    add_device(p)
+    p.add_argument("--batch-size", type=v.count, default=64, help="images per forward/backward pass")
+
+
+def add_model_args(p: argparse.ArgumentParser, several: str = "") -> None:
+    """``--model`` (repeatable when ``several`` says what a repeat means) and ``--model-module``."""
+    text = "roseood model checkpoint (with --model-module: its weights)"
+    p.add_argument("--model", action="append" if several else "store", help=f"{text}{several}")
+    p.add_argument("--model-module", metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
+
+
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _input_paths(args: argparse.Namespace) -> Iterator[Path]:
+    """Every file or folder a command reads: path options as given and, for dataset names, their files."""
+    from roseood.data import DATASETS, resolve_data_dir
+
+    for option in INPUT_OPTIONS:
+        value = getattr(args, option, None)
+        items = (
+            value if isinstance(value, list) else csv_list(value) if option == "ood" and value else [value]
+        )
+        for item in (i for i in items if i):
+            yield Path(item)
+            spec = DATASETS.get(item.split(":")[0].strip().lower().replace("-", "_"))
+            if spec is not None:
+                yield from (resolve_data_dir(args.data_dir) / spec.filename(s) for s in spec.splits)
+
+
+def checked_output(
+    args: argparse.Namespace, path: str, *, folder: bool = False, marker: str | None = None
+) -> Path:
+    """Check one output of this command before any work (see ``serialization.check_output``): never an
+    input, replaced only with ``--overwrite``, its folder writable."""
+    overwrite = getattr(args, "overwrite", False) or getattr(args, "resume", False)
+    hint = "pass --resume to continue it, --overwrite to replace it" if "resume" in args else ""
+    return check_output(
+        path,
+        inputs=_input_paths(args),
+        overwrite=overwrite,
+        folder=folder,
+        marker=marker,
+        hint=hint or "pass --overwrite to replace it",
+    )
+
+
+def model_names(paths: list[str]) -> list[str]:
+    """Short names for checkpoints: file stems, or the paths as given where two stems are the same."""
+    stems = [Path(p).stem for p in paths]
+    if len(set(paths)) < len(paths):
+        raise RoseError(f"a model is named twice: {', '.join(paths)}")
+    return stems if len(set(stems)) == len(stems) else list(paths)
+
+
+def load_model_arg(args: argparse.Namespace, path: str | None = None) -> RoseModel:
+    """The model of ``--model`` (``path`` when it was given several times) and/or ``--model-module``,
+    on ``--device``."""
+    from roseood import distributed
+    from roseood.models import open_model
+
+    model = open_model(path or args.model, getattr(args, "model_module", None))
+    return model.to(distributed.device(args.device))
+
+
+def load_models_arg(args: argparse.Namespace) -> list[RoseModel]:
+    """Every model of a repeated ``--model`` (an ensemble's members, in order); one model otherwise."""
+    paths = args.model or [None]
+    model_names([p for p in paths if p is not None])  # refuses a model named twice
+    return [load_model_arg(args, path) for path in paths]
+
+
+def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -> None:
+    """The options of commands that fit detectors (``evaluate``, ``fit``): model, images, ROSE options."""
+    from roseood.detectors.adjustment import ADJUSTMENTS
+
+    add_model_args(p, several)
+    p.add_argument("--in", dest="in_data", default="fashion_mnist", help=in_help)
+    p.add_argument("--fit-data", help="images to fit detectors on (unset: training split of --in)")
+    p.add_argument("--fit-samples", type=v.count, default=10000, help="images for the Fisher / detector fit")
+    p.add_argument(
+        "--stats-samples",
+        type=v.count,
+        default=2000,
+        help="further held-out images: ROSE layer statistics and the decision threshold",
+    )
+    p.add_argument("--background", help="background model checkpoint for the lratio method")
+    p.add_argument(
+        "--layers",
+        help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
+        "PixelCNN: all, first, last, body; gated PixelCNN: vertical, ...)",
+    )
+    p.add_argument(
+        "--aggregate",
+        metavar="NAME[:k=v,...]",
+        help=f"how ROSE combines layer scores: {_aggregations()}; e.g. relu-norm:beta=3 or gmm:k=4",
+    )
+    p.add_argument(
+        "--adjust",
+        choices=ADJUSTMENTS,
+        help="beyond the paper: nll divides each ROSE layer score by its in-distribution trend in the "
+        "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
+    )
+    add_data_args(p)
+
+
+def _aggregations() -> str:
+    """The registered aggregations with their parameters, the default marked: for ``--help``."""
+    from roseood.detectors.aggregation import AGGREGATIONS, DEFAULT_AGGREGATION
+
+    def one(name: str) -> str:
+        params = [*(["default"] if name == DEFAULT_AGGREGATION else []), *AGGREGATIONS[name]().params()]
+        return f"{name} ({', '.join(params)})" if params else name
+
+    return ", ".join(one(name) for name in AGGREGATIONS)
+
+
+DETECTOR_OPTIONS = ("layers", "aggregate", "adjust")  # given to every method whose detector takes them
+
+
+def spec_from_args(args: argparse.Namespace, methods: list[str]) -> Any:
+    """The ``EvalSpec`` of ``rose evaluate`` / ``rose fit``: images and sizes, and each method's detector
+    options (``--background`` for detectors that need one, ``--layers`` etc. for those that take them)."""
+    from roseood.detectors import METHODS
+    from roseood.evaluation.evaluate import EvalSpec
+
+    kwargs: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    background = None
+    if args.background:
+        from roseood.models import load_model
+
+        background = load_model(args.background).to(args.device)
+    for m in methods:
+        if m not in METHODS:
+            continue  # EvalSpec's users name the unknown method
+        cls = METHODS[m].cls
+        given = {k: getattr(args, k, None) for k in DETECTOR_OPTIONS if k in cls.param_names()}
+        kwargs[m] |= {k: v for k, v in given.items() if v}
+        if background is not None and "background" in cls.extra_models:
+            kwargs[m]["background"] = background
+    optional = {k: getattr(args, k) for k in ("test_samples", "brightness", "bootstrap") if hasattr(args, k)}
+    return EvalSpec(
+        in_data=args.in_data,
+        ood=csv_list(getattr(args, "ood", "")),
+        methods=methods,
+        fit_data=args.fit_data,
+        fit_samples=args.fit_samples,
+        stats_samples=args.stats_samples,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        batch_size=args.batch_size,
+        detector_kwargs=kwargs,
+        **optional,
+    )

@@ -1,0 +1,101 @@
+"""Detector commands: ``rose fit`` (fit, calibrate, save) and ``rose score`` (a saved detector → CSV)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from roseood import validation as v
+from roseood.cli.common import (
+    add_data_args,
+    add_eval_args,
+    add_model_args,
+    add_overwrite,
+    checked_output,
+    load_models_arg,
+    spec_from_args,
+)
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    from roseood.evaluation.evaluate import fit_calibrated
+
+    checked_output(args, args.out)
+    models = load_models_arg(args)
+    spec = spec_from_args(args, [args.method])
+    fitted = fit_calibrated(args.method, models if len(models) > 1 else models[0], spec, tpr=args.tpr)
+    det, fit = fitted.detector, fitted.fit
+    det.save(args.out)
+    what = args.method if len(models) == 1 else f"an ensemble of {len(models)} {args.method} detectors"
+    print(
+        f"wrote {args.out}: {what} fitted on {len(fit)} images of {fit.name}; OOD above "
+        f"{det.threshold_:.6g} ({args.tpr:.0%} of {fitted.held_out} held-out in-distribution images below)"
+    )
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from roseood import distributed
+    from roseood.data import open_images
+    from roseood.detectors import load_detector
+    from roseood.evaluation.evaluate import image_options
+    from roseood.evaluation.scoring import write_scores
+    from roseood.models import load_model
+
+    out = checked_output(args, args.out)
+    models = load_models_arg(args)
+    channels, size = image_options(models[0])
+    background = load_model(args.background).to(distributed.device(args.device)) if args.background else None
+    det = load_detector(args.detector, models if len(models) > 1 else models[0], background=background)
+    data = open_images(
+        args.data,
+        split=args.split,
+        n=args.n,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        channels=channels,
+        size=size,
+    )
+    threshold = write_scores(det, data, out, threshold=args.threshold, chunk=args.chunk)
+    cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
+    print(f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {out}; {cut}")
+
+
+def register(sub: Any) -> None:
+    """Add ``fit`` and ``score`` to the ``rose`` sub-parsers ``sub``."""
+    from roseood.detectors import METHODS
+
+    methods = ", ".join(METHODS)
+    p = sub.add_parser("fit", help="fit one detector, calibrate its threshold and save it to a file")
+    ensemble = "; give it again for an ensemble (one detector per model, their z-scores averaged)"
+    add_eval_args(p, "in-distribution set: detectors are fitted on its training split", ensemble)
+    p.add_argument(
+        "--method",
+        type=v.cli_type(lambda text, _: v.check_choice(text, list(METHODS), "method"), str),
+        default="rose-ekfac",
+        help=f"one of: {methods}",
+    )
+    p.add_argument(
+        "--tpr",
+        type=v.rate,
+        default=0.95,
+        help="decision threshold: this fraction of the held-out in-distribution images counts as in",
+    )
+    p.add_argument("--out", required=True, help="detector file to write")
+    add_overwrite(p)
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("score", help="write one score and OOD decision per image (CSV) with a saved detector")
+    add_model_args(p, "; an ensemble's models again, in the order given to rose fit")
+    p.add_argument("--detector", required=True, help="file written by `rose fit`")
+    p.add_argument("--data", required=True, help="dataset name, .npz file or image folder")
+    p.add_argument("--split", default="test", help="split of a named dataset")
+    p.add_argument("--n", type=v.count, help="score a deterministic subset of this size (unset: all)")
+    p.add_argument(
+        "--threshold", type=v.finite_float, help="call scores above this OOD (unset: the detector's own)"
+    )
+    p.add_argument("--out", required=True, help="CSV file: index, file, label, score, ood")
+    add_overwrite(p)
+    p.add_argument("--background", help="background model, for a saved lratio detector")
+    p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
+    add_data_args(p)
+    p.set_defaults(func=cmd_score)

@@ -1,0 +1,190 @@
+"""``rose evaluate``: fit detectors, compare them on in-distribution vs OOD sets (tables, JSON, reports)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from roseood import validation as v
+from roseood.cli.common import (
+    add_eval_args,
+    add_overwrite,
+    add_quiet,
+    checked_output,
+    cli_names,
+    load_model_arg,
+    model_names,
+    spec_from_args,
+)
+from roseood.errors import RoseError
+
+if TYPE_CHECKING:
+    from roseood.evaluation.evaluate import EvalSpec
+    from roseood.evaluation.result import AcrossModels, EvaluationResult
+
+
+def _print_grid(
+    title: str, methods: list[str], sets: list[str], cell: Callable[[str, str], str], width: int
+) -> None:
+    """One metric as a text table: a row per OOD set, a column per method, ``cell(method, set)``."""
+    print(f"\n{title}")
+    print(f"{'OOD set':<22}" + "".join(f"{m:>{width + 2}}" for m in methods))
+    for s in sets:
+        print(f"{s:<22}" + "".join(f"{cell(m, s):>{width + 2}}" for m in methods))
+
+
+def print_table(result: EvaluationResult) -> None:
+    """Every metric of one evaluation as a text table, then each method's scoring speed."""
+    from roseood.evaluation.metrics import METRICS
+    from roseood.evaluation.result import metric_text
+
+    metrics = result.metrics()
+    width = max(20 if result.bootstrap else 12, *(len(m) for m in result.methods))
+    for metric in METRICS:
+
+        def cell(m: str, s: str, metric: str = metric) -> str:
+            return metric_text(f"{metrics[m][s][metric]:.3f}", result.interval(m, s, metric))
+
+        title = f"{metric.upper()}  (in-distribution: {result.in_name}; in-distribution = positive class)"
+        _print_grid(title, result.methods, result.ood_sets, cell, width)
+        for s, why in result.missing.items():
+            print(f"{s:<22}  no data ({why})")
+    print(
+        "\nimages/s (scoring the in-distribution test set): "
+        + ", ".join(f"{m} {v:.1f}" for m, v in result.images_per_second.items())
+    )
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from roseood import distributed
+
+    if args.json:
+        checked_output(args, args.json)
+    if args.report:
+        checked_output(args, args.report, folder=True, marker="report.md")
+    if args.cache:
+        checked_output(args, args.cache, folder=True)  # an existing cache is the point: only writable
+    paths = args.model or [None]
+    if args.ensemble:
+        if len(paths) < 2:
+            raise RoseError("--ensemble needs two or more --model")
+        model_names(paths)  # refuses a model named twice
+        outcome: EvaluationResult | AcrossModels = _evaluate_one(args, paths)
+    else:
+        outcome = _evaluate_one(args, paths[0]) if len(paths) == 1 else _evaluate_models(args, paths)
+    if not distributed.is_main():
+        return
+    if args.json:
+        outcome.write_json(args.json)
+        print(f"wrote {args.json}")
+    if args.report:
+        from roseood.evaluation.report import write_across_report, write_report
+        from roseood.evaluation.result import AcrossModels
+
+        if isinstance(outcome, AcrossModels):
+            print(f"wrote {write_across_report(outcome, Path(args.report))}")
+        else:
+            print(f"wrote {write_report(outcome, Path(args.report))}")
+
+
+def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: EvalSpec) -> EvaluationResult:
+    """One model's evaluation (a list of paths: their ensemble's), through the result cache when
+    ``--cache`` names one."""
+    from roseood.evaluation.cache import ResultCache
+    from roseood.evaluation.evaluate import evaluate
+
+    cache = ResultCache(args.cache) if args.cache else None
+    model = [load_model_arg(args, p) for p in path] if isinstance(path, list) else load_model_arg(args, path)
+    return evaluate(model, spec, progress=not args.quiet, cache=cache)
+
+
+def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
+    result = _evaluate(args, path, spec_from_args(args, list(args.methods)))
+    print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
+    print_table(result)
+    return result
+
+
+def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels:
+    """``rose evaluate`` with several ``--model``: one evaluation each (same images and settings), then
+    every metric's spread across them. With ``--json``, the file holds every model finished so far."""
+    from roseood import distributed
+    from roseood.evaluation.metrics import METRICS
+    from roseood.evaluation.result import AcrossModels, spread_text
+
+    spec = spec_from_args(args, list(args.methods))
+    results: dict[str, EvaluationResult] = {}
+    for name, path in zip(model_names(paths), paths, strict=True):
+        print(f"\n=== model {name} ({path}) ===")
+        results[name] = _evaluate(args, path, spec)
+        print_table(results[name])
+        if args.json and distributed.is_main() and 1 < len(results) < len(paths):  # the last: by the caller
+            AcrossModels(results).write_json(args.json)
+    across = AcrossModels(results)
+    spread, first = across.spread(), across.first
+    print(json.dumps(across.shared_settings(), indent=1))
+    width = max(30, *(len(m) for m in first.methods))
+    for metric in METRICS:
+
+        def cell(m: str, s: str, metric: str = metric) -> str:
+            return spread_text(spread[m][s][metric])
+
+        title = f"{metric.upper()} across {len(results)} models: mean ± sd (min–max)"
+        _print_grid(title, first.methods, first.ood_sets, cell, width)
+    return across
+
+
+def register(sub: Any) -> None:
+    """Add ``evaluate`` to the ``rose`` sub-parsers ``sub``."""
+    from roseood.detectors import METHODS
+
+    p = sub.add_parser("evaluate", help="fit detectors and compare them on in-distribution vs OOD sets")
+    several = "; give it again for more models, e.g. one per training seed: each is evaluated alike, then "
+    add_eval_args(
+        p,
+        "in-distribution set: its test split is scored, its training split fitted on",
+        several + "every metric's spread",
+    )
+    p.add_argument(
+        "--ood",
+        default="mnist,notmnist,omniglot,noise,constant",
+        help="comma-separated OOD sets: names, .npz files or image folders",
+    )
+    p.add_argument(
+        "--methods",
+        type=cli_names(METHODS, "method"),
+        default="rose-ekfac,rose-diag,nll",
+        help=f"comma-separated detection methods, of: {', '.join(METHODS)}",
+    )
+    p.add_argument("--test-samples", type=v.count, default=5000, help="images scored per test set")
+    p.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="with several --model: evaluate each method as one ensemble over them (z-scores averaged) "
+        "instead of each model alone",
+    )
+    p.add_argument(
+        "--brightness", type=v.positive_float, default=1.0, help="brightness factor applied to the OOD sets"
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=v.non_negative,
+        default=1000,
+        metavar="N",
+        help="95 %% interval of every metric from N bootstrap resamples of the test images (0: none); "
+        "it shows the test-image noise, not that of the Fisher images or of the model's training",
+    )
+    p.add_argument("--json", help="write settings and metrics as JSON to this file")
+    p.add_argument("--report", help="write a Markdown report with ROC curves and histograms into this folder")
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="keep fitted detectors and per-image scores here, keyed by everything that defines them: "
+        "a re-run after an interruption computes only what is missing",
+    )
+    add_overwrite(p)
+    add_quiet(p)
+    p.set_defaults(func=cmd_evaluate)

@@ -1,0 +1,159 @@
+"""Model commands: ``rose train FAMILY``, ``rose import-vae``, ``rose check-model``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from roseood import validation as v
+from roseood.cli.common import (
+    MODEL_MODULE_HELP,
+    add_data_args,
+    add_device,
+    add_model_args,
+    add_overwrite,
+    checked_output,
+    load_model_arg,
+)
+
+USER_MODEL = "module"  # `rose train module --model-module FILE.py:FACTORY`
+
+
+def cmd_import_vae(args: argparse.Namespace) -> None:
+    from roseood.models import load_authors_vae, save_model
+
+    out = checked_output(args, args.out)
+    model = load_authors_vae(args.encoder, args.decoder)
+    save_model(model, out)
+    print(f"wrote {out}: VAE {model.config()}")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from roseood import distributed
+    from roseood.data import load_images
+    from roseood.evaluation.evaluate import image_options
+    from roseood.models import get_family, load_factory
+    from roseood.models.base import RoseModel
+    from roseood.models.train import TrainConfig, seeded, train
+
+    checked_output(args, args.out)
+    with seeded(args.seed):  # model initialisation and training repeat bit for bit
+        model: RoseModel
+        if args.kind == USER_MODEL:
+            model, kind = load_factory(args.model_module), None
+            channels, size = image_options(model)
+        else:
+            family = get_family(args.kind)
+            model, kind = family.build(args.channels, **family.from_cli_arguments(args)), args.kind
+            channels, size = args.channels, 32
+        data = load_images(
+            args.data,
+            split="train",
+            n=args.subset,
+            seed=args.seed,
+            channels=channels,
+            size=size,
+            data_dir=args.data_dir,
+        )
+        cfg = TrainConfig.for_model(
+            kind,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            warmup_steps=args.warmup,
+            grad_clip=args.grad_clip,
+            perturb=args.perturb,
+            seed=args.seed,
+            hflip=not args.no_flip,
+        )
+        print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
+        t0 = time.time()
+        train(
+            model,
+            data.images,
+            cfg,
+            args.out,
+            resume=args.resume,
+            device=distributed.device(args.device),
+            overwrite=args.overwrite,
+        )
+    print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
+
+
+def cmd_check_model(args: argparse.Namespace) -> None:
+    from roseood.curvature import format_layer_report
+    from roseood.models.base import model_name
+    from roseood.models.check import check_model
+
+    model = load_model_arg(args)
+    name = getattr(model, "name", None) or model_name(model)
+    print(f"model: {name}, {model.input_kind} inputs of shape {model.input_shape}")
+    for set_name, names in model.layer_sets().items():
+        print(f"layer set {set_name!r}: {', '.join(names) or '(empty)'}")
+    reports = check_model(model)
+    print()
+    print(format_layer_report(reports))
+    print(f"\n{sum(r.usable for r in reports)} of {len(reports)} parameterised layers usable by ROSE")
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    """Options every `rose train FAMILY` shares (architecture options come from the family)."""
+    p.add_argument(
+        "--data", default="fashion_mnist", help="dataset name (train split), .npz file or image folder"
+    )
+    p.add_argument("--out", required=True, help="model checkpoint to write (and resume from)")
+    p.add_argument("--resume", action="store_true", help="continue the run stored in --out (same settings)")
+    add_overwrite(p)
+    p.add_argument("--epochs", type=v.count, help="epochs (unset: the family's, e.g. VAE 100, Glow 50)")
+    p.add_argument("--subset", type=v.count, help="train on this many images (deterministic by --seed)")
+    p.add_argument("--lr", type=v.positive_float, help="learning rate (unset: the family's, e.g. VAE 1e-3)")
+    p.add_argument("--weight-decay", type=v.non_negative_float, help="weight decay (unset: 0)")
+    p.add_argument("--warmup", type=v.non_negative, help="learning-rate warm-up steps (unset: 0)")
+    p.add_argument("--grad-clip", type=v.non_negative_float, help="max gradient norm (unset: no clipping)")
+    p.add_argument(
+        "--perturb", help="train on perturbed inputs, e.g. random:0.3 (Likelihood-Ratio background)"
+    )
+    p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
+    add_data_args(p, seed=0)
+    p.set_defaults(func=cmd_train)
+
+
+def register(sub: Any) -> None:
+    """Add the model commands to the ``rose`` sub-parsers ``sub``."""
+    from roseood.models.families import FAMILIES
+
+    p = sub.add_parser(
+        "import-vae", help="convert the ROSE authors' released VAE (netE/netG .pth) to a roseood model"
+    )
+    p.add_argument("--encoder", required=True, help="the authors' netE .pth file")
+    p.add_argument("--decoder", required=True, help="the authors' netG .pth file")
+    p.add_argument("--out", required=True, help="roseood model checkpoint to write")
+    add_overwrite(p, "--force")
+    p.set_defaults(func=cmd_import_vae)
+
+    p = sub.add_parser(
+        "train", help="train a model family or your own model (per-epoch checkpoints, --resume)"
+    )
+    families = p.add_subparsers(
+        dest="kind", required=True, metavar="FAMILY", help="model family (`rose train FAMILY --help`)"
+    )
+    for family in FAMILIES.values():
+        if family.trainable:
+            fp = families.add_parser(family.name, help=family.help)
+            _add_train_args(fp)
+            fp.add_argument("--channels", type=v.channels, default=1, help="image channels: 1 or 3")
+            family.add_cli_arguments(fp)
+    fp = families.add_parser(
+        USER_MODEL, help="your own model: --model-module FILE.py:FACTORY (trains its NLL)"
+    )
+    _add_train_args(fp)
+    fp.add_argument("--model-module", required=True, metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
+
+    p = sub.add_parser(
+        "check-model", help="dry run: which layers of a model ROSE can use, and why not (one tiny batch)"
+    )
+    add_model_args(p)
+    add_device(p)
+    p.set_defaults(func=cmd_check_model)

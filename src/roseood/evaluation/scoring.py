@@ -1,0 +1,51 @@
+"""Scores of a saved detector for a stream of images, with OOD decisions, as CSV rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from roseood import distributed
+from roseood.data.loading import ImageStream
+from roseood.detectors.base import Detector
+from roseood.progress import progress
+from roseood.serialization import write_csv
+
+SCORE_COLUMNS = ("index", "file", "label", "score", "ood")
+
+
+def score_rows(
+    detector: Detector, stream: ImageStream, threshold: float | None = None, chunk: int = 2048
+) -> Iterator[list[Any]]:
+    """One row per image (``SCORE_COLUMNS``), read and scored ``chunk`` images per process at a time, so
+    memory stays bounded however many images there are; ``ood`` is empty without a threshold."""
+    shown = None if distributed.is_main() else False  # None: a bar on a terminal, ~10 % lines otherwise
+    bar = progress(None, "scoring", total=len(stream), unit="image", enabled=shown)
+    for lo, scores in detector.score_stream(stream, chunk=chunk * distributed.world()):
+        decisions = detector.decide(scores, threshold) if threshold is not None else [None] * len(scores)
+        for i, (s, d) in enumerate(zip(scores, decisions, strict=True), lo):
+            name = stream.files[i] if stream.files is not None else ""
+            yield [i, name, int(stream.labels[i]), f"{s:.6g}", "" if d is None else str(bool(d)).lower()]
+        bar.update(len(scores))
+    bar.close()
+
+
+def write_scores(
+    detector: Detector,
+    stream: ImageStream,
+    out: str | Path,
+    threshold: float | None = None,
+    chunk: int = 2048,
+) -> float | None:
+    """Write ``score_rows`` to the CSV file ``out`` (atomically; under torchrun rank 0 writes while every
+    process scores its share). ``threshold`` defaults to the detector's calibrated one; returns the
+    threshold used (None: no decisions)."""
+    threshold = threshold if threshold is not None else detector.threshold_
+    rows = score_rows(detector, stream, threshold, chunk)
+    if distributed.is_main():
+        write_csv(out, SCORE_COLUMNS, rows)
+    else:
+        for _ in rows:  # the other processes score their shares of every chunk
+            pass
+    return threshold

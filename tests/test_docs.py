@@ -1,0 +1,66 @@
+"""The documentation site's build hooks: the generated CLI reference covers every command and option, and
+only the pages other branches are still writing may be missing from the nav."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+from roseood.cli import build_parser
+
+HOOKS = Path(__file__).resolve().parents[1] / "docs" / "hooks"
+
+
+def _hook(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, HOOKS / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{path} {name}")
+
+
+def test_cli_reference_has_every_command_and_option():
+    hook = _hook("cli_reference")
+    page = hook.on_page_markdown(f"# CLI\n\n{hook.MARKER}\n", None, None, None)
+    assert hook.MARKER not in page
+    commands = list(_parsers(build_parser(), "rose"))
+    assert len(commands) > 10
+    for path, parser in commands:
+        section = page.split(f"## {path} {{#", 1)[1].split("\n## ", 1)[0]
+        for action in parser._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert f"`{option}" in section or f", {option}" in section, (path, option)
+            if action.help and not isinstance(action, argparse._SubParsersAction) and action.dest != "help":
+                assert action.help.split()[0] in section, (path, action.dest)
+    assert "2\\*\\*32" in page  # Markdown emphasis characters in help texts are escaped
+
+
+def test_pages_without_a_marker_are_left_alone():
+    hook = _hook("cli_reference")
+    assert hook.on_page_markdown("# Other\n", None, None, None) == "# Other\n"
+
+
+def test_only_optional_missing_pages_leave_the_nav(tmp_path):
+    hook = _hook("optional_pages")
+    (tmp_path / "index.md").write_text("# x")
+    nav = [
+        {"Home": "index.md"},
+        {"Guide": [{"Speed": "speed.md"}, {"Diffusion": "diffusion.md"}]},
+        {"Typo": "missing.md"},
+    ]
+    config = SimpleNamespace(nav=nav, docs_dir=str(tmp_path))
+    assert hook.on_config(config).nav == [{"Home": "index.md"}, {"Typo": "missing.md"}]
+    (tmp_path / "speed.md").write_text("# speed")
+    config = SimpleNamespace(nav=nav, docs_dir=str(tmp_path))
+    assert hook.on_config(config).nav[1] == {"Guide": [{"Speed": "speed.md"}]}

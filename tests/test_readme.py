@@ -1,0 +1,97 @@
+"""README.md says what runs: its set-up matches CI, its commands parse, and its command-line and Python
+examples run as written (their sizes shrunk to a tiny data folder)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roseood.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+TINY = {
+    "5000": "40",
+    "2500": "30",
+    "2000": "20",
+    "1000": "10",
+    "500": "8",
+    "--epochs 3": "--epochs 1",
+}
+
+
+def _block(section: str, language: str) -> str:
+    """The first ``language`` code block of the README section headed ``## section``."""
+    text = README[README.index(f"\n## {section}\n") + 1 :]
+    text = text.split("\n## ", 1)[0]
+    block = re.search(rf"```{language}\n(.*?)```", text, re.S)
+    assert block, f"no {language} block under '## {section}'"
+    return block.group(1)
+
+
+def _tiny(code: str) -> str:
+    for big, small in TINY.items():
+        code = re.sub(rf"(?<![\w.]){re.escape(big)}(?![\w.])", small, code)
+    return code
+
+
+def test_readme_is_short_and_links_exist():
+    assert len(README.splitlines()) <= 130
+    for target in re.findall(r"\]\(([^)#]+)\)", README):
+        if not target.startswith("http"):
+            assert (ROOT / target).exists(), target
+
+
+def test_set_up_is_what_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    setup = ci[ci.index("# README: set-up") : ci.index("export ")]
+    ci_installs = [[a for a in shlex.split(line) if a != "--quiet"] for line in setup.splitlines()[1:]]
+    readme_installs = [shlex.split(c) for c in _block("Install", "bash").split("&&")]
+    assert readme_installs == ci_installs
+    assert "python -m pytest" in ci[ci.index("# README: tests") :]
+
+
+def test_the_two_commands():
+    lines = [shlex.split(line, comments=True) for line in _block("The two commands", "bash").splitlines()]
+    assert lines == [["rose", "demo"], ["python", "-m", "pytest"]]
+    assert build_parser().parse_args(["demo"]).command == "demo"
+
+
+@pytest.fixture
+def readme_dir(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    shirts = np.clip((rng.random((1, 28, 28)) > 0.5) * 180 + rng.integers(0, 60, (60, 28, 28)), 0, 255)
+    np.savez(data / "fashion_mnist_train.npz", images=shirts.astype(np.uint8), labels=np.zeros(60, np.int64))
+    np.savez(
+        data / "fashion_mnist_test.npz", images=shirts[:20].astype(np.uint8), labels=np.zeros(20, np.int64)
+    )
+    np.savez(
+        data / "mnist_test.npz", images=(255 - shirts[:20]).astype(np.uint8), labels=np.zeros(20, np.int64)
+    )
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.setenv("ROSEOOD_DATA", str(data))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_command_line_and_python_examples_run(readme_dir, capsys):
+    python = _block("Python", "python")
+    assert len([line for line in python.splitlines() if line.strip()]) <= 14, "a ~10-line example"
+    for line in _tiny(_block("Command line", "bash")).splitlines():
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "rose"
+        assert main(argv[1:]) == 0, line
+    assert "usable" in capsys.readouterr().out
+    scores = (readme_dir / "my_scores.csv").read_text().splitlines()
+    assert scores[0] == "index,file,label,score,ood" and len(scores) == 11
+    assert (readme_dir / "my_report" / "report.md").exists()
+    namespace: dict[str, object] = {}
+    exec(compile(_tiny(python), "README.md", "exec"), namespace)
+    assert np.asarray(namespace["scores_out"]).shape == (10,)
+    assert (readme_dir / "my_rose_py.pt").exists()
