@@ -147,5 +147,7 @@ def test_gradient_store_keeps_first_pass_batches_within_its_budget(tiny_vae, ima
 
 
 def test_full_float32_leaves_cpu_settings_alone():
+    settings = (torch.backends.cudnn.conv, torch.backends.cuda.matmul)
+    before = [s.fp32_precision for s in settings]
     with full_float32(torch.device("cpu")):
-        assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+        assert [s.fp32_precision for s in settings] == before
