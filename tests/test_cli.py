@@ -360,14 +360,15 @@ def test_model_module_fits_scores_and_checks_a_user_model(workdir, capsys):
     assert "--model-module" in capsys.readouterr().err
 
 
-def test_train_module_trains_a_user_model_and_its_checkpoint_loads_by_itself(workdir, capsys):
+def test_train_module_trains_a_user_model_that_loads_back_with_its_module(workdir, capsys):
     (workdir / "user.py").write_text(USER_MODEL)
     args = ("train", "module", "--model-module", "user.py:build", "--subset", "16", "--epochs", "1")
     assert run(*args, "--out", "u.pt") == 0
-    assert load_model(workdir / "u.pt").rose_layers() == ["0", "2"]
-    assert (
-        run("check-model", "--model", "u.pt") == 0 and "of 3 parameterised layers" in capsys.readouterr().out
-    )
+    assert load_model(workdir / "u.pt", model_module="user.py:build").rose_layers() == ["0", "2"]
+    assert run("check-model", "--model", "u.pt") == 2  # the file names its code but never runs it
+    assert "pass --model-module" in capsys.readouterr().err
+    checked = run("check-model", "--model", "u.pt", "--model-module", "user.py:build")
+    assert checked == 0 and "of 3 parameterised layers" in capsys.readouterr().out
 
 
 def test_evaluate_several_models_reports_their_spread(workdir, capsys):
@@ -412,3 +413,17 @@ def test_evaluate_resumes_from_its_cache(workdir, monkeypatch):
     one = json.loads((workdir / "one.json").read_text())["results"]
     two = json.loads((workdir / "two.json").read_text())["models"]["model"]["results"]
     assert two == one
+
+
+def test_nll_fit_and_score_repeat_run_to_run(workdir):
+    """The VAE's NLL samples its latent per image from the detector's seed: the threshold and every
+    score are the same in each run (they differed in the fourth digit before, issue 30)."""
+    fit = ("fit", "--model", "model.pt", "--method", "nll", "--seed", "3", "--fit-samples", "20")
+    score = ("score", "--model", "model.pt", "--data", "mnist", "--chunk", "7")
+    for i, global_seed in enumerate((0, 1)):
+        torch.manual_seed(global_seed)
+        assert run(*fit, "--out", f"nll{i}.pt") == 0
+        assert run(*score, "--detector", f"nll{i}.pt", "--out", f"s{i}.csv") == 0
+    thresholds = [torch.load(f"nll{i}.pt", weights_only=True)["threshold"] for i in (0, 1)]
+    assert thresholds[0] is not None and thresholds[0] == thresholds[1]
+    assert (workdir / "s0.csv").read_text() == (workdir / "s1.csv").read_text()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,10 +18,10 @@ import torch
 from PIL import Image
 
 from roseood.cli import main
-from roseood.detectors import NLL
+from roseood.detectors import NLL, ROSE
 from roseood.models import VAE, save_model
 from roseood.models.train import TrainConfig, train
-from roseood.serialization import atomic_save
+from roseood.serialization import save_file
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -57,8 +58,8 @@ def make_workdir(root: Path) -> Path:
     save_model(model, root / "model.pt")
     save_model(_tiny_vae(1), root / "other.pt")
     obj = torch.load(root / "model.pt", weights_only=True)
-    atomic_save(obj | {"config": obj["config"] | {"image_size": 64}}, root / "big64.pt")
-    atomic_save(obj | {"config": obj["config"] | {"ngf": 0}}, root / "zero.pt")
+    save_file(obj | {"config": obj["config"] | {"image_size": 64}}, root / "big64.pt")  # edits: resealed
+    save_file(obj | {"config": obj["config"] | {"ngf": 0}}, root / "zero.pt")
     (root / "corrupt.pt").write_bytes(b"not a checkpoint")
     square = rng.integers(0, 256, (16, 1, 32, 32), dtype=np.uint8)
     NLL(model).fit(square[:4]).save(root / "det.pt")
@@ -66,7 +67,7 @@ def make_workdir(root: Path) -> Path:
     train(VAE(ngf=4, nz=4), square, cfg, root / "trained.pt", progress=False)
     old = torch.load(root / "trained.pt", weights_only=False)  # as written before data digests existed
     old["train_state"].pop("data_digest")
-    atomic_save(old, root / "undigested.pt")
+    save_file(old, root / "undigested.pt")
     (root / "imgs").mkdir()
     for i in range(2):
         Image.fromarray(np.full((30, 30, 3), 60 * i, np.uint8)).save(root / "imgs" / f"{i}.png")
@@ -77,7 +78,39 @@ def make_workdir(root: Path) -> Path:
     (root / "rep" / "report.md").write_text("# an earlier report\n")
     (root / "bench" / "cpu" / "table2").mkdir(parents=True)
     (root / "bench" / "cpu" / "table2" / "report.md").write_text("# full report\n")
+    make_poisoned_files(root, obj)
+    det = torch.load(root / "det.pt", weights_only=True)
+    save_file(det | {"method": "rose"}, root / "relabelled.pt")  # hand edits, checksum recomputed
+    save_file(det | {"params": det["params"] | {"evil": 1}}, root / "unknown-param.pt")
+    save_file(det | {"threshold": "high"}, root / "threshold-text.pt")
+    rose = ROSE(model, fisher="diag", layers=["encoder.mu"], progress=False).fit(square[:8])
+    rose.save(root / "rose.pt")
+    saved = torch.load(root / "rose.pt", weights_only=True)
+    save_file(saved | {"params": saved["params"] | {"fisher": "ekfac"}}, root / "fisher-changed.pt")
+    data = (root / "rose.pt").read_bytes()
+    at = data.index(saved["state"]["fishers"]["encoder.mu"]["sq"].numpy().tobytes()) + 5
+    (root / "flipped.pt").write_bytes(data[:at] + bytes([data[at] ^ 0x10]) + data[at + 1 :])
     return root
+
+
+PAYLOAD = """
+from pathlib import Path
+from typing import Any
+Path(__file__).with_name("PWNED").write_text("a data file ran code")
+def build():
+    raise SystemExit("payload ran")
+"""
+
+
+def make_poisoned_files(root: Path, model: dict[str, Any]) -> None:
+    """Checkpoints that name code to run: a payload file (absolute and relative) and ``os:abort``, in a
+    file sealed like a genuine one. Loading any of them must never run it (the payload would write
+    ``PWNED``, which the snapshot comparison would see)."""
+    (root / "payload.py").write_text(PAYLOAD)
+    user = model | {"kind": "wrapped"}
+    save_file(user | {"factory": f"{root}/payload.py:build"}, root / "poison.pt")
+    save_file(user | {"factory": "payload.py:build"}, root / "poison-relative.pt")
+    save_file(user | {"factory": "os:abort"}, root / "poison-abort.pt")
 
 
 TRAIN = ("train", "vae", "--subset", "16", "--ngf", "4", "--nz", "4", "--epochs", "1")
@@ -87,6 +120,7 @@ FIT = ("fit", "--model", "{d}/model.pt", "--method", "nll", "--fit-samples", "8"
 SCORE = ("score", "--model", "{d}/model.pt", "--detector", "{d}/det.pt", "--data", "mnist")
 BENCH = ("bench", "table2", "--profile", "smoke", "--out", "{d}/bench")
 DEMO = ("demo",)
+POISON = ("score", "--detector", "{d}/det.pt", "--data", "mnist", "--out", "{d}/o.csv", "--model")
 
 
 def _c(what: str, message: str, *args: str) -> Case:
@@ -329,6 +363,97 @@ CASES = [
     _c("demo --fit-samples -1", "positive integer", *DEMO, "--fit-samples", "-1"),
     _c("demo --test-samples -1", "positive integer", *DEMO, "--test-samples", "-1"),
     _c("unknown command", "invalid choice", "frobnicate"),
+    # files that name code, damaged or edited files, outputs that are no files (issue 30)
+    _c("score --model names a payload file", "never run from a file", *POISON, "{d}/poison.pt"),
+    _c(
+        "fit --model names a payload file",
+        "never run from a file",
+        *FIT[:2],
+        "{d}/poison.pt",
+        *FIT[3:],
+        "--out",
+        "{d}/o.pt",
+    ),
+    _c(
+        "check-model names a relative payload",
+        "pass --model-module payload.py:build",
+        "check-model",
+        "--model",
+        "{d}/poison-relative.pt",
+    ),
+    _c(
+        "evaluate --model names os:abort",
+        "pass --model-module os:abort",
+        "evaluate",
+        "--model",
+        "{d}/poison-abort.pt",
+        *EVAL[3:],
+    ),
+    _c(
+        "evaluate --background names a payload",
+        "never run from a file",
+        *EVAL,
+        "--methods",
+        "lratio",
+        "--background",
+        "{d}/poison.pt",
+    ),
+    _c(
+        "score --detector with a flipped byte",
+        "checksum mismatch",
+        *SCORE[:-4],
+        "--detector",
+        "{d}/flipped.pt",
+        *SCORE[-2:],
+        "--out",
+        "{d}/o.csv",
+    ),
+    _c(
+        "score --detector method relabelled",
+        "unknown parameter of a rose detector",
+        *SCORE[:-4],
+        "--detector",
+        "{d}/relabelled.pt",
+        *SCORE[-2:],
+        "--out",
+        "{d}/o.csv",
+    ),
+    _c(
+        "score --detector unknown parameter",
+        "params.evil: unknown parameter",
+        *SCORE[:-4],
+        "--detector",
+        "{d}/unknown-param.pt",
+        *SCORE[-2:],
+        "--out",
+        "{d}/o.csv",
+    ),
+    _c(
+        "score --detector threshold as text",
+        "field 'threshold' must be",
+        *SCORE[:-4],
+        "--detector",
+        "{d}/threshold-text.pt",
+        *SCORE[-2:],
+        "--out",
+        "{d}/o.csv",
+    ),
+    _c(
+        "score --detector Fisher type changed",
+        "ekfac Fisher of layer encoder.mu: field 'u_in' is missing",
+        *SCORE[:-4],
+        "--detector",
+        "{d}/fisher-changed.pt",
+        *SCORE[-2:],
+        "--out",
+        "{d}/o.csv",
+    ),
+    _c("fit --out - (a checkpoint to stdout)", "cannot be standard output", *FIT, "--out", "-"),
+    *(
+        [_c("score --out /dev/full", "No space left on device", *SCORE, "--out", "/dev/full", "--overwrite")]
+        if Path("/dev/full").exists()
+        else []
+    ),
     _c("unknown option", "unrecognized arguments", "datasets", "--colour"),
 ]
 

@@ -21,7 +21,7 @@ from PIL import Image
 import roseood
 from roseood import distributed
 from roseood.cli import main
-from roseood.detectors import ROSE, Ensemble
+from roseood.detectors import NLL, ROSE, Detector, Ensemble, LikelihoodRegret
 from roseood.errors import RoseError
 from roseood.evaluation.metrics import ood_metrics
 from roseood.models import VAE, load_model, save_model
@@ -66,6 +66,14 @@ def fit_and_score(model: VAE, x: torch.Tensor) -> dict[str, dict[str, object]]:
     ens = Ensemble([ROSE(model, layers=LAYERS, batch_size=5, fisher=f) for f in ("diag", "kfac")])
     ens.fit(x[:24], held_out=x[24:33])
     out["ensemble"] = {"scale": (ens.mean_, ens.std_), "in": ens.score(x[33:]), "out": ens.score(noise)}
+    # sampled scores draw every image's noise from the seed and the image: equal whatever the shard
+    sampled: dict[str, Detector] = {
+        "nll": NLL(model, batch_size=5),
+        "iwae": NLL(model, k=5, batch_size=5),
+        "lr": LikelihoodRegret(model, steps=2, k=3, batch_size=5),
+        "rose stochastic": ROSE(model, layers=LAYERS, fisher="diag", stochastic=True, batch_size=5),
+    }
+    out["sampled"] = {n: d.fit(x[:24], held_out=x[24:33]).score(x[33:]) for n, d in sampled.items()}
     return out
 
 
@@ -154,6 +162,9 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
     assert run.stdout.count("wrote") == 3  # score, train, resumed train: rank 0 only
     two = torch.load(tmp_path / "two.pt", weights_only=False)
     one = fit_and_score(*tiny_setup())
+    sampled_two = two.pop("sampled")
+    for name, scores in one.pop("sampled").items():  # per-image noise: shards change nothing
+        np.testing.assert_allclose(sampled_two[name], scores, rtol=1e-5, atol=1e-9, err_msg=name)
     for case in CASES:
         a, b = one[case], two[case]
         warned_a, warned_b = a["state"].pop("fit_warnings"), b["state"].pop("fit_warnings")

@@ -27,6 +27,7 @@ from roseood.serialization import (
     save_npy,
     write_bytes,
     write_csv,
+    write_text,
 )
 
 FIXTURE_OK = settings(
@@ -139,3 +140,102 @@ def test_output_checks(tmp_path: Path) -> None:
     assert check_output(tmp_path / "new" / "deeper" / "x.csv") == tmp_path / "new" / "deeper" / "x.csv"
     assert not (tmp_path / "new").exists()  # checking creates nothing
     assert check_output(tmp_path / "in.npz", overwrite=True) == tmp_path / "in.npz"
+
+
+# -- outputs that are not regular files, standard output, concurrent writers (issue 30) ---------------
+
+
+def test_a_fifo_output_is_written_in_place_never_replaced(tmp_path: Path) -> None:
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    out = check_output(fifo)  # nothing is replaced, so no --overwrite is needed
+    write_csv(out, ["a", "b"], [[1, 2]])
+    reader.join(timeout=10)
+    assert received == [b"a,b\r\n1,2\r\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_device_outputs_are_written_in_place_and_their_errors_are_one_line() -> None:
+    import stat
+
+    write_text(check_output("/dev/null", overwrite=True), "gone\n")
+    with pytest.raises(RoseError, match=r"^cannot write /dev/full: No space left on device$"):
+        write_text(check_output("/dev/full", overwrite=True), "x" * 100_000)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_socket_in_place_of_an_output_is_refused(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock"))
+        with pytest.raises(RoseError, match="is not a regular file"):
+            check_output(tmp_path / "sock", overwrite=True)
+
+
+def test_dash_is_standard_output_only_where_a_command_allows_it(
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    with pytest.raises(RoseError, match=r"cannot be standard output \(-\)"):
+        check_output("-")
+    write_csv(check_output("-", stdout=True), ["a"], [[1]])
+    assert capsysbinary.readouterr().out == b"a\r\n1\r\n"
+
+
+def test_an_output_written_by_another_process_meanwhile_is_not_replaced(tmp_path: Path) -> None:
+    out = check_output(tmp_path / "x.pt")
+    (tmp_path / "x.pt").write_text("the other process's result")  # after our check, before our write
+    with pytest.raises(RoseError, match="written by another process while this one ran"):
+        write_text(out, "ours")
+    assert (tmp_path / "x.pt").read_text() == "the other process's result"
+    write_text(check_output(tmp_path / "y.pt"), "1")
+    write_text(tmp_path / "y.pt", "2")  # the same process may write its own output again (epochs)
+    assert (tmp_path / "y.pt").read_text() == "2"
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from roseood.errors import RoseError
+from roseood.serialization import check_output, write_text
+out = check_output(sys.argv[1], overwrite=True)
+Path(sys.argv[2]).touch()
+while not Path(sys.argv[3]).exists():
+    time.sleep(0.01)
+try:
+    write_text(out, sys.argv[2])
+except RoseError as exc:
+    print(exc)
+    sys.exit(2)
+"""
+
+
+def test_two_concurrent_writers_of_one_output_cannot_both_succeed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready{i}" for i in range(2)]
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path / "x.csv"), str(r), str(go)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for r in ready
+    ]
+    deadline = time.time() + 60
+    while not all(r.exists() for r in ready) and time.time() < deadline:
+        time.sleep(0.05)
+    go.touch()
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    assert codes == [0, 2]
+    assert (tmp_path / "x.csv").read_text() in {str(r) for r in ready}

@@ -5,16 +5,23 @@ target, are fsynced, and the file is renamed over the target, so a write that fa
 Ctrl-C, a kill) never leaves a fragment or destroys the old file. Temporary files of killed writes are
 removed by the next write into the same folder once they are stale. ``check_output`` refuses, before
 any work starts, outputs that would overwrite an input, replace a file without ``overwrite``, or land
-in a folder that cannot be written. Checkpoints are read with ``weights_only=True``.
+in a folder that cannot be written, and claims the output: a second process that writes the same path
+meanwhile makes the later writer fail instead of both reporting success. An existing output that is not a
+regular file (``/dev/null``, a FIFO) is written in place, never replaced; ``-`` is standard output where
+a command allows it. Checkpoints are read with ``weights_only=True``; roseood's own files are sealed
+with a payload checksum (``roseood.integrity``) and verified on load.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
 import json
 import os
+import stat
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,10 +32,14 @@ import numpy as np
 import torch
 
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import seal, shown, verify
 
 STALE_TMP_S = 3600.0  # a temporary file untouched this long belongs to a write that was killed
+STDOUT = "-"  # an output path meaning standard output (for commands that allow it)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+FileState = tuple[int, int, int, int] | None  # (device, inode, mtime ns, size) of a file; None: absent
+_CLAIMS: dict[str, FileState] = {}  # outputs checked by check_output: their state when last seen
 
 
 def clean_stale_temps(folder: str | Path, max_age_s: float = STALE_TMP_S) -> list[Path]:
@@ -56,13 +67,70 @@ def _interrupted(exc: BaseException) -> bool:
     return "KeyboardInterrupt" in str(exc)
 
 
+def _state(path: Path) -> FileState:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _stream(path: Path) -> bool:
+    """Whether ``path`` is an existing character device or FIFO: written in place, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _write_in_place(path: Path, write: Callable[[IO[bytes]], object]) -> Path:
+    """Write to standard output (``-``) or an existing device/FIFO as it is, without a temporary file."""
+    try:
+        if str(path) == STDOUT:
+            sys.stdout.flush()
+            write(sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        else:
+            with open(path, "wb") as f:
+                write(f)
+    except OSError as exc:
+        raise RoseError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def _replace_if_unclaimed(tmp: str, path: Path) -> None:
+    """Rename ``tmp`` to ``path``; if ``check_output`` claimed ``path`` and another process wrote it since,
+    refuse (the other output stays) rather than both processes reporting success. The folder's lock
+    makes the check and the rename one step for every roseood writer."""
+    key = os.path.realpath(path)
+    if key not in _CLAIMS:
+        os.replace(tmp, path)
+        return
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if _state(path) != _CLAIMS[key]:
+            raise RoseError(
+                f"{path} was written by another process while this one ran; that output is kept and "
+                "this one discarded: rerun with another output path"
+            )
+        os.replace(tmp, path)
+        _CLAIMS[key] = _state(path)
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
     """Call ``write(file)`` on a temporary file beside ``path``, fsync it and rename it to ``path``.
 
     An ``OSError`` (unwritable folder, disk full) becomes a one-line ``RoseError``; a Ctrl-C, even one
-    wrapped by the writer, stays a ``KeyboardInterrupt``. The old file survives any failure.
+    wrapped by the writer, stays a ``KeyboardInterrupt``. The old file survives any failure. ``-``
+    (standard output) and an existing device or FIFO are written in place instead.
     """
     path = Path(path)
+    if str(path) == STDOUT or _stream(path):
+        return _write_in_place(path, write)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(path.parent)
@@ -75,7 +143,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _replace_if_unclaimed(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if not isinstance(exc, KeyboardInterrupt) and _interrupted(exc):
@@ -89,6 +157,11 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path
 def atomic_save(obj: Any, path: str | Path) -> Path:
     """Write ``obj`` with ``torch.save`` to ``path`` atomically."""
     return atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def save_file(obj: dict[str, Any], path: str | Path) -> Path:
+    """Write a roseood file (a dict with ``format``) atomically, sealed with its payload checksum."""
+    return atomic_save(seal(obj), path)
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
@@ -155,14 +228,21 @@ def check_output(
     folder: bool = False,
     marker: str | None = None,
     hint: str = "pass --overwrite to replace it",
+    stdout: bool = False,
 ) -> Path:
     """Check an output location before any work: not an input (symlinks resolved), a file or folder as
-    expected, an existing output only with ``overwrite``, and its folder writable.
+    expected, an existing output only with ``overwrite``, and its folder writable; then claim it, so
+    that if another process writes it before this one does, this one's write fails (``atomic_write``).
 
     ``folder=True`` means ``path`` is a folder the output goes into; ``marker`` then names the file in it
     whose presence means an earlier output would be replaced (e.g. ``report.md``). ``hint`` ends the
-    message about an existing output.
+    message about an existing output. ``stdout``: ``-`` means standard output. An existing character
+    device or FIFO (``/dev/null``) is written in place: it needs no ``overwrite``, only write access.
     """
+    if str(path) == STDOUT:
+        if not stdout or folder:
+            raise RoseError("this output cannot be standard output (-); name a file")
+        return Path(STDOUT)
     out = Path(path).expanduser()
     real = os.path.realpath(out)
     for source in inputs:
@@ -172,10 +252,18 @@ def check_output(
         raise RoseError(f"{path} is a file; name a folder for this output")
     if not folder and out.is_dir():
         raise RoseError(f"{path} is a folder; name a file for this output")
+    if not folder and _stream(out):
+        if not os.access(out, os.W_OK):
+            raise RoseError(f"cannot write to {path}: permission denied")
+        return out
+    if not folder and out.exists() and not out.is_file():
+        raise RoseError(f"{path} exists and is not a regular file; name a file for this output")
     existing = out / marker if folder and marker else None if folder else out
     if existing is not None and existing.exists() and not overwrite:
         raise RoseError(f"{existing} exists; {hint}")
     _writable_folder(out if folder else out.parent)
+    if not folder:
+        _CLAIMS[real] = _state(out)
     return out
 
 
@@ -191,11 +279,13 @@ def read_torch_file(path: str | Path) -> Any:
 
 
 def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
-    """Load a roseood file, raising ``CheckpointError`` with a one-line reason if it is unusable."""
+    """Load a roseood file and verify its checksum, raising ``CheckpointError`` with a one-line reason
+    if it is unusable (see ``roseood.integrity``)."""
     obj = read_torch_file(path)
     if not isinstance(obj, dict) or obj.get("format") != expected_format:
         found = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
-        raise CheckpointError(f"{path}: expected a {expected_format} file, found {found!r}")
+        raise CheckpointError(f"{path}: expected a {expected_format} file, found {shown(found)}")
+    verify(obj, path)
     return obj
 
 

@@ -179,3 +179,37 @@ def test_download_sources_are_pinned() -> None:
 def test_unknown_download_source(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no download source"):
         download_dataset("lsun", "test", tmp_path)
+
+
+class _Payload:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (print, ("a pickle ran code",))
+
+
+def test_a_cifar_batch_that_names_code_is_refused_not_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        payload = pickle.dumps({b"data": _Payload(), b"labels": [1]})
+        info = tarfile.TarInfo("cifar-10-batches-py/test_batch")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    with pytest.raises(DataError, match=r"may not name builtins\.print"):
+        download.DOWNLOADS["cifar10"].convert([archive], "test")
+    assert "ran code" not in capsys.readouterr().out
+
+
+def test_an_unwritable_data_folder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Path.mkdir
+
+    def read_only(self: Path, *args: Any, **kwargs: Any) -> None:
+        if str(self).startswith(str(tmp_path / "ro")):
+            raise PermissionError(13, "Permission denied", str(self))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(
+        DataError, match=r"cannot write to the data folder .*ro: .*Permission denied.*--data-dir$"
+    ):
+        load_images("mnist", data_dir=tmp_path / "ro", download=True)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from roseood.detectors import ROSE, Detector
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.integrity import seal
 
 
 def _trend(raw: np.ndarray, loss: np.ndarray) -> LikelihoodTrend:
@@ -110,7 +111,7 @@ def test_adjusted_rose_saves_and_loads(tiny_vae, images, tmp_path):
     np.testing.assert_allclose(loaded.score(images), det.score(images), rtol=1e-6)
     obj = torch.load(tmp_path / "d.pt", weights_only=False)
     obj["state"].pop("trend")
-    torch.save(obj, tmp_path / "broken.pt")
+    torch.save(seal(obj), tmp_path / "broken.pt")
     with pytest.raises(CheckpointError, match="likelihood trend"):
         Detector.load(tmp_path / "broken.pt", tiny_vae)
     with pytest.raises(RoseError, match="unknown ROSE adjustment"):

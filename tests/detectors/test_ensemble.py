@@ -10,6 +10,7 @@ import torch
 
 from roseood.detectors import NLL, ROSE, Detector, Ensemble, LikelihoodRatio
 from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.integrity import seal
 from tests.detectors.fake_models import ScaledSumModel, tiny_vae
 
 
@@ -55,7 +56,7 @@ def test_rose_members_save_and_load_with_their_models(tmp_path: Path) -> None:
         Detector.load(tmp_path / "ens.pt", models[0])  # the generic loader says what it needs
     obj = torch.load(tmp_path / "ens.pt", weights_only=False)
     obj["state"]["members"] = obj["state"]["members"][:1]  # a damaged file: one member's state lost
-    torch.save(obj, tmp_path / "damaged.pt")
+    torch.save(seal(obj), tmp_path / "damaged.pt")
     with pytest.raises(CheckpointError, match="not a complete state of an ensemble of 2"):
         Ensemble.load(tmp_path / "damaged.pt", models=models)
     ROSE(models[0], fisher="diag", progress=False).fit(x[:16], held_out=x[16:]).save(tmp_path / "r.pt")

@@ -8,6 +8,7 @@ import torch
 
 from roseood.detectors import ROSE, Detector
 from roseood.errors import CheckpointError
+from roseood.integrity import seal
 from roseood.serialization import atomic_save
 
 
@@ -45,7 +46,7 @@ def test_old_format_file_asks_for_a_refit(tiny_vae, images, tmp_path):
     det.save(tmp_path / "rose.pt")
     obj = torch.load(tmp_path / "rose.pt", weights_only=True)
     del obj["state"]["version"]
-    atomic_save(obj, tmp_path / "old.pt")
+    atomic_save(seal(obj), tmp_path / "old.pt")
     with pytest.raises(CheckpointError, match=r"old\.pt: .*older roseood.*refit"):
         Detector.load(tmp_path / "old.pt", tiny_vae)
 

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import importlib
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from roseood.errors import DegenerateFitWarning
-from roseood.evaluation.cache import ResultCache, array_digest, cache_key
+from roseood.evaluation.cache import CacheWarning, ResultCache, array_digest, cache_key
 from roseood.evaluation.evaluate import OVERALL, EvalSpec, evaluate, overall_scores
+from roseood.integrity import seal
 from roseood.models import VAE
 
 # The module, not the function ``roseood.evaluation.evaluate`` that the package exports.
@@ -28,8 +33,9 @@ def test_scores_are_computed_once_and_a_corrupt_file_is_recomputed(tmp_path: Pat
     key = cache_key({"a": 1, "images": array_digest(np.zeros((2, 2), np.uint8))})
     assert cache.scores(key, compute).tolist() == [0, 1, 2]
     assert cache.scores(key, compute).tolist() == [0, 1, 2] and len(calls) == 1
-    (tmp_path / "scores" / f"{key}.npy").write_bytes(b"garbage")
-    assert cache.scores(key, compute).tolist() == [0, 1, 2] and len(calls) == 2
+    (tmp_path / "scores" / f"{key}.pt").write_bytes(b"garbage")
+    with pytest.warns(CacheWarning, match=f"{key}.pt: cache entry not used"):
+        assert cache.scores(key, compute).tolist() == [0, 1, 2] and len(calls) == 2
     assert cache_key({"a": 1}) != cache_key({"a": 2})
     assert array_digest(np.zeros(3, np.uint8)) != array_digest(np.ones(3, np.uint8))
 
@@ -48,7 +54,7 @@ def test_evaluate_resumes_from_the_cache_without_refitting(
         for name, values in first.scores[method].items():
             np.testing.assert_array_equal(again.scores[method][name], values)
     # A lost score file is recomputed from the stored detector, still without refitting.
-    next((tmp_path / "cache" / "scores").glob("*.npy")).unlink()
+    next((tmp_path / "cache" / "scores").glob("*.pt")).unlink()
     evaluate(tiny_vae, spec, progress=False, cache=cache)
     assert fits == []
 
@@ -84,3 +90,82 @@ def test_degenerate_fit_warnings_reach_the_settings_also_from_the_cache(
     assert message.startswith("100% of the statistics images get tied")
     again = evaluate(tiny_vae, spec, progress=False, cache=cache)  # every score cached
     assert again.settings["fit_warnings"] == first.settings["fit_warnings"]
+
+
+def _damage_cases(path: Path) -> dict[str, Callable[[], None]]:
+    """Ways a cache entry at ``path`` goes bad (each leaves something at ``path``)."""
+
+    def edit(change: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        def apply() -> None:
+            obj = torch.load(path, weights_only=True)
+            change(obj)
+            torch.save(seal(obj), path)  # a consistent checksum: only the content check can catch it
+
+        return apply
+
+    def to_folder() -> None:
+        path.unlink()
+        path.mkdir()
+
+    return {
+        "empty": lambda: path.write_bytes(b""),
+        "folder": to_folder,
+        "flipped byte": lambda: path.write_bytes(_flip(path.read_bytes())),
+        "wrong length": edit(lambda o: o.update(scores=o["scores"][:-3])),
+        "NaN-filled": edit(lambda o: o["scores"].fill_(float("nan"))),
+        "another key": edit(lambda o: o.update(key="0" * 24)),
+    }
+
+
+def _flip(data: bytes) -> bytes:
+    """One bit flipped inside the stored scores (0, 1, 2, ... as float64)."""
+    at = data.index(np.arange(5.0).tobytes()) + 12
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+
+@pytest.mark.parametrize(
+    "case", ["empty", "folder", "flipped byte", "wrong length", "NaN-filled", "another key"]
+)
+def test_a_bad_score_entry_is_recomputed_with_a_warning_naming_it(tmp_path: Path, case: str) -> None:
+    cache = ResultCache(tmp_path)
+    values = np.arange(5.0)
+    key = cache_key({"case": case})
+    cache.scores(key, lambda: values, 5)
+    path = tmp_path / "scores" / f"{key}.pt"
+    _damage_cases(path)[case]()
+    with pytest.warns(CacheWarning, match=rf"{re.escape(str(path))}: cache entry not used"):
+        np.testing.assert_array_equal(cache.scores(key, lambda: values, 5), values)
+    np.testing.assert_array_equal(cache.scores(key, lambda: values * 0, 5), values)  # rewritten: used
+
+
+def test_non_finite_scores_are_never_stored(tmp_path: Path) -> None:
+    cache = ResultCache(tmp_path)
+    nan = np.array([1.0, np.nan])
+    assert np.isnan(cache.scores("k", lambda: nan, 2)[1]) and not cache.has_scores("k")
+
+
+def test_swapped_and_damaged_detector_entries_are_refitted_never_used(
+    tiny_vae: VAE, spec: EvalSpec, tmp_path: Path
+) -> None:
+    spec.methods = ["rose-diag", "rose-kfac"]
+    cache = ResultCache(tmp_path / "cache")
+    first = evaluate(tiny_vae, spec, progress=False, cache=cache)
+    for scores in (tmp_path / "cache" / "scores").glob("*.pt"):
+        scores.unlink()  # scores come from the detectors again
+    a, b = sorted((tmp_path / "cache" / "detectors").glob("*.pt"))
+    a_bytes = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(a_bytes)
+    with pytest.warns(CacheWarning, match="holds another entry's detector"):
+        again = evaluate(tiny_vae, spec, progress=False, cache=cache)
+    for method in spec.methods:
+        for name, values in first.scores[method].items():
+            np.testing.assert_allclose(again.scores[method][name], values, rtol=1e-6)
+    for scores in (tmp_path / "cache" / "scores").glob("*.pt"):
+        scores.unlink()
+    a.write_bytes(b"")
+    b.unlink()
+    b.mkdir()
+    with pytest.warns(CacheWarning) as caught:
+        evaluate(tiny_vae, spec, progress=False, cache=cache)
+    assert {str(a), str(b)} == {str(w.message).split(": ")[0] for w in caught if w.category is CacheWarning}

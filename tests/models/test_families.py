@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from roseood.bench.workspace import ModelRecipe
 from roseood.cli import build_parser, main
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import seal
 from roseood.models import (
     FAMILIES,
     VAE,
@@ -99,8 +100,8 @@ def test_unknown_kinds_say_what_is_known(tmp_path):
         TrainConfig.for_model("nope")
     save_model(VAE(ngf=2, nz=2), tmp_path / "v.pt")
     obj = torch.load(tmp_path / "v.pt", weights_only=True)
-    torch.save(obj | {"kind": "mystery"}, tmp_path / "m.pt")
-    with pytest.raises(CheckpointError, match=r"'mystery' is not built in .*--model-module"):
+    torch.save(seal(obj | {"kind": "mystery"}), tmp_path / "m.pt")
+    with pytest.raises(CheckpointError, match=r"holds a user model \('mystery'\).*pass --model-module"):
         load_model(tmp_path / "m.pt")
     with pytest.raises(RoseError, match="has kind 'vae'"):
         register_family(ModelFamily("other", VAE))

@@ -38,10 +38,12 @@ def model_file(tmp_path):
     return path
 
 
-def test_checkpoint_remembers_the_factory_and_loads_back(model_file, tmp_path):
+def test_checkpoint_names_its_factory_but_loads_only_with_model_module(model_file, tmp_path):
     model = load_factory(f"{model_file}:build")
     save_model(model, tmp_path / "m.pt")
-    loaded = load_model(tmp_path / "m.pt")
+    with pytest.raises(CheckpointError, match=f"built by .*pass --model-module {model_file}:build"):
+        load_model(tmp_path / "m.pt")  # the file names its code, which is never run from the file
+    loaded = load_model(tmp_path / "m.pt", model_module=f"{model_file}:build")
     assert model_fingerprint(loaded) == model_fingerprint(model)
     x = torch.randn(3, 4)
     torch.testing.assert_close(loaded.nll(x), model.nll(x))

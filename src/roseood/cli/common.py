@@ -112,10 +112,15 @@ def _input_paths(args: argparse.Namespace) -> Iterator[Path]:
 
 
 def checked_output(
-    args: argparse.Namespace, path: str, *, folder: bool = False, marker: str | None = None
+    args: argparse.Namespace,
+    path: str,
+    *,
+    folder: bool = False,
+    marker: str | None = None,
+    stdout: bool = False,
 ) -> Path:
     """Check one output of this command before any work (see ``serialization.check_output``): never an
-    input, replaced only with ``--overwrite``, its folder writable."""
+    input, replaced only with ``--overwrite``, its folder writable (``stdout``: ``-`` allowed)."""
     overwrite = getattr(args, "overwrite", False) or getattr(args, "resume", False)
     hint = "pass --resume to continue it, --overwrite to replace it" if "resume" in args else ""
     return check_output(
@@ -125,6 +130,7 @@ def checked_output(
         folder=folder,
         marker=marker,
         hint=hint or "pass --overwrite to replace it",
+        stdout=stdout,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from roseood import validation as v
@@ -41,7 +42,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     from roseood.evaluation.scoring import write_scores
     from roseood.models import load_model
 
-    out = checked_output(args, args.out)
+    out = checked_output(args, args.out, stdout=True)
     models = load_models_arg(args)
     channels, size = image_options(models[0])
     background = load_model(args.background).to(distributed.device(args.device)) if args.background else None
@@ -57,7 +58,11 @@ def cmd_score(args: argparse.Namespace) -> None:
     )
     threshold = write_scores(det, data, out, threshold=args.threshold, chunk=args.chunk)
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
-    print(f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {out}; {cut}")
+    where = "standard output" if str(out) == "-" else out
+    print(
+        f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {where}; {cut}",
+        file=sys.stderr if str(out) == "-" else sys.stdout,
+    )
 
 
 def register(sub: Any) -> None:
@@ -93,7 +98,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--threshold", type=v.finite_float, help="call scores above this OOD (unset: the detector's own)"
     )
-    p.add_argument("--out", required=True, help="CSV file: index, file, label, score, ood")
+    p.add_argument(
+        "--out", required=True, help="CSV file: index, file, label, score, ood (- for standard output)"
+    )
     add_overwrite(p)
     p.add_argument("--background", help="background model, for a saved lratio detector")
     p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")

@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 from roseood.curvature.grads import LayerGrad
-from roseood.errors import RoseError
+from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import count, field, tensor
 from roseood.registry import Registry
 
 DENSE_MAX_PARAMS = 4096
@@ -98,6 +99,16 @@ def unpack_orthogonal(packed: dict[str, Tensor]) -> Tensor:
     n = packed["tau"].shape[-1]
     h = unpack_tril(packed["reflectors"], n, -1)
     return torch.linalg.householder_product(h, packed["tau"])
+
+
+def _packed_basis(packed: dict[str, Any], label: str) -> dict[str, Tensor]:
+    """A stored ``pack_orthogonal`` basis, checked: finite float reflectors of the size ``tau`` implies."""
+    tau = tensor(packed.get("tau"), f"{label}.tau")
+    if tau.dim() not in (1, 2):
+        raise CheckpointError(f"field '{label}.tau' must have 1 or 2 dimensions, found {tuple(tau.shape)}")
+    n = tau.shape[-1]
+    shape = (*tau.shape[:-1], n * (n - 1) // 2)
+    return {"reflectors": tensor(packed.get("reflectors"), f"{label}.reflectors", shape=shape), "tau": tau}
 
 
 class Fisher(ABC):
@@ -193,7 +204,8 @@ class DiagFisher(Fisher):
         return {"sq": self.sq, "count": self.count}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.sq, self.count = state["sq"], int(state["count"])
+        self.sq = tensor(field(state, "sq", Tensor), "sq", nonnegative=True)
+        self.count = count(state, "count")
 
 
 class DenseFisher(Fisher):
@@ -235,7 +247,11 @@ class DenseFisher(Fisher):
         return {"chol": pack_tril(self.chol), "size": self.chol.shape[0], "count": self.count}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.chol, self.count = unpack_tril(state["chol"], state["size"]), int(state["count"])
+        size = count(state, "size")
+        chol = tensor(field(state, "chol", Tensor), "chol", shape=(size * (size + 1) // 2,))
+        self.chol, self.count = unpack_tril(chol, size), count(state, "count")
+        if not bool((self.chol.diagonal() > 0).all()):
+            raise CheckpointError("field 'chol' is not a Cholesky factor (its diagonal must be positive)")
 
 
 class KFAC(Fisher):
@@ -328,12 +344,21 @@ class KFAC(Fisher):
         return bases | values | {"count": self.count}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Keeps the packed bases; they are rebuilt (≈0.5 s for a 2049-wide layer) when first scored."""
-        self._packed = {"u_in": state["u_in"], "u_out": state["u_out"]}
+        """Keeps the packed bases; they are rebuilt (≈0.5 s for a 2049-wide layer) when first scored.
+        Refuses bases and eigenvalues of inconsistent sizes, non-finite or negative eigenvalues."""
+        self._packed = {k: _packed_basis(field(state, k, dict), k) for k in ("u_in", "u_out")}
         self.u_in = self.u_out = None
         for k in self._values():
-            setattr(self, k, state[k].double())
-        self.count = int(state["count"])
+            setattr(self, k, tensor(field(state, k, Tensor), k, nonnegative=k == "scale").double())
+        self.count = count(state, "count")
+        self._check_sizes()
+
+    def _check_sizes(self) -> None:
+        """Eigenvalues of one input and one output coordinate per basis column."""
+        assert self._packed is not None and self.eig_in is not None and self.eig_out is not None
+        for k, eig in (("in", self.eig_in), ("out", self.eig_out)):
+            if tuple(eig.shape) != tuple(self._packed[f"u_{k}"]["tau"].shape):
+                raise CheckpointError(f"field 'eig_{k}' does not fit its basis u_{k}")
 
 
 class EKFAC(KFAC):
@@ -368,7 +393,18 @@ class EKFAC(KFAC):
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
-        self.scale_count = int(state["scale_count"])
+        self.scale_count = count(state, "scale_count")
+
+    def _check_sizes(self) -> None:
+        """The re-estimated eigenvalues: one per (output, input) coordinate pair of every group."""
+        assert self._packed is not None and self.scale is not None
+        tau_in, tau_out = self._packed["u_in"]["tau"], self._packed["u_out"]["tau"]
+        groups = tau_in.shape[0] if tau_in.dim() == 2 else 1
+        if tau_in.dim() != tau_out.dim() or tuple(self.scale.shape) != (
+            groups * tau_out.shape[-1],
+            tau_in.shape[-1],
+        ):
+            raise CheckpointError("field 'scale' does not fit the bases u_in and u_out")
 
 
 FISHERS: Registry[str, type[Fisher]] = Registry("Fisher approximation")

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -91,13 +91,31 @@ def _convert_idx(paths: Sequence[Path], split: str) -> Converted:
     return images.astype(np.uint8), labels.astype(np.int64)
 
 
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles plain data and numpy arrays only: a pickle naming any other code is refused, so even an
+    archive whose md5 check was bypassed (a file placed in ``raw/`` by hand) cannot run code."""
+
+    ALLOWED: ClassVar[set[tuple[str, str]]] = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"a CIFAR-10 batch may not name {module}.{name}")
+        return super().find_class(module, name)
+
+
 def _unpickle(archive: tarfile.TarFile, member: str) -> dict[bytes, Any]:
-    """Load one CIFAR batch; pickle is acceptable here because the archive's md5 was verified."""
+    """Load one CIFAR batch (a pickle of plain data and arrays, nothing else: ``_ArrayUnpickler``)."""
     handle: IO[bytes] | None = archive.extractfile(member)
     if handle is None:
         raise DataError(f"CIFAR-10 archive has no file {member}")
     with handle:
-        batch: dict[bytes, Any] = pickle.load(handle, encoding="bytes")
+        batch: dict[bytes, Any] = _ArrayUnpickler(handle, encoding="bytes").load()
     return batch
 
 
@@ -243,8 +261,9 @@ def fetch(resource: Resource, dest: Path, *, progress: bool = True) -> Path:
 def download_dataset(name: str, split: str, data_dir: Path, *, progress: bool = True) -> Path:
     """Fetch the originals of ``name``/``split`` (unless already verified) and write ``{name}_{split}.npz``.
 
-    Raises ``DataError`` naming the file to place by hand when the network or a checksum fails; folders
-    this call created are removed again when it fails, so an offline attempt leaves no empty ``raw/``.
+    Raises ``DataError`` naming the file to place by hand when the network or a checksum fails, or the
+    data folder cannot be written (read-only, a file in the way); folders this call created are removed
+    again when it fails, so an offline attempt leaves no empty ``raw/``.
     """
     if name not in DOWNLOADS or split not in DOWNLOADS[name].resources:
         raise DataError(f"no download source for {name} split {split!r}; known: {sorted(DOWNLOADS)}")
@@ -259,12 +278,14 @@ def download_dataset(name: str, split: str, data_dir: Path, *, progress: bool = 
             if not (path.is_file() and md5sum(path) == resource.md5):
                 fetch(resource, path, progress=progress)
             paths.append(path)
-    except DownloadError as e:
+    except (DownloadError, OSError) as e:
         for folder in created:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
-        raise DataError(
-            f"{e} — to work offline, put {target.name} (npz with uint8 'images') into {data_dir}"
-        ) from e
+        if isinstance(e, DownloadError):
+            why = f"{e} — to work offline, put {target.name} (npz with uint8 'images') into {data_dir}"
+        else:
+            why = f"cannot write to the data folder {data_dir}: {e} — choose one with --data-dir"
+        raise DataError(why) from None
     images, labels = spec.convert(paths, split)
     return save_npz(target, {"images": images, "labels": labels})

@@ -16,6 +16,7 @@ import torch
 
 from roseood.detectors.aggregation import log_scores
 from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.integrity import tensor
 
 ADJUSTMENTS = ("none", "nll", "both")
 _MAX_LOG = float(np.log(np.finfo(np.float64).max))  # larger log-ratios saturate instead of overflowing
@@ -64,9 +65,9 @@ class LikelihoodTrend:
 
     def load_state(self, state: dict[str, torch.Tensor], layers: int) -> None:
         coef = state.get("coef")
-        if coef is None or tuple(coef.shape) != (4, layers):
+        if not isinstance(coef, torch.Tensor) or tuple(coef.shape) != (4, layers):
             raise CheckpointError("this ROSE detector's file lacks a fitted likelihood trend for its layers")
-        self.coef_ = coef.numpy()
+        self.coef_ = tensor(coef, "trend.coef").double().numpy()
 
 
 def adjusted(raw: np.ndarray, loss: np.ndarray, trend: LikelihoodTrend, adjust: str) -> np.ndarray:

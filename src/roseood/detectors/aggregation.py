@@ -27,7 +27,8 @@ from scipy.stats import multivariate_normal
 from sklearn.covariance import LedoitWolf
 from sklearn.mixture import GaussianMixture
 
-from roseood.errors import RoseError
+from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import tensor
 from roseood.registry import Registry
 
 TIE_SHARE = 0.10  # more than this share of statistics images with one identical score: degenerate
@@ -70,8 +71,8 @@ class Aggregation(ABC):
         """Fitted state as tensors (saved with the detector)."""
 
     @abstractmethod
-    def load_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore what ``state()`` returned."""
+    def load_state(self, state: dict[str, torch.Tensor], columns: int) -> None:
+        """Restore what ``state()`` returned for ``columns`` layer-score columns (refusing other shapes)."""
 
     @property
     def spec(self) -> str:
@@ -119,9 +120,12 @@ class ZScore(Aggregation):
         assert self.mean_ is not None and self.std_ is not None
         return {"mean": torch.from_numpy(self.mean_), "std": torch.from_numpy(self.std_)}
 
-    def load_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.mean_ = torch.as_tensor(state["mean"], dtype=torch.float64).numpy()
-        self.std_ = torch.as_tensor(state["std"], dtype=torch.float64).numpy()
+    def load_state(self, state: dict[str, torch.Tensor], columns: int) -> None:
+        mean = tensor(state.get("mean"), "aggregation.mean", shape=(columns,), finite=False)
+        std = tensor(state.get("std"), "aggregation.std", shape=(columns,))
+        if bool(mean.isnan().any()) or not bool((std > 0).all()):
+            raise CheckpointError("field 'aggregation.mean'/'std': NaN means or non-positive deviations")
+        self.mean_, self.std_ = mean.double().numpy(), std.double().numpy()
 
 
 class ReluNorm(ZScore):
@@ -193,10 +197,15 @@ class Density(Aggregation):
             "covariances": torch.from_numpy(self.covariances_),
         }
 
-    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+    def load_state(self, state: dict[str, torch.Tensor], columns: int) -> None:
+        weights = tensor(state.get("weights"), "aggregation.weights", ndim=1)
+        k = weights.shape[0]
+        means = tensor(state.get("means"), "aggregation.means", shape=(k, columns))
+        covariances = tensor(state.get("covariances"), "aggregation.covariances", shape=(k, columns, columns))
+        if not bool((weights > 0).all()):
+            raise CheckpointError("field 'aggregation.weights' must be positive")
         self.weights_, self.means_, self.covariances_ = (
-            torch.as_tensor(state[k], dtype=torch.float64).numpy()
-            for k in ("weights", "means", "covariances")
+            t.double().numpy() for t in (weights, means, covariances)
         )
 
 

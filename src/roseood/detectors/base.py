@@ -17,7 +17,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, Self
+from typing import Any, ClassVar, NamedTuple, Self, TypeVar
 
 import numpy as np
 import torch
@@ -27,14 +27,16 @@ from roseood import distributed
 from roseood.data.loading import ImageStream
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import check_detector_file
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.progress import on_terminal
 from roseood.registry import Registry
-from roseood.serialization import atomic_save, safe_load, share_equal_tensors
+from roseood.serialization import safe_load, save_file, share_equal_tensors
 from roseood.validation import check_float, check_int
 
 DETECTOR_FORMAT = "roseood-detector"
+D = TypeVar("D", bound="Detector")
 
 
 class Detector(ABC):
@@ -164,22 +166,25 @@ class Detector(ABC):
             raise RoseError(f"{self.method} detector has no threshold: calibrate() it or pass a threshold")
         return np.asarray(scores) > cut
 
-    def save(self, path: str | Path) -> None:
-        """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically)."""
+    def save(self, path: str | Path, *, tag: str | None = None) -> None:
+        """Write hyper-parameters, learned state and the model's fingerprint to one file (atomically,
+        with a checksum); ``tag`` is stored as given (the result cache records its key)."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted; nothing to save")
         if not distributed.is_main():
             distributed.barrier()  # rank 0 writes; the others wait until the file is there
             return
-        atomic_save(
+        save_file(
             {
                 "format": DETECTOR_FORMAT,
+                "version": 1,
                 "method": self.method,
                 "params": self.get_params(),
                 "state": share_equal_tensors(self.state()),
                 "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
-            },
+            }
+            | ({"tag": tag} if tag is not None else {}),
             path,
         )
         distributed.barrier()
@@ -202,9 +207,7 @@ class Detector(ABC):
         ``Detector.load`` leaves them to be attached later (scoring refuses until they are)."""
         obj = safe_load(path, DETECTOR_FORMAT)
         method = obj.get("method")
-        if not isinstance(method, str) or method not in DETECTORS:
-            raise CheckpointError(f"{path}: unknown detector method {method!r}")
-        found = DETECTORS[method]
+        found, _ = file_fields(obj, path, DETECTORS)  # the method by the registry, every field checked
         if not issubclass(found, cls):
             raise CheckpointError(f"{path}: holds a {method!r} detector, not {cls.describe()}")
         extra = {k: extra_models.get(k) for k in found.extra_models}
@@ -214,7 +217,8 @@ class Detector(ABC):
 
     @classmethod
     def from_file(cls, obj: Mapping[str, Any], path: str | Path, model: Any, **extra_models: Any) -> Detector:
-        """Rebuild this kind of detector from a loaded file's contents ``obj`` (see ``load``)."""
+        """Rebuild this kind of detector from a loaded file's contents ``obj``, its fields checked (see
+        ``load``)."""
         if isinstance(model, list | tuple):
             if len(model) != 1:
                 raise CheckpointError(
@@ -232,23 +236,17 @@ class Detector(ABC):
                     f"{path}: fitted on model {expected}, but the given model is {actual}; "
                     "refit the detector for this model"
                 )
-        params = obj.get("params")
-        if not isinstance(params, dict):
-            raise CheckpointError(f"{path}: its detector parameters are not a mapping ({params!r})")
-        if unknown := sorted(set(params) - set(cls.param_names())):
-            raise CheckpointError(f"{path}: the {cls.method} detector has no parameter {', '.join(unknown)}")
-        try:
-            det = cls(model, **params, **extra_models)
-        except RoseError as exc:
-            raise CheckpointError(f"{path}: {exc}") from None
-        return det._restore(obj, path)
+        return built_from_file(path, cls, model, **obj["params"], **extra_models)._restore(obj, path)
 
     def _restore(self, obj: Mapping[str, Any], path: str | Path) -> Self:
-        """Set the learned state and threshold of a loaded file (``obj``: its contents) on this detector."""
+        """Set the learned state and threshold of a loaded file (``obj``: its contents) on this detector;
+        a state that does not fit is a one-line ``CheckpointError`` naming the file."""
         try:
             self.load_state(obj["state"])
         except CheckpointError as exc:
             raise CheckpointError(f"{path}: {exc}") from None
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: damaged {self.method} detector state ({_line(exc)})") from None
         self.threshold_ = obj.get("threshold")
         self.fitted_ = True
         return self
@@ -297,6 +295,29 @@ def load_detector(path: str | Path, model: Any, **extra_models: Any) -> Detector
     """Load any saved detector (``Detector.load``): ``model`` is its model, or for an ensemble the list of
     its members' models; ``extra_models`` are given to detectors that declare them (e.g. ``background``)."""
     return Detector.load(path, model, **extra_models)
+
+
+def _line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def file_fields(
+    obj: dict[str, Any], path: str | Path, registry: Registry[str, type[Detector]]
+) -> tuple[Any, dict[str, Any]]:
+    """``check_detector_file`` with the file's path in its error."""
+    try:
+        return check_detector_file(obj, registry)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+
+
+def built_from_file(path: str | Path, cls: type[D], *args: Any, **params: Any) -> D:
+    """``cls(*args, **params)`` with settings read from a file: settings it refuses are the file's fault,
+    a one-line ``CheckpointError`` naming it."""
+    try:
+        return cls(*args, **params)
+    except (RoseError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: its settings do not build a detector ({_line(exc)})") from None
 
 
 def held_out_count(n: int, held_out: int | float) -> int:

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.detectors.base import DETECTORS, Detector, held_out_count, register_detector
+from roseood.detectors.base import DETECTORS, Detector, built_from_file, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.integrity import shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.validation import check_float
@@ -145,12 +146,20 @@ class Ensemble(Detector):
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
-        if len(state.get("members", [])) != len(self.members) or not {"mean", "std"} <= state.keys():
+        members = state.get("members")
+        if not isinstance(members, list) or len(members) != len(self.members):
             raise CheckpointError(f"not a complete state of an ensemble of {len(self.members)} members")
-        for m, s in zip(self.members, state["members"], strict=True):
+        n = (len(self.members),)
+        mean = tensor(state.get("mean"), "state.mean", shape=n)
+        std = tensor(state.get("std"), "state.std", shape=n)
+        if not bool((std > 0).all()):
+            raise CheckpointError("field 'state.std' must be positive")
+        for m, s in zip(self.members, members, strict=True):
+            if not isinstance(s, dict):
+                raise CheckpointError("field 'state.members' must hold one state per member")
             m.load_state(s)
             m.fitted_ = True
-        self.mean_, self.std_ = state["mean"].numpy(), state["std"].numpy()
+        self.mean_, self.std_ = mean.double().numpy(), std.double().numpy()
         self._collect_fit_warnings()
 
     @classmethod
@@ -168,12 +177,14 @@ class Ensemble(Detector):
 
     @classmethod
     def from_file(cls, obj: Mapping[str, Any], path: str | Path, model: Any, **extra_models: Any) -> Detector:
+        """The ensemble of a file whose fields ``load`` checked: its members rebuilt on ``model`` (their
+        models, in order), each fingerprint compared."""
         given = list(model) if isinstance(model, list | tuple) else [model] if model is not None else []
-        try:
-            specs, state = obj["params"]["members"], obj["state"]
-            expected = state["fingerprints"]
-        except (KeyError, TypeError) as exc:
-            raise CheckpointError(f"{path}: not a complete ensemble file ({exc})") from None
+        params = obj["params"]
+        specs = params["members"]
+        expected = obj["state"].get("fingerprints")
+        if not isinstance(expected, list) or len(expected) != len(specs):
+            raise CheckpointError(f"{path}: field 'state.fingerprints' must list one fingerprint per member")
         if len(given) != len(specs):
             raise CheckpointError(
                 f"{path}: an ensemble of {len(specs)} members needs {len(specs)} models, got {len(given)}"
@@ -181,15 +192,14 @@ class Ensemble(Detector):
         for i, (m, fp) in enumerate(zip(given, expected, strict=True)):
             if (actual := model_fingerprint(m)) != fp:
                 raise CheckpointError(
-                    f"{path}: member {i} was fitted on model {fp}, but the given one is {actual}"
+                    f"{path}: member {i} was fitted on model {shown(fp)}, but the given one is {actual}"
                 )
-        members = []
-        for m, spec in zip(given, specs, strict=True):
-            method = spec.get("method") if isinstance(spec, dict) else None
-            if not isinstance(method, str) or method not in DETECTORS or DETECTORS[method] is cls:
-                raise CheckpointError(f"{path}: unknown ensemble member method {method!r}")
-            members.append(DETECTORS[method](m, **spec["params"]))
-        return cls(members, **{k: v for k, v in obj["params"].items() if k != "members"})._restore(obj, path)
+        members = [
+            built_from_file(path, DETECTORS[s["method"]], m, **s["params"])
+            for m, s in zip(given, specs, strict=True)
+        ]
+        rest = {k: v for k, v in params.items() if k != "members"}
+        return built_from_file(path, cls, members, **rest)._restore(obj, path)
 
 
 register_detector(Ensemble, {})

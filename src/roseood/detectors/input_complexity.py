@@ -25,7 +25,8 @@ from roseood.validation import check_choice, check_int
 
 
 class InputComplexity(Detector):
-    """Input Complexity score in bits. ``compressor``: "png" or "jp2"; ``k``: IWAE samples (VAE only)."""
+    """Input Complexity score in bits. ``compressor``: "png" or "jp2"; ``k``: IWAE samples (VAE only),
+    drawn per image from ``seed`` (see ``NLL``)."""
 
     method = "ic"
 
@@ -35,6 +36,7 @@ class InputComplexity(Detector):
         *,
         compressor: str = "png",
         k: int = 20,
+        seed: int = 0,
         batch_size: int = 64,
         progress: bool | None = None,
     ) -> None:
@@ -43,6 +45,7 @@ class InputComplexity(Detector):
         self._require_images()
         self.compressor = check_choice(compressor, CODECS, "compressor")
         self.k = check_int(k, "k")
+        self.seed = check_int(seed, "seed", low=0)
 
     def _fit(self, x: Tensor) -> None:
         """Nothing to learn: the model is trained and the compressor fixed."""
@@ -52,7 +55,9 @@ class InputComplexity(Detector):
         return torch.from_numpy(compressed_bits(to_uint8(x), self.compressor))
 
     def _score(self, x: Tensor) -> Tensor:
-        nll = model_nll(self.model, x, k=self.k, batch_size=self.batch_size, progress=self.progress)
+        nll = model_nll(
+            self.model, x, k=self.k, batch_size=self.batch_size, progress=self.progress, seed=self.seed
+        )
         return nll.double() / math.log(2.0) - self.complexity(x)
 
 

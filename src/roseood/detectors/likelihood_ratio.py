@@ -21,6 +21,7 @@ from torch import Tensor
 from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.nll import model_nll
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import FINGERPRINT, field, shown
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.validation import check_int
@@ -32,7 +33,8 @@ def _describe(shape: tuple[int, ...] | None) -> str:
 
 
 class LikelihoodRatio(Detector):
-    """OOD score ``NLL_main − NLL_background`` (higher = more OOD); ``k``: IWAE samples for VAEs."""
+    """OOD score ``NLL_main − NLL_background`` (higher = more OOD); ``k``: IWAE samples for VAEs, drawn
+    per image from ``seed`` (see ``NLL``)."""
 
     method = "lratio"
     extra_models = ("background",)
@@ -43,6 +45,7 @@ class LikelihoodRatio(Detector):
         *,
         background: RoseModel | None = None,
         k: int = 20,
+        seed: int = 0,
         batch_size: int = 64,
         progress: bool | None = None,
     ) -> None:
@@ -50,6 +53,7 @@ class LikelihoodRatio(Detector):
         self.model: RoseModel = self._require_model("the likelihood ratio")
         self._require_images()
         self.k = check_int(k, "k")
+        self.seed = check_int(seed, "seed", low=0)
         self.background: RoseModel | None = None
         self._background_fingerprint: str | None = None
         if background is not None:
@@ -86,7 +90,10 @@ class LikelihoodRatio(Detector):
         return {"background_fingerprint": model_fingerprint(self._require_background())}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self._background_fingerprint = state["background_fingerprint"]
+        fp = field(state, "background_fingerprint", str, "state.")
+        if not FINGERPRINT.fullmatch(fp):
+            raise CheckpointError(f"field 'state.background_fingerprint': {shown(fp)} is not a fingerprint")
+        self._background_fingerprint = fp
         if self.background is not None:
             self.set_background(self.background)
 
@@ -97,6 +104,7 @@ class LikelihoodRatio(Detector):
     def _score(self, x: Tensor) -> Tensor:
         background = self._require_background()
         opts: dict[str, Any] = {"k": self.k, "batch_size": self.batch_size, "progress": self.progress}
+        opts["seed"] = self.seed
         return model_nll(self.model, x, **opts) - model_nll(background, x, **opts)
 
 

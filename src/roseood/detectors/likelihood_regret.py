@@ -26,6 +26,8 @@ from roseood.detectors.base import Detector, register_detector
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel, is_latent_model
 from roseood.models.vae import VAE
+from roseood.randomness import per_input_seed, randn
+from roseood.validation import check_int
 
 Params = dict[str, Tensor]
 
@@ -89,7 +91,9 @@ class LikelihoodRegret(Detector):
 
     ``steps``/``lr``/``betas``/``weight_decay``: the per-image Adam optimisation of the encoder copy;
     ``k``: IWAE samples for the NLL before and after; ``sample``: draw z in the optimised ELBO as the
-    authors do (False decodes z = μ, deterministic). ``batch_size`` images are optimised together.
+    authors do (False decodes z = μ). Every sample is drawn per image from ``seed`` and the image (the
+    same IWAE samples before and after), so a score does not depend on the run, batch or process count.
+    ``batch_size`` images are optimised together.
     """
 
     method = "lr"
@@ -104,6 +108,7 @@ class LikelihoodRegret(Detector):
         weight_decay: float = 5e-5,
         k: int = 20,
         sample: bool = True,
+        seed: int = 0,
         batch_size: int = 16,
         progress: bool | None = None,
     ) -> None:
@@ -126,6 +131,7 @@ class LikelihoodRegret(Detector):
         self.weight_decay = weight_decay
         self.k = k
         self.sample = sample
+        self.seed = check_int(seed, "seed", low=0)
 
     def _fit(self, x: Tensor) -> None:
         """Likelihood Regret learns nothing from in-distribution data."""
@@ -141,7 +147,7 @@ class LikelihoodRegret(Detector):
         """Encoder parameters after ``steps`` Adam steps per image, stacked along a new first axis.
 
         ``noise`` of shape (steps, N, nz) fixes the latent noise of every step; by default it is drawn
-        from torch's global generator (``sample=True``) or zero, i.e. z = μ (``sample=False``).
+        per image (``roseood.randomness``; ``sample=True``) or zero, i.e. z = μ (``sample=False``).
         """
         n, nz = x.shape[0], self.model.nz
         if noise is not None and tuple(noise.shape) != (self.steps, n, nz):
@@ -153,14 +159,11 @@ class LikelihoodRegret(Detector):
         exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
         exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
         per_image_grad = vmap(grad(self._neg_elbo), in_dims=(0, None, 0, 0))
+        if noise is None and self.sample:
+            noise = randn(x, self.steps, nz, stream="lr-latent").transpose(0, 1)
         with torch.no_grad():  # torch.func.grad still differentiates; this only spares the decoder graph
             for step in range(1, self.steps + 1):
-                if noise is not None:
-                    eps = noise[step - 1].to(x)
-                elif self.sample:
-                    eps = torch.randn(n, nz, device=x.device, dtype=x.dtype)
-                else:
-                    eps = x.new_zeros(n, nz)
+                eps = noise[step - 1].to(x) if noise is not None else x.new_zeros(n, nz)
                 grads = per_image_grad(params, buffers, x, eps)
                 adam_step(
                     params,
@@ -178,11 +181,13 @@ class LikelihoodRegret(Detector):
         """IWAE NLL before − after the per-image encoder optimisation, for one batch (no validation)."""
         x = x.to(self.device)
         self.model.eval()
-        with torch.no_grad():
-            before = self.model.iwae_nll(x, self.k)
-        params = self.optimize_encoders(x, noise)
-        with torch.no_grad(), _encoder_replaced(self.model, _StackedEncoder(self.model.encoder, params)):
-            after = self.model.iwae_nll(x, self.k)
+        with per_input_seed(self.seed):
+            with torch.no_grad():
+                before = self.model.iwae_nll(x, self.k)
+            params = self.optimize_encoders(x, noise)
+            stacked = _StackedEncoder(self.model.encoder, params)
+            with torch.no_grad(), _encoder_replaced(self.model, stacked):
+                after = self.model.iwae_nll(x, self.k)
         return before - after
 
     def _score(self, x: Tensor) -> Tensor:

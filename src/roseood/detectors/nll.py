@@ -11,21 +11,32 @@ from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
 from roseood.errors import RoseError
 from roseood.models.base import LatentModel, RoseModel, is_latent_model
+from roseood.randomness import per_input_seed
+from roseood.validation import check_int
 
 
 class NLL(Detector):
-    """Negative log-likelihood in nats. ``k`` > 1 uses the IWAE estimate (VAE only)."""
+    """Negative log-likelihood in nats. ``k`` > 1 uses the IWAE estimate (VAE only). A sampled estimate
+    (a VAE's ELBO or IWAE) draws each image's samples from ``seed`` and the image itself, so its score
+    is the same in every run, batch, chunk and process count."""
 
     method = "nll"
 
     def __init__(
-        self, model: RoseModel | None, *, k: int = 1, batch_size: int = 64, progress: bool | None = None
+        self,
+        model: RoseModel | None,
+        *,
+        k: int = 1,
+        seed: int = 0,
+        batch_size: int = 64,
+        progress: bool | None = None,
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
         self.model: RoseModel = self._require_model("the NLL score")
         if k > 1 and not is_latent_model(model):
             raise RoseError("IWAE (k > 1) applies to latent-variable models (VAEs) only; Glow's is exact")
         self.k = k
+        self.seed = check_int(seed, "seed", low=0)
 
     def _fit(self, x: Tensor) -> None:
         """The likelihood needs no fitting."""
@@ -34,7 +45,7 @@ class NLL(Detector):
         """Per-image NLL in nats (no validation; ``x`` float on any device)."""
         self.model.eval()
         out = []
-        with torch.no_grad():
+        with torch.no_grad(), per_input_seed(self.seed):
             for batch in iter_batches(x, self.batch_size, "NLL" if self.progress else None):
                 b = batch.to(self.device)
                 out.append(
@@ -50,10 +61,13 @@ class NLL(Detector):
         return self.nll(x)
 
 
-def model_nll(model: RoseModel, x: Tensor, *, k: int, batch_size: int, progress: bool) -> Tensor:
-    """Per-image NLL in nats on CPU: IWAE with ``k`` samples for a VAE, the exact likelihood otherwise."""
+def model_nll(
+    model: RoseModel, x: Tensor, *, k: int, batch_size: int, progress: bool | None, seed: int
+) -> Tensor:
+    """Per-image NLL in nats on CPU: IWAE with ``k`` samples for a VAE (per image from ``seed``), the
+    exact likelihood otherwise."""
     k = k if is_latent_model(model) else 1
-    return NLL(model, k=k, batch_size=batch_size, progress=progress).nll(x)
+    return NLL(model, k=k, seed=seed, batch_size=batch_size, progress=progress).nll(x)
 
 
 register_detector(NLL, {"nll": {"k": 1}, "nll-iwae": {"k": 20}})

@@ -25,9 +25,12 @@ from torch import Tensor, nn
 from roseood.data.perturbations import make_perturbation
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
-from roseood.errors import DataError, RoseError
+from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.integrity import count, field, tensor
 from roseood.models.base import RoseModel
 from roseood.progress import progress as progress_bar
+
+MAX_CHANNELS, MAX_IMAGE_SIZE = 64, 4096  # a stored net larger than this is a damaged file, not a model
 
 
 def _cpu_state(net: nn.Module) -> dict[str, Tensor]:
@@ -173,7 +176,13 @@ class RND(Detector):
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self._build(int(state["in_channels"]), int(state["image_size"]))
+        sizes = [count(state, k, "state.") for k in ("in_channels", "image_size")]
+        if sizes[0] > MAX_CHANNELS or sizes[1] > MAX_IMAGE_SIZE:
+            raise CheckpointError(f"fields 'state.in_channels'/'image_size': implausible sizes {sizes}")
+        for net in ("predictor", "target0", "target1"):
+            for name, value in field(state, net, dict, "state.").items():
+                tensor(value, f"state.{net}.{name}")
+        self._build(*sizes)
         assert self.predictor_ is not None and self.targets_ is not None
         self.predictor_.load_state_dict(state["predictor"])
         self.targets_[0].load_state_dict(state["target0"])

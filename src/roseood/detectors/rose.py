@@ -39,9 +39,11 @@ from roseood.detectors.aggregation import (
 )
 from roseood.detectors.base import Detector, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
+from roseood.integrity import field, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
-from roseood.validation import check_float
+from roseood.randomness import per_input_seed
+from roseood.validation import check_float, check_int
 
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
@@ -55,7 +57,7 @@ class ROSE(Detector):
     ROSE wraps itself (for non-image inputs, wrap it first). ``stats_fraction`` of the images given to
     ``fit`` are held out for the layer means/stds unless ``held_out`` images are passed explicitly.
     ``stochastic=True`` samples the latent (VAE) or the dequantisation noise (Glow) instead of the
-    deterministic loss the authors used.
+    deterministic loss the authors used, per image from ``seed`` and the image (``roseood.randomness``).
 
     ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
     paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
@@ -86,6 +88,7 @@ class ROSE(Detector):
         p: float = math.inf,
         stats_fraction: float = 0.2,
         stochastic: bool = False,
+        seed: int = 0,
         aggregate: str = DEFAULT_AGGREGATION,
         adjust: str = "none",
         batch_size: int = 64,
@@ -117,6 +120,7 @@ class ROSE(Detector):
         self.trend_ = LikelihoodTrend()
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
+        self.seed = check_int(seed, "seed", low=0)
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
@@ -125,9 +129,10 @@ class ROSE(Detector):
     def _layer_grads(self, x: Tensor) -> tuple[dict[str, Any], Tensor]:
         """Per-sample gradients of the chosen layers and the per-sample loss they differentiate."""
         self.model.eval()
-        return self._grads.with_loss(
-            lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device)
-        )
+        with per_input_seed(self.seed):
+            return self._grads.with_loss(
+                lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device)
+            )
 
     def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
         """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
@@ -268,17 +273,30 @@ class ROSE(Detector):
             raise CheckpointError(
                 "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
             )
+        fishers = field(state, "fishers", dict, "state.")
+        if list(fishers) != self.layers:
+            raise CheckpointError(
+                f"field 'state.fishers' must hold one Fisher per layer of the detector "
+                f"({len(self.layers)}), found {shown(list(fishers))}"
+            )
         self.fishers_ = {}
-        for name, fs in state["fishers"].items():
+        for name in fishers:
             f = make_fisher(self.fisher, self.damping)
-            f.load_state(fs)
+            try:
+                f.load_state(field(fishers, name, dict, "state.fishers."))
+            except CheckpointError as exc:
+                raise CheckpointError(f"the {self.fisher} Fisher of layer {name}: {exc}") from None
             self.fishers_[name] = f
-        self.mean_, self.std_ = state["mean"], state["std"]
+        n = (len(self.layers),)
+        self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
+        self.std_ = tensor(state.get("std"), "state.std", shape=n, finite=False).double()
+        columns = len(column_names(self.layers, self.adjust))
         # files from before aggregations were options hold only the paper's z-normalisation
-        self.aggregation_.load_state(state.get("aggregation", {"mean": self.mean_, "std": self.std_}))
+        aggregation = state.get("aggregation", {"mean": self.mean_, "std": self.std_})
+        self.aggregation_.load_state(aggregation, columns)
         if self.adjust != "none":
             self.trend_.load_state(state.get("trend", {}), len(self.layers))
-        self.fit_warnings_ = list(state.get("fit_warnings", []))
+        self.fit_warnings_ = [str(w) for w in state.get("fit_warnings", [])]
 
 
 register_detector(ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())})

@@ -1,25 +1,39 @@
 """A content-addressed store of fitted detectors and per-image scores, so interrupted runs resume.
 
 Keys are hashes of everything that determines a result: the model's and background's fingerprints, the
-method and its hyper-parameters, the seed, and the bytes of the fit and test images themselves. A run
-that stops half-way therefore recomputes only what is missing, and a changed setting never silently
-reuses a stale result. Files are written atomically.
+method and its hyper-parameters, the seed, and the bytes of the fit and test images themselves (so their
+number and sizes too). A run that stops half-way therefore recomputes only what is missing, and a
+changed setting never silently reuses a stale result.
+
+Every entry is a checksummed roseood file that records its own key. An entry that is damaged, empty,
+not a file, another entry's (e.g. two files swapped), of the wrong length or non-finite is never used:
+it is recomputed with a one-line ``CacheWarning`` naming it. Non-finite scores are not stored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from roseood.detectors.base import Detector
-from roseood.errors import CheckpointError
+from roseood.detectors.base import DETECTOR_FORMAT, Detector
+from roseood.errors import CheckpointError, RoseWarning
+from roseood.integrity import field, tensor
 from roseood.serialization import array_digest as array_digest
-from roseood.serialization import save_npy
+from roseood.serialization import safe_load, save_file
+
+SCORES_FORMAT = "roseood-scores"
+
+
+class CacheWarning(RoseWarning):
+    """A cache entry that could not be used (damaged, mismatched): it is recomputed."""
 
 
 def cache_key(parts: dict[str, Any]) -> str:
@@ -34,36 +48,61 @@ class ResultCache:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
-    def _path(self, kind: str, key: str, suffix: str) -> Path:
-        return self.root / kind / f"{key}{suffix}"
+    def _path(self, kind: str, key: str) -> Path:
+        return self.root / kind / f"{key}.pt"
+
+    @staticmethod
+    def _discard(path: Path, reason: str) -> None:
+        """Warn that the entry at ``path`` is not used and remove it (whatever it is) for its rewrite."""
+        warnings.warn(f"{path}: cache entry not used ({reason}); recomputing it", CacheWarning, stacklevel=3)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _reason(exc: CheckpointError, path: Path) -> str:
+        return str(exc).removeprefix(f"{path}: ")
 
     def detector(self, key: str, load: Callable[[Path], Detector], build: Callable[[], Detector]) -> Detector:
-        """The detector stored under ``key`` (via ``load``), else ``build()`` it and store it.
-
-        A stored file that cannot be read (e.g. cut short by a crash outside the atomic write) is
-        rebuilt rather than failing the run.
-        """
-        path = self._path("detectors", key, ".pt")
-        if path.exists():
+        """The detector stored under ``key`` (via ``load``), else ``build()`` it and store it."""
+        path = self._path("detectors", key)
+        if path.exists() or path.is_symlink():
             try:
+                if field(safe_load(path, DETECTOR_FORMAT), "tag", str) != key:
+                    raise CheckpointError("it holds another entry's detector")
                 return load(path)
-            except CheckpointError:
-                path.unlink()
+            except CheckpointError as exc:
+                self._discard(path, self._reason(exc, path))
         det = build()
-        det.save(path)
+        det.save(path, tag=key)
         return det
 
-    def scores(self, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
-        """The score array stored under ``key``, else ``compute()`` it and store it."""
-        path = self._path("scores", key, ".npy")
-        if path.exists():
+    def scores(self, key: str, compute: Callable[[], np.ndarray], length: int | None = None) -> np.ndarray:
+        """The score array stored under ``key`` (checked to hold ``length`` finite rows when given),
+        else ``compute()`` it and store it if it is finite."""
+        path = self._path("scores", key)
+        if path.exists() or path.is_symlink():
             try:
-                return np.load(path, allow_pickle=False)
-            except (OSError, ValueError):
-                path.unlink()
-        values = np.asarray(compute())
-        save_npy(path, values)
+                return self._read_scores(path, key, length)
+            except CheckpointError as exc:
+                self._discard(path, self._reason(exc, path))
+        values = np.asarray(compute(), dtype=np.float64)
+        if np.isfinite(values).all():
+            save_file({"format": SCORES_FORMAT, "key": key, "scores": torch.from_numpy(values)}, path)
         return values
 
+    @staticmethod
+    def _read_scores(path: Path, key: str, length: int | None) -> np.ndarray:
+        obj = safe_load(path, SCORES_FORMAT)
+        if field(obj, "key", str) != key:
+            raise CheckpointError("it holds another entry's scores")
+        values = tensor(field(obj, "scores", torch.Tensor), "scores")
+        if values.dtype != torch.float64:
+            raise CheckpointError(f"field 'scores' must be float64, found {values.dtype}")
+        if values.dim() == 0 or (length is not None and values.shape[0] != length):
+            raise CheckpointError(f"it holds {tuple(values.shape)} values, expected {length} rows")
+        return values.numpy()
+
     def has_scores(self, key: str) -> bool:
-        return self._path("scores", key, ".npy").exists()
+        return self._path("scores", key).is_file()

@@ -283,7 +283,7 @@ class _MethodRun:
             out = compute()
         else:
             key = self.key | {"images": array_digest(images)} | ({"layerwise": True} if layerwise else {})
-            out = self.cache.scores(cache_key(key), compute)
+            out = self.cache.scores(cache_key(key), compute, None if layerwise else len(images) + 1)
         values = out[:-1].reshape(len(images), -1) if layerwise else out[:-1]
         return values, float(out[-1])
 

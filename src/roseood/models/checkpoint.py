@@ -1,8 +1,9 @@
 """Model checkpoints: one file holding kind, architecture config, weights and (optionally) training state.
 
-Built-in families are rebuilt from the family registry; user models (``roseood.wrap`` or a
-``GenerativeModel`` of the user's) from the factory they were made by (``--model-module``), which the
-checkpoint records.
+Built-in families are rebuilt from the family registry. User models (``roseood.wrap`` or a
+``GenerativeModel`` of the user's) are rebuilt only by the code the user names when loading
+(``model_module=``, ``--model-module``): nothing named inside a file is ever imported or called, so a
+checkpoint from elsewhere cannot run code. The file records which factory built it, to say what to pass.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import field, shown
 from roseood.models.base import RoseModel, model_config, model_name
-from roseood.serialization import atomic_save, fingerprint, read_torch_file, safe_load
+from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file, verify
 from roseood.validation import check_model_config
 
 MODEL_FORMAT = "roseood-model"
+MODEL_VERSION = 1
 
 
 def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -25,17 +28,17 @@ def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] |
     assert isinstance(model, nn.Module)
     obj: dict[str, Any] = {
         "format": MODEL_FORMAT,
-        "version": 1,
+        "version": MODEL_VERSION,
         "kind": model_name(model),
         "config": model_config(model),
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
     }
     factory = getattr(model, "factory", None)
     if factory is not None:
-        obj["factory"] = factory
+        obj["factory"] = factory  # informational: says which --model-module loads it back
     if train_state is not None:
         obj["train_state"] = train_state
-    atomic_save(obj, path)
+    save_file(obj, path)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -46,30 +49,66 @@ def _load_state(model: RoseModel, state: Any, path: str | Path, what: str) -> No
     assert isinstance(model, nn.Module)
     try:
         model.load_state_dict(state)
-    except (TypeError, KeyError, RuntimeError, AttributeError) as exc:
+    except (TypeError, KeyError, RuntimeError, AttributeError, ValueError) as exc:
         raise CheckpointError(f"{path}: weights do not match {what} ({_first_line(exc)})") from None
+
+
+def check_model_file(obj: dict[str, Any], path: str | Path) -> None:
+    """The fields of a model file (format and checksum already checked): version, kind, config,
+    state_dict (names to tensors), and the optional factory and training state."""
+    try:
+        if obj.get("version", MODEL_VERSION) != MODEL_VERSION:
+            version = shown(obj.get("version"))
+            raise CheckpointError(f"field 'version': {version} is not a version this roseood reads")
+        field(obj, "kind", str)
+        config = field(obj, "config", dict)
+        if not all(isinstance(k, str) for k in config):
+            raise CheckpointError("field 'config' must map names to values")
+        state = field(obj, "state_dict", dict)
+        bad = next((k for k, v in state.items() if not isinstance(k, str) or not isinstance(v, Tensor)), None)
+        if bad is not None:
+            raise CheckpointError(f"field 'state_dict': entry {shown(bad)} is not a named tensor")
+        for name in ("factory", "train_state"):
+            if name in obj:
+                field(obj, name, str if name == "factory" else dict)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+
+
+def _user_model_error(path: str | Path, obj: dict[str, Any]) -> CheckpointError:
+    """What to pass for a user model's checkpoint (its code is never taken from the file)."""
+    factory = obj.get("factory")
+    spec = factory if isinstance(factory, str) and len(factory) < 500 and factory.isprintable() else None
+    built = (
+        f"built by {shown(spec)}; if you trust that code, pass --model-module {spec}"
+        if spec
+        else "pass --model-module FILE:FACTORY"
+    )
+    return CheckpointError(
+        f"{path}: holds a user model ({shown(obj['kind'])}), whose code is never run from a file: {built} "
+        "(model_module= in Python)"
+    )
 
 
 def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[RoseModel, dict[str, Any]]:
     """Rebuild the model stored at ``path``; also return the raw file dict (for training state).
 
-    ``model_module`` ("file.py:factory") builds a user model whose checkpoint does not name its
-    factory, or whose factory file has moved.
+    A built-in family is rebuilt from its registry by the stored config; any other model only by
+    ``model_module`` ("file.py:factory" or "package.module:factory"), the user's own code: a factory
+    recorded in the file is only named in the error.
     """
     from roseood.models.families import FAMILIES
     from roseood.models.user import load_factory
 
     obj = safe_load(path, MODEL_FORMAT)
-    kind = obj.get("kind")
-    factory = model_module or obj.get("factory")
-    if factory is not None:
+    check_model_file(obj, path)
+    kind = obj["kind"]
+    if model_module is not None:
         try:
-            model = load_factory(factory)
+            model = load_factory(model_module)
         except RoseError as exc:
-            raise CheckpointError(
-                f"{path}: cannot rebuild its {kind} model ({exc}); pass --model-module"
-            ) from None
-        _load_state(model, obj.get("state_dict"), path, f"the model of {factory}")
+            raise CheckpointError(f"{path}: cannot rebuild its {shown(kind)} model ({exc})") from None
+        _load_state(model, obj["state_dict"], path, f"the model of {model_module}")
     elif kind in FAMILIES:
         try:
             check_model_config(obj["config"], f"{kind} config")
@@ -80,10 +119,7 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
             ) from None
         _load_state(model, obj["state_dict"], path, f"the stored {kind} config")
     else:
-        raise CheckpointError(
-            f"{path}: model kind {kind!r} is not built in (known: {sorted(FAMILIES)}); "
-            "name the code that builds it with --model-module file.py:factory"
-        )
+        raise _user_model_error(path, obj)
     model.eval()
     return model, obj
 
@@ -97,7 +133,11 @@ def load_weights(model: RoseModel, path: str | Path) -> RoseModel:
     """Load weights into ``model`` from a roseood checkpoint or a plain ``torch.save(state_dict)`` file."""
     path = Path(path)
     obj = read_torch_file(path)
-    state = obj.get("state_dict") if isinstance(obj, dict) and obj.get("format") == MODEL_FORMAT else obj
+    ours = isinstance(obj, dict) and obj.get("format") == MODEL_FORMAT
+    if ours:
+        verify(obj, path)
+        check_model_file(obj, path)
+    state = obj["state_dict"] if ours else obj
     assert isinstance(model, nn.Module)
     _load_state(model, state, path, f"the {model_name(model)} model")
     return model.eval()

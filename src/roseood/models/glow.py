@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from roseood.curvature import INVERTIBLE_1X1, register_layer
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel
+from roseood.randomness import rand
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOGSCALE_FACTOR = 3.0  # Glow's zero-initialised convs scale their output by exp(3·logs)
@@ -342,7 +343,7 @@ class Glow(GenerativeModel):
         x_int = torch.round(x.clamp(0.0, 1.0) * 255.0)
         if self.n_bits < 8:
             x_int = torch.floor(x_int / 2 ** (8 - self.n_bits))
-        offset = torch.rand_like(x_int) if noise else 0.5
+        offset = rand(x, *x.shape[1:], stream="dequantize").to(x_int) if noise else 0.5
         return (x_int + offset) / 2**self.n_bits - 0.5
 
     def _flow(self, y: Tensor) -> tuple[list[Tensor], Tensor, Tensor]:

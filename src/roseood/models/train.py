@@ -138,10 +138,15 @@ def restore_training(
         raise CheckpointError(
             f"{checkpoint}: weights do not match the model ({type(exc).__name__})"
         ) from None
-    opt.load_state_dict(ts["optimizer"])
-    gen.set_state(ts["generator"])
-    if "torch_rng" in ts:
-        torch.set_rng_state(ts["torch_rng"])
+    try:  # a hand-edited training state is the file's fault: one line, not a torch traceback
+        opt.load_state_dict(ts["optimizer"])
+        gen.set_state(ts["generator"])
+        if "torch_rng" in ts:
+            torch.set_rng_state(ts["torch_rng"])
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+        raise CheckpointError(
+            f"{checkpoint}: damaged training state ({type(exc).__name__}); train afresh with --overwrite"
+        ) from None
     return ts
 
 

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from roseood.errors import CheckpointError
 from roseood.models.base import GenerativeModel
+from roseood.randomness import randn
 
 
 def _targets(x: Tensor) -> Tensor:
@@ -96,21 +97,23 @@ class VAE(GenerativeModel):
         return ce.flatten(1).sum(1)
 
     def neg_elbo(self, x: Tensor, sample: bool = True) -> Tensor:
-        """Per-sample negative ELBO in nats; ``sample=False`` decodes z = μ (the authors' ROSE choice)."""
+        """Per-sample negative ELBO in nats; ``sample=False`` decodes z = μ (the authors' ROSE choice).
+        The latent noise is per image inside ``roseood.randomness.per_input_seed``."""
         mu, logvar = self.encoder(x)
-        z = mu + torch.randn_like(mu) * (0.5 * logvar).exp() if sample else mu
+        z = mu + randn(x, mu.shape[1], stream="vae-latent").to(mu) * (0.5 * logvar).exp() if sample else mu
         kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(1)
         return self.reconstruction_nll(self.decoder(z), x) + kl
 
     def iwae_nll(self, x: Tensor, k: int = 20, chunk: int = 256) -> Tensor:
-        """Importance-weighted NLL estimate with ``k`` posterior samples (Burda et al. 2015), in nats."""
+        """Importance-weighted NLL estimate with ``k`` posterior samples (Burda et al. 2015), in nats; the
+        samples are per image inside ``roseood.randomness.per_input_seed``."""
         mu, logvar = self.encoder(x)
         std = (0.5 * logvar).exp()
         log_w = torch.empty(x.shape[0], k, device=x.device)
         per_chunk = max(1, chunk // k)
         for i in range(0, x.shape[0], per_chunk):
             m, s, xi = mu[i : i + per_chunk], std[i : i + per_chunk], x[i : i + per_chunk]
-            eps = torch.randn(m.shape[0], k, m.shape[1], device=x.device)
+            eps = randn(xi, k, m.shape[1], stream="iwae").to(m)
             z = m[:, None] + s[:, None] * eps
             rec = self.reconstruction_nll(self.decoder(z.flatten(0, 1)), xi.repeat_interleave(k, 0)).view(
                 -1, k

@@ -71,7 +71,7 @@ class LayerScores:
             "n_fisher": fisher_count(self.spec, len(self.fit)),
             "images": array_digest(images),
         }
-        both = self.ws.cache.scores(cache_key(key), lambda: self._compute(images))
+        both = self.ws.cache.scores(cache_key(key), lambda: self._compute(images), len(images))
         return both[:, :-1], both[:, -1]
 
     def _compute(self, images: np.ndarray) -> np.ndarray:
