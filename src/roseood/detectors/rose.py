@@ -39,7 +39,7 @@ from roseood.detectors.aggregation import (
 )
 from roseood.detectors.base import Detector, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
-from roseood.integrity import field, shown, tensor
+from roseood.integrity import field, same, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.randomness import per_input_seed
@@ -269,7 +269,7 @@ class ROSE(Detector):
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("version") != STATE_VERSION:
+        if not same(state.get("version"), STATE_VERSION):
             raise CheckpointError(
                 "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
             )
