@@ -1,13 +1,17 @@
 """ROSE's cost against forward-only NLL, the per-sample loop, nngeometry and kronfluence, in one run.
 
-On one model and one batch: forward-only NLL, ROSE-diag, ROSE-EKFAC (fit and score), ROSE-EKFAC as the
-authors computed it (one backward per image), and — when installed (``pip install -e ".[bench]"``) —
-nngeometry's ``PMatEKFAC`` (scores from its per-sample Jacobian) and kronfluence's EKFAC self-influence,
-both fitted on the same images and computing the same ``gᵀ (F + λ)⁻¹ g`` per layer. Prints throughput,
-cost relative to the NLL, the Spearman correlation of each layer's scores with ROSE-EKFAC, and the saved
-EKFAC detector's footprint (file size, load time, first score, agreement with the in-memory detector). Run:
+Part 1, on one model and one test batch: forward-only NLL, ROSE-diag and ROSE-EKFAC scoring throughput,
+ROSE-EKFAC as the authors computed it (one backward per image), and the saved EKFAC detector's footprint.
 
-    python benchmarks/speed.py [--model MODEL] [--batch 64] [--fit 512] [--repeats 3]
+Part 2, the EKFAC Fisher of the same layers, images and per-sample loss fitted by roseood, by nngeometry's
+``PMatEKFAC`` and by kronfluence's EKFAC (``pip install -e ".[bench]"``), each in a fresh process: fit time
+and peak memory, scoring time and peak memory for the test batch (each computes the same per-layer
+``gᵀ (F + λ)⁻¹ g``), and how close each library's layer scores are to roseood's. Peak memory is the rise
+of the process's resident memory (Linux: its high-water mark, reset just before the step; glibc is told
+to return every block of 64 KiB or more to the system when freed, so that memory freed earlier and kept
+by malloc does not hide a later peak) or, on a GPU, of ``torch.cuda.max_memory_allocated``. Run:
+
+    python benchmarks/speed.py [--model MODEL] [--batch 64] [--fit 512] [--repeats 3] [--device cpu]
 """
 
 from __future__ import annotations
@@ -15,11 +19,18 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
+import multiprocessing
+import os
+import resource
+import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from scipy.stats import spearmanr
 from torch import Tensor
@@ -44,10 +55,33 @@ def per_sample_loop_scores(det: ROSE, x: Tensor) -> Tensor:
             m = modules[name]
             w = m.weight.grad.flatten(1)  # type: ignore[union-attr]
             g = torch.cat([w, m.bias.grad[:, None]], 1) if m.bias is not None else w  # type: ignore[union-attr]
-            lg = LayerGrad(a=torch.empty(1, 1, g.shape[1]), d=torch.empty(1, 1, g.shape[0]), g=g[None])
+            lg = LayerGrad(a=g.new_empty(1, 1, g.shape[1]), d=g.new_empty(1, 1, g.shape[0]), g=g[None])
             row.append(det.fishers_[name].quad(lg))
         out.append(torch.cat(row))
     return torch.stack(out)
+
+
+class RoseoodEKFAC:
+    """roseood's EKFAC Fisher of the layers, fitted and scored like the two libraries below."""
+
+    def __init__(self, model: GenerativeModel, layers: list[str], damping: float, batch: int) -> None:
+        self.det = ROSE(
+            model, fisher="ekfac", layers=layers, damping=damping, batch_size=batch, progress=False
+        )
+
+    def fit(self, x: Tensor) -> None:
+        self.det.fit_fisher(x)
+
+    def layer_scores(self, x: Tensor) -> Tensor:
+        return self.det.layer_scores(x)
+
+
+class RoseoodEKFACRecomputed(RoseoodEKFAC):
+    """roseood's EKFAC with the second pass running the model again (``grad_cache_bytes = 0``)."""
+
+    def __init__(self, model: GenerativeModel, layers: list[str], damping: float, batch: int) -> None:
+        super().__init__(model, layers, damping, batch)
+        self.det.grad_cache_bytes = 0
 
 
 class NNGeometryEKFAC:
@@ -116,7 +150,8 @@ class KronfluenceEKFAC:
         self.workdir = tempfile.mkdtemp(prefix="kronfluence-")
         task = RoseTask()
         wrapped = prepare_model(copy.deepcopy(model), task)
-        self.analyzer = Analyzer("rose", wrapped, task, cpu=True, disable_tqdm=True, output_dir=self.workdir)
+        cpu = next(model.parameters()).device.type == "cpu"
+        self.analyzer = Analyzer("rose", wrapped, task, cpu=cpu, disable_tqdm=True, output_dir=self.workdir)
         self.layers, self.damping, self.batch = layers, damping, batch
 
     def fit(self, x: Tensor) -> None:
@@ -146,12 +181,104 @@ class KronfluenceEKFAC:
         return torch.stack([scores[name] for name in self.layers], 1).double()
 
 
+# name shown, package that must be installed, adapter
+LIBRARIES: list[tuple[str, str, type]] = [
+    ("roseood EKFAC", "roseood", RoseoodEKFAC),
+    ("roseood EKFAC, 2nd pass recomputed", "roseood", RoseoodEKFACRecomputed),
+    ("nngeometry PMatEKFAC", "nngeometry", NNGeometryEKFAC),
+    ("kronfluence EKFAC", "kronfluence", KronfluenceEKFAC),
+]
+
+
 def timed(fn: Callable[[], object], repeats: int) -> float:
     fn()  # warm-up
     t0 = time.perf_counter()
     for _ in range(repeats):
         fn()
     return (time.perf_counter() - t0) / repeats
+
+
+def _status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def measured(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, float, int]:
+    """``fn()``, its wall time, its CPU time (all threads of this process: on a shared machine, the
+    work done, whatever else runs), and the peak memory it added: GPU memory allocated by torch on CUDA,
+    else the process's resident memory (Linux: high-water mark reset before ``fn``; elsewhere the peak
+    of the whole process, an upper bound)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    else:
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current VmRSS
+            base = _status_bytes("VmRSS")
+        except OSError:
+            base = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) - base
+    elif base:
+        peak = _status_bytes("VmHWM") - base
+    else:
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    return result, seconds, cpu_seconds, peak
+
+
+def images(n_fit: int, n_test: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Fisher images, held-out statistics images (128) and the test batch, all Fashion-MNIST."""
+    imgs = demo_images()
+    train = torch.from_numpy(imgs["fashion_mnist_train"]).float() / 255
+    test = torch.from_numpy(imgs["fashion_mnist_test"][:n_test]).float() / 255
+    return train[:n_fit], train[n_fit : n_fit + 128], test
+
+
+def fit_and_score(index: int, args: argparse.Namespace, layers: list[str], damping: float) -> dict[str, Any]:
+    """In a fresh process: fit library ``index``'s EKFAC, score the test batch; times, peaks and scores."""
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # kronfluence's deprecated GradScaler
+    device = torch.device(args.device)
+    model = (load_model(args.model) if args.model else demo_model()).to(device).eval()
+    fit, _, x = (t.to(device) for t in images(args.fit, args.batch))
+    model.rose_loss(x[:8]).sum().backward()  # the same one-off warm-up for every library
+    model.zero_grad(set_to_none=True)
+    lib = LIBRARIES[index][2](model, layers, damping, args.batch)
+    _, fit_s, fit_cpu_s, fit_peak = measured(lambda: lib.fit(fit), device)
+    scores, first_s, _, score_peak = measured(lambda: lib.layer_scores(x), device)
+    _, score_s, score_cpu_s, _ = measured(lambda: [lib.layer_scores(x) for _ in range(args.repeats)], device)
+    return {
+        "fit_s": fit_s,
+        "fit_cpu_s": fit_cpu_s,
+        "fit_peak": fit_peak,
+        "score_s": score_s / args.repeats,
+        "score_cpu_s": score_cpu_s / args.repeats,
+        "first_score_s": first_s,
+        "score_peak": score_peak,
+        "scores": scores.cpu().numpy(),
+    }
+
+
+def agreement(ours: np.ndarray, theirs: np.ndarray) -> dict[str, str]:
+    """How close another library's layer scores are to roseood's, layer by layer."""
+    rel = np.abs(theirs - ours) / np.abs(ours)
+    rho = [spearmanr(ours[:, j], theirs[:, j]).statistic for j in range(ours.shape[1])]
+    pearson = [np.corrcoef(ours[:, j], theirs[:, j])[0, 1] for j in range(ours.shape[1])]
+    return {
+        "Spearman": ", ".join(f"{r:.4f}" for r in rho),
+        "Pearson": ", ".join(f"{r:.4f}" for r in pearson),
+        "median rel. diff": ", ".join(f"{v:.1e}" for v in np.median(rel, 0)),
+        "max rel. diff": ", ".join(f"{v:.1e}" for v in rel.max(0)),
+    }
 
 
 def saved_footprint(det: ROSE, model: GenerativeModel, x: Tensor) -> dict[str, str]:
@@ -175,20 +302,12 @@ def saved_footprint(det: ROSE, model: GenerativeModel, x: Tensor) -> dict[str, s
         }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--model", help="roseood model checkpoint (default: the shipped authors' FMNIST VAE)")
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--fit", type=int, default=512, help="images for the Fisher")
-    p.add_argument("--repeats", type=int, default=3)
-    args = p.parse_args()
-    model = load_model(args.model) if args.model else demo_model()
-    imgs = demo_images()
-    fit = torch.from_numpy(imgs["fashion_mnist_train"][: args.fit]).float() / 255
-    stats = torch.from_numpy(imgs["fashion_mnist_train"][args.fit : args.fit + 128]).float() / 255
-    x = torch.from_numpy(imgs["fashion_mnist_test"][: args.batch]).float() / 255
-    diag = ROSE(model, fisher="diag", batch_size=args.batch)
-    ekfac = ROSE(model, fisher="ekfac", batch_size=args.batch)
+def throughput(args: argparse.Namespace, model: GenerativeModel) -> ROSE:
+    """Part 1: NLL, ROSE-diag, ROSE-EKFAC and the per-sample loop on the test batch; returns the EKFAC
+    detector."""
+    fit, stats, x = images(args.fit, args.batch)
+    diag = ROSE(model, fisher="diag", batch_size=args.batch, progress=False)
+    ekfac = ROSE(model, fisher="ekfac", batch_size=args.batch, progress=False)
     t: dict[str, float] = {}
     fit_s: dict[str, float] = {}
     for name, det in (("ROSE-diag (batched hooks)", diag), ("ROSE-EKFAC (batched hooks)", ekfac)):
@@ -207,37 +326,59 @@ def main() -> None:
     t["ROSE-diag (batched hooks)"] = timed(lambda: diag.score(x), args.repeats)
     t["ROSE-EKFAC (batched hooks)"] = timed(lambda: ekfac.score(x), args.repeats)
     t["ROSE-EKFAC per-sample loop"] = timed(lambda: per_sample_loop_scores(ekfac, x), 1)
-    ours = ekfac.layer_scores(x).numpy()
-    agreement: dict[str, list[float]] = {}
-    for name, package, cls in (
-        ("nngeometry PMatEKFAC", "nngeometry", NNGeometryEKFAC),
-        ("kronfluence EKFAC", "kronfluence", KronfluenceEKFAC),
-    ):
-        if importlib.util.find_spec(package) is None:
-            print(f"{package} not installed (pip install -e '.[bench]'): skipped")
-            continue
-        lib = cls(model, ekfac.layers, ekfac.damping, args.batch)
-        t0 = time.perf_counter()
-        lib.fit(fit)
-        fit_s[name] = time.perf_counter() - t0
-        t[name] = timed(lambda lib=lib: lib.layer_scores(x), args.repeats)
-        theirs = lib.layer_scores(x).numpy()
-        agreement[name] = [float(spearmanr(ours[:, j], theirs[:, j]).statistic) for j in range(ours.shape[1])]
+    base = t["forward-only NLL (z = mu)"]
+    print(f"{'method':<30}{'images/s':>10}{'cost vs NLL':>13}{'detector fit s':>16}")
+    for name, sec in t.items():
+        fs = f"{fit_s[name]:>16.1f}" if name in fit_s else ""
+        print(f"{name:<30}{args.batch / sec:>10.1f}{sec / base:>12.2f}x{fs}")
+    print("(detector fit: the Fisher and the layer statistics on 128 held-out images; the per-sample loop's")
+    print(" layer scores were checked equal to the batched ones on 8 images)")
+    print("saved ROSE-EKFAC detector: " + ", ".join(f"{k} {v}" for k, v in footprint.items()))
+    return ekfac
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="roseood model checkpoint (default: the shipped FMNIST VAE)")
+    p.add_argument("--batch", type=int, default=64, help="test images, and the batch size of every fit")
+    p.add_argument("--fit", type=int, default=512, help="images for the Fisher")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:i] (part 2 only)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model) if args.model else demo_model()
+    ekfac = throughput(args, model)
     print(
         "settings:",
         {"model": model.config(), "batch": args.batch, "repeats": args.repeats, "fisher_fit_images": args.fit}
-        | {"layers": ekfac.layers, "damping": ekfac.damping, "threads": torch.get_num_threads()}
+        | {"layers": ekfac.layers, "damping": ekfac.damping, "part 2 device": args.device}
         | machine_description(),
     )
-    base = t["forward-only NLL (z = mu)"]
-    print(f"{'method':<30}{'images/s':>10}{'cost vs NLL':>13}{'fit s':>9}")
-    for name, sec in t.items():
-        fs = f"{fit_s[name]:>9.1f}" if name in fit_s else ""
-        print(f"{name:<30}{args.batch / sec:>10.1f}{sec / base:>12.2f}x{fs}")
-    for name, rho in agreement.items():
-        print(f"Spearman per layer, {name} vs ROSE-EKFAC: " + ", ".join(f"{r:.4f}" for r in rho))
-    print("(the per-sample loop's layer scores were checked equal to the batched ones on 8 images)")
-    print("saved ROSE-EKFAC detector: " + ", ".join(f"{k} {v}" for k, v in footprint.items()))
+    results: dict[str, dict[str, Any]] = {}
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(2**16))  # read by glibc as each child starts
+    spawn = multiprocessing.get_context("spawn")
+    mib = 2**20
+    print(
+        f"{'EKFAC Fisher':<36}{'fit s':>8}{'fit CPU s':>11}{'fit peak MiB':>14}"
+        f"{'score s':>9}{'score CPU s':>13}{'1st score s':>13}{'score peak MiB':>16}"
+    )
+    for index, (name, package, _) in enumerate(LIBRARIES):
+        if importlib.util.find_spec(package) is None:
+            print(f"{package} not installed (pip install -e '.[bench]'): skipped")
+            continue
+        with spawn.Pool(1) as pool:
+            r = results[name] = pool.apply(fit_and_score, (index, args, ekfac.layers, ekfac.damping))
+        print(
+            f"{name:<36}{r['fit_s']:>8.1f}{r['fit_cpu_s']:>11.1f}{r['fit_peak'] / mib:>14.0f}"
+            f"{r['score_s']:>9.2f}{r['score_cpu_s']:>13.2f}{r['first_score_s']:>13.2f}"
+            f"{r['score_peak'] / mib:>16.0f}",
+            flush=True,
+        )
+    ours = results[LIBRARIES[0][0]]["scores"]
+    for name, r in list(results.items())[1:]:
+        close = agreement(ours, r["scores"])
+        print(f"{name} vs roseood EKFAC, per layer: " + "; ".join(f"{k} {v}" for k, v in close.items()))
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def make_poisoned_files(root: Path, model: dict[str, Any]) -> None:
     save_file(user | {"factory": "os:abort"}, root / "poison-abort.pt")
 
 
-TRAIN = ("train", "vae", "--subset", "16", "--ngf", "4", "--nz", "4", "--epochs", "1")
+TRAIN = ("train", "vae", "--subset", "16", "--size", "32", "--ngf", "4", "--nz", "4", "--epochs", "1")
 GLOW = ("train", "glow", "--subset", "16", "--epochs", "1", "--out", "{d}/g.pt")
 EVAL = ("evaluate", "--model", "{d}/model.pt", "--ood", "mnist", "--fit-samples", "8", "--stats-samples", "4")
 FIT = ("fit", "--model", "{d}/model.pt", "--method", "nll", "--fit-samples", "8", "--stats-samples", "4")
@@ -222,7 +222,7 @@ CASES = [
     _c("evaluate --methods ''", "no methods", *EVAL, "--methods", ","),
     _c("evaluate --model missing", "no such file", *EVAL, "--model", "{d}/missing.pt"),
     _c("evaluate --model corrupt", "not a readable checkpoint", *EVAL, "--model", "{d}/corrupt.pt"),
-    _c("evaluate --model config 64×64", "32×32", *EVAL, "--model", "{d}/big64.pt"),
+    _c("evaluate --model config 64×64", "weights do not match", *EVAL, "--model", "{d}/big64.pt"),
     _c("evaluate --model config ngf 0", "ngf must be", *EVAL, "--model", "{d}/zero.pt"),
     _c("evaluate --model a dataset", "not a readable checkpoint", *EVAL, "--model", "{d}/victim.npz"),
     _c("evaluate --json = --model", "also an input", *EVAL, "--json", "{d}/model.pt"),
@@ -278,7 +278,7 @@ CASES = [
     _c("score --out a folder", "is a folder", *SCORE, "--out", "{d}/adir"),
     _c("score --out unwritable", "cannot write", *SCORE, "--out", "/proc/rose-s.csv"),
     _c("score --threshold nan", "finite", *SCORE, "--threshold", "nan", "--out", "{d}/s.csv"),
-    _c("score --n 0", "positive integer", *SCORE, "--n", "0", "--out", "{d}/s.csv"),
+    _c("score --subset 0", "positive integer", *SCORE, "--subset", "0", "--out", "{d}/s.csv"),
     _c(
         "score --detector a model",
         "expected a roseood-detector",

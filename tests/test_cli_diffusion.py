@@ -13,7 +13,7 @@ from tests.test_cli import run, workdir  # noqa: F401 - the fixture
 def test_train_export_and_evaluate_a_diffusers_folder(workdir, capsys):  # noqa: F811
     assert run(
         "train", "diffusion", "--data", "fashion_mnist", "--subset", "40", "--epochs", "1",
-        "--image-size", "16", "--widths", "8,16", "--rose-k", "2", "--out", "diff.pt",
+        "--size", "16", "--widths", "8,16", "--rose-k", "2", "--out", "diff.pt",
     ) == 0  # fmt: skip
     model = load_model("diff.pt")
     assert isinstance(model, DiffusionModel) and model.k == 2 and model.input_shape == (1, 16, 16)

@@ -1,4 +1,4 @@
-"""The CLI helps: every option documents itself and its default, progress goes to a log as ~10 % lines
+"""The CLI helps: every option documents itself and its default, progress goes to a log as plain lines
 (no ``\\r`` redraws), and ``rose datasets | head`` ends without a BrokenPipeError traceback."""
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def test_methods_help_lists_every_method(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "(test split)" not in subcommands()["fit"].format_help()
 
 
-def test_progress_off_a_terminal_prints_ten_lines(capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_off_a_terminal_prints_plain_lines(capsys: pytest.CaptureFixture[str]) -> None:
     assert list(progress(range(37), "work", enabled=True)) == list(range(37))
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 10 and lines[-1] == "work: 37/37 (100 %)" and "\r" not in "".join(lines)
+    assert lines == ["work: 37/37 (100 %), done in 0 s"]  # a quick loop: its closing line only
     list(progress(range(5), "quiet"))  # default: only on a terminal, and pytest's stderr is none
     assert capsys.readouterr().err == ""
 

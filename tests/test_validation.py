@@ -76,3 +76,30 @@ def test_api_entry_points_validate(tiny_vae) -> None:
         ROSE(tiny_vae, batch_size=0)
     with pytest.raises(DataError, match="seed must be a non-negative integer"):
         load_images("noise", n=2, seed=-1)
+
+
+def test_devices_auto_resolves_to_the_best_one_here_and_torchrun_ranks_take_their_own_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from roseood import distributed
+    from roseood.validation import check_device
+
+    assert check_device("auto") == "auto" and check_device("cpu") == "cpu"
+    for bad, why in (("meta", "not supported"), ("tpu", "not a device")):
+        with pytest.raises(RoseError, match=why):
+            check_device(bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert distributed.device("auto") == "cpu"
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert distributed.device("auto") == "mps"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert distributed.device("auto") == "cuda" and distributed.device("cuda:1") == "cuda:1"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert (
+        distributed.device("auto") == distributed.device("cuda") == distributed.device("cuda:1") == "cuda:1"
+    )
+    with pytest.raises(RoseError, match="under torchrun name cuda or auto"):
+        distributed.device("cuda:0")
+    assert distributed.device("cpu") == "cpu"

@@ -35,7 +35,9 @@ def demo_images() -> dict[str, np.ndarray]:
         return {k: preprocess(d[k], channels=1, size=32, brightness=1.0) for k in keys}
 
 
-def run_demo(fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021) -> dict[str, float]:
+def run_demo(
+    fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021, progress: bool = True
+) -> dict[str, float]:
     """Fit ROSE-EKFAC on Fashion-MNIST training images; print NLL and ROSE AUROC vs MNIST."""
     check_int(fit_samples, "fit_samples")
     check_int(test_samples, "test_samples")
@@ -53,7 +55,7 @@ def run_demo(fit_samples: int = 2000, test_samples: int = 1000, seed: int = 2021
     print(f"data: {len(fisher)} Fashion-MNIST training images for the Fisher, {len(stats)} for layer stats;")
     print(f"      {len(test_in)} Fashion-MNIST test images (in-distribution) vs {len(test_out)} MNIST ones")
     nll = NLL(model).fit(fisher)
-    rose = ROSE(model, fisher="ekfac", progress=True).fit(fisher, held_out=stats)
+    rose = ROSE(model, fisher="ekfac", progress=progress).fit(fisher, held_out=stats)
     auroc = {
         "nll": ood_metrics(nll.score(test_in), nll.score(test_out))["auroc"],
         "rose-ekfac": ood_metrics(rose.score(test_in), rose.score(test_out))["auroc"],

@@ -69,9 +69,29 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def device(requested: str) -> str:
-    """The device this process uses for a requested ``cpu``/``cuda``: its own GPU under torchrun."""
-    return f"cuda:{local_rank()}" if requested == "cuda" and launched() else requested
+def device(requested: str | torch.device = "auto") -> str:
+    """The device this process uses for a requested ``auto``/``cpu``/``cuda[:i]``/``mps``.
+
+    ``auto`` picks CUDA, then MPS, then the CPU. Under torchrun ``cuda`` (or ``auto`` with CUDA) is this
+    process's own GPU, ``cuda:LOCAL_RANK``; naming another index is refused, since the processes would
+    share one GPU.
+    """
+    requested = str(requested)
+    if requested == "auto":
+        if torch.cuda.is_available():
+            requested = "cuda"
+        elif torch.backends.mps.is_available():
+            return "mps"
+        else:
+            return "cpu"
+    if requested.startswith("cuda") and launched():
+        if requested not in ("cuda", f"cuda:{local_rank()}"):
+            raise RoseError(
+                f"device {requested}: under torchrun name cuda or auto, and each process takes the GPU "
+                "of its LOCAL_RANK (choose the GPUs with CUDA_VISIBLE_DEVICES)"
+            )
+        return f"cuda:{local_rank()}"
+    return requested
 
 
 def shard(n: int) -> slice:

@@ -78,6 +78,15 @@ def seal(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {**obj, CHECKSUM: payload_digest(obj)}
 
 
+def same(value: Any, expected: Any) -> bool:
+    """``value == expected`` for a value read from a file, which may be of any type and hold tensors
+    anywhere (a tensor compared with ``==`` is not a bool): equal only with the expected type."""
+    try:
+        return type(value) is type(expected) and bool(value == expected)
+    except (RuntimeError, TypeError, ValueError):  # tensors inside containers
+        return False
+
+
 def verify(obj: Mapping[str, Any], path: str | Path) -> None:
     """Refuse a file whose payload does not match its checksum; warn once about a file without one."""
     stored = obj.get(CHECKSUM)
@@ -204,7 +213,7 @@ def check_detector_file(obj: dict[str, Any], registry: Registry[str, Any]) -> tu
     method (registered), params (see ``check_params``), state, threshold, model fingerprint, tag; return
     the detector class and its params."""
     version = obj.get("version", 1)
-    if version != 1 or isinstance(version, bool):
+    if not same(version, 1):
         raise CheckpointError(f"field 'version': {shown(version)} is not a version this roseood reads")
     method = field(obj, "method", str)
     if method not in registry:

@@ -1,19 +1,31 @@
-"""One progress helper for every loop that reports progress (batches, epochs, downloads).
+"""One progress helper for every loop that reports progress (epochs, Fisher passes, scoring, downloads).
 
-On a terminal it is a tqdm bar; otherwise (logs, pipes, CI) it prints one plain line each time another
-~10 % is done, so redirected output holds no ``\\r`` bar redraws. ``enabled=None`` means "on a terminal".
+A person reads one bar per long stage: on a terminal a tqdm bar (with its ETA), and a loop that runs
+while another bar is shown (a detector's batches inside an evaluation's stage, an ensemble member inside
+the ensemble) shows none of its own, so bars never nest or redraw over each other. ``stage(label)`` names
+the stage the next bar belongs to ("rose-ekfac fit", "nll score mnist"). Off a terminal (logs,
+pipes, CI) a bar is a plain line every ``LINE_INTERVAL_S`` seconds and one when it ends, each with the
+elapsed time and ETA, so redirected output holds no ``\\r`` redraws. ``enabled=None`` means "on a
+terminal"; the library's own defaults are off (progress is opt-in from Python).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import time
+import warnings
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from tqdm.auto import tqdm
 
 T = TypeVar("T")
-STEP_PERCENT = 10
+LINE_INTERVAL_S = 30.0
+_open_bars = 0  # bars shown right now: a loop inside one shows none of its own
+_stages: list[str] = []
 
 
 def on_terminal() -> bool:
@@ -24,8 +36,26 @@ def on_terminal() -> bool:
         return False
 
 
+def duration(seconds: float) -> str:
+    """Seconds as "42 s", "3 min 05 s" or "2 h 07 min"."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def eta(done: float, total: float, elapsed: float) -> str:
+    """ "ETA 3 min 05 s" from the rate so far, or "" before anything is done."""
+    if done <= 0 or total <= done:
+        return ""
+    return f"ETA {duration(elapsed * (total - done) / done)}"
+
+
 class LineProgress(Generic[T]):
-    """The non-terminal stand-in for a tqdm bar: one line per ``STEP_PERCENT`` % (tqdm's small API)."""
+    """The non-terminal stand-in for a tqdm bar (tqdm's small API): a line every ``LINE_INTERVAL_S``
+    seconds and one at the end, e.g. ``rose-ekfac fit: Fisher pass 1/2: 30/100 (30 %), 12 s, ETA 28 s``."""
 
     def __init__(self, iterable: Iterable[T] | None, desc: str | None, total: int | None) -> None:
         self.iterable = iterable
@@ -33,24 +63,31 @@ class LineProgress(Generic[T]):
         self.total = total if total is not None else _length(iterable)
         self.n = 0
         self.postfix = ""
-        self._last = 0
+        self._start = self._last = time.monotonic()
+        self._closed = False
 
     def __iter__(self) -> Iterator[T]:
         assert self.iterable is not None
-        for item in self.iterable:
-            yield item
-            self.update(1)
+        try:
+            for item in self.iterable:
+                yield item
+                self.update(1)
+        finally:
+            self.close()
 
     def update(self, n: int = 1) -> None:
         self.n += n
-        if not self.total:
-            return
-        step = min(100, self.n * 100 // self.total) // STEP_PERCENT
-        if step > self._last:
-            self._last = step
-            print(
-                f"{self.desc}: {self.n}/{self.total} ({step * STEP_PERCENT} %){self.postfix}", file=sys.stderr
-            )
+        now = time.monotonic()
+        if now - self._last >= LINE_INTERVAL_S and (not self.total or self.n < self.total):
+            self._last = now
+            self._print(now)
+
+    def _print(self, now: float) -> None:
+        elapsed = now - self._start
+        done = f"{self.n}/{self.total} ({100 * self.n // self.total} %)" if self.total else f"{self.n}"
+        remaining = eta(self.n, self.total or 0, elapsed)
+        when = f"{duration(elapsed)}, {remaining}" if remaining else f"done in {duration(elapsed)}"
+        print(f"{self.desc}: {done}, {when}{self.postfix}", file=sys.stderr, flush=True)
 
     def set_postfix(self, **values: Any) -> None:
         self.set_postfix_str(", ".join(f"{k}={v}" for k, v in values.items()))
@@ -59,7 +96,13 @@ class LineProgress(Generic[T]):
         self.postfix = f"  {text}"
 
     def close(self) -> None:
-        """Nothing to release (tqdm compatibility)."""
+        """Print the closing line (once) and give the screen back to the enclosing stage."""
+        if self._closed:
+            return
+        self._closed = True
+        _release()
+        if self.n:
+            self._print(time.monotonic())
 
     def __enter__(self) -> LineProgress[T]:
         return self
@@ -68,11 +111,37 @@ class LineProgress(Generic[T]):
         self.close()
 
 
+class _Bar(tqdm):
+    """A tqdm bar that gives the screen back to the enclosing stage when it closes."""
+
+    def close(self) -> None:
+        if not getattr(self, "_released", True):
+            self._released = True
+            _release()
+        super().close()
+
+
+def _release() -> None:
+    global _open_bars
+    _open_bars = max(0, _open_bars - 1)
+
+
 def _length(iterable: Iterable[Any] | None) -> int | None:
     try:
         return len(iterable)  # type: ignore[arg-type]
     except TypeError:
         return None
+
+
+@contextmanager
+def stage(label: str) -> Iterator[None]:
+    """Name the stage that bars opened inside the block belong to (prefixed to their description; the
+    innermost stage wins)."""
+    _stages.append(label)
+    try:
+        yield
+    finally:
+        _stages.pop()
 
 
 def progress(
@@ -84,14 +153,55 @@ def progress(
     **tqdm_kwargs: Any,
 ) -> Any:
     """Wrap ``iterable`` (or count ``update`` calls up to ``total``) with progress reporting: a tqdm bar
-    on a terminal, ~10 % lines otherwise, nothing when ``enabled`` is False."""
+    on a terminal, periodic lines otherwise, nothing when ``enabled`` is False, another bar is shown
+    (its stage is this loop's) or this is not torchrun's rank 0."""
+    global _open_bars
     if enabled is None:
         enabled = on_terminal()
-    if enabled and not on_terminal():
+    from roseood.distributed import is_main
+
+    if not enabled or _open_bars or not is_main():  # under torchrun only rank 0 reports
+        return tqdm(iterable, total=total, disable=True)
+    if _stages:
+        desc = f"{_stages[-1]}: {desc}" if desc else _stages[-1]
+    _open_bars += 1
+    if not on_terminal():
         return LineProgress(iterable, desc, total)
-    return tqdm(iterable, desc=desc, total=total, disable=not enabled, **tqdm_kwargs)
+    tqdm_kwargs.pop("leave", None)  # one line per stage stays, so the screen reads as a log of stages
+    # a terminal that reports no size (a fresh pty) would get empty bars: then $COLUMNS/$LINES or 80×24
+    fallback = shutil.get_terminal_size()
+    size = {"dynamic_ncols": True} if _width() > 0 else {"ncols": fallback.columns, "nrows": fallback.lines}
+    bar = _Bar(iterable, desc=desc, total=total, **size, **tqdm_kwargs)
+    bar._released = False
+    return bar
+
+
+def _width() -> int:
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def show_warnings_as_notes() -> None:
+    """Print every Python warning as one ``warning: ...`` line that does not break a progress bar (for
+    the command line; the Python API keeps the ``warnings`` module's own format)."""
+
+    def show(message: Warning | str, *_: Any, **__: Any) -> None:
+        note(f"warning: {message}")
+
+    warnings.showwarning = show
 
 
 def note(message: str) -> None:
     """Print a line without breaking an active progress bar."""
-    tqdm.write(message)
+    tqdm.write(message, file=sys.stderr)
+
+
+def state(message: str) -> None:
+    """State a fact the user must not miss (e.g. a conversion of their images) on stderr, in one line,
+    from the main process only; shown even when progress is quiet."""
+    from roseood.distributed import is_main
+
+    if is_main():
+        note(message)

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from roseood.errors import CheckpointError, RoseError
-from roseood.integrity import seal, shown, verify
+from roseood.integrity import same, seal, shown, verify
 
 STALE_TMP_S = 3600.0  # a temporary file untouched this long belongs to a write that was killed
 STDOUT = "-"  # an output path meaning standard output (for commands that allow it)
@@ -282,7 +282,7 @@ def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
     """Load a roseood file and verify its checksum, raising ``CheckpointError`` with a one-line reason
     if it is unusable (see ``roseood.integrity``)."""
     obj = read_torch_file(path)
-    if not isinstance(obj, dict) or obj.get("format") != expected_format:
+    if not isinstance(obj, dict) or not same(obj.get("format"), expected_format):
         found = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
         raise CheckpointError(f"{path}: expected a {expected_format} file, found {shown(found)}")
     verify(obj, path)

@@ -58,24 +58,29 @@ def check_seed(value: Any, name: str = "seed", *, error: type[RoseError] = RoseE
 
 
 def check_device(value: Any, name: str = "device") -> str:
-    """A device string torch knows and this machine has (``cuda`` needs a visible GPU)."""
+    """``auto`` (the best device here: see ``roseood.distributed.device``) or a device string torch knows
+    and this machine has (``cuda`` needs a visible GPU, ``mps`` Apple's Metal)."""
     import torch
 
+    if str(value) == "auto":
+        return "auto"
     try:
         device = torch.device(str(value))
     except (RuntimeError, ValueError):
-        raise RoseError(f"{name} {value!r} is not a device; use one of {', '.join(DEVICE_TYPES)}") from None
+        raise RoseError(
+            f"{name} {value!r} is not a device; use auto or one of {', '.join(DEVICE_TYPES)}"
+        ) from None
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise RoseError(f"{name} {value!r}: no CUDA GPU is available on this machine; use cpu")
+            raise RoseError(f"{name} {value!r}: no CUDA GPU is available on this machine; use auto or cpu")
         if device.index is not None and device.index >= count:
             raise RoseError(f"{name} {value!r}: only {count} CUDA device(s) are visible")
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise RoseError(f"{name} {value!r}: MPS is not available on this machine; use cpu")
+            raise RoseError(f"{name} {value!r}: MPS is not available on this machine; use auto or cpu")
     elif device.type != "cpu":
-        raise RoseError(f"{name} {value!r} is not supported; use one of {', '.join(DEVICE_TYPES)}")
+        raise RoseError(f"{name} {value!r} is not supported; use auto or one of {', '.join(DEVICE_TYPES)}")
     return str(value)
 
 
@@ -100,8 +105,19 @@ def check_names(text: str, choices: Iterable[str], name: str = "name") -> tuple[
 
 
 def check_model_config(config: Mapping[str, Any], where: str = "model config") -> None:
-    """Every integer size in a model architecture (channels, widths, latent size, levels…) is ≥ 1."""
+    """A model architecture holds plain values (numbers, strings, lists and mappings of them, as
+    ``config()`` writes them) and every integer size in it (channels, widths, latent size…) is ≥ 1."""
+
+    def plain(value: Any) -> bool:
+        if isinstance(value, list | tuple):
+            return all(plain(v) for v in value)
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in value.items())
+        return value is None or isinstance(value, bool | int | float | str)
+
     for key, value in config.items():
+        if not plain(value):
+            raise RoseError(f"{where}: {key} must be a plain value, got a {type(value).__name__}")
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             raise RoseError(f"{where}: {key} must be ≥ 1, got {value}")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from roseood.curvature import EKFAC, KFAC, DenseFisher, DiagFisher, LayerGradients, make_fisher
+from roseood.curvature import EKFAC, KFAC, DenseFisher, DiagFisher, FactorCache, LayerGradients, make_fisher
 from roseood.curvature.fisher import pack_orthogonal, unpack_orthogonal
 from roseood.curvature.handlers import declare_mask
 from roseood.errors import RoseError
@@ -148,3 +148,21 @@ def test_errors():
         make_fisher("full")
     with pytest.raises(RoseError, match="no samples"):
         DiagFisher().end_pass(0)
+
+
+def test_layers_reading_the_same_inputs_share_one_eigendecomposition(tiny_vae, images):
+    """The mean and log-variance heads see the same features: one eigh of their input factor, equal to
+    what each layer would compute alone."""
+    heads = ["encoder.mu", "encoder.logvar"]
+    grads = LayerGradients(tiny_vae, heads)(tiny_vae.rose_loss, images)
+    factors = FactorCache()
+    shared = {}
+    for name in heads:
+        shared[name] = KFAC()
+        shared[name].update(grads[name], 0)
+        shared[name].end_pass(0, factors)
+    alone = fitted("kfac", [grads["encoder.logvar"]], damping=1e-8)
+    assert shared["encoder.logvar"].u_in is shared["encoder.mu"].u_in
+    assert shared["encoder.logvar"].u_out is not shared["encoder.mu"].u_out
+    assert torch.equal(shared["encoder.logvar"].u_in, alone.u_in)
+    assert torch.equal(shared["encoder.logvar"].u_out, alone.u_out)

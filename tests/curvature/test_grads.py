@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from roseood.curvature import LayerGradients
+from roseood.curvature import GradientStore, LayerGradients, full_float32
 from roseood.errors import RoseError
 from roseood.models import Glow
 
@@ -125,3 +125,29 @@ def test_with_loss_returns_the_per_sample_loss_it_differentiated(names):
     grads, value = LayerGradients(net, names).with_loss(loss, x)
     assert list(grads) == names and not value.requires_grad
     torch.testing.assert_close(value, loss(x).detach())
+
+
+def test_gradient_store_keeps_first_pass_batches_within_its_budget(tiny_vae, images):
+    lg = LayerGradients(tiny_vae, ["encoder.conv0"])
+    calls: list[int] = []
+
+    def compute(batch: torch.Tensor) -> dict:
+        calls.append(batch.shape[0])
+        return lg(tiny_vae.rose_loss, batch)
+
+    g = compute(images[:8])["encoder.conv0"]
+    one = g.a.untyped_storage().nbytes() + g.d.untyped_storage().nbytes()
+    calls.clear()
+    store = GradientStore(budget=2 * one)  # room for two of the three batches
+    first = [store.get(i, 0, images[8 * i : 8 * i + 8], compute) for i in range(3)]
+    second = [store.get(i, 1, images[8 * i : 8 * i + 8], compute) for i in range(3)]
+    assert calls == [8, 8, 8, 8]  # the third batch did not fit: computed again in the second pass
+    assert second[0] is first[0] and second[1] is first[1] and second[2] is not first[2]
+    torch.testing.assert_close(second[2]["encoder.conv0"].d, first[2]["encoder.conv0"].d)
+
+
+def test_full_float32_leaves_cpu_settings_alone():
+    settings = (torch.backends.cudnn.conv, torch.backends.cuda.matmul)
+    before = [s.fp32_precision for s in settings]
+    with full_float32(torch.device("cpu")):
+        assert [s.fp32_precision for s in settings] == before

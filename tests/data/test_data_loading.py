@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from roseood.data import DATASETS, ImageSet, list_datasets, load_images, resolve_data_dir
+from roseood.data import DATASETS, ImageSet, list_datasets, load_images, open_images, resolve_data_dir
 from roseood.errors import DataError
 
 SHARED = Path(os.environ.get("ROSEOOD_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data")
@@ -189,7 +189,7 @@ def test_missing_file_says_what_to_put_where(tmp_path: Path) -> None:
         ({"x": np.zeros((2, 28, 28), np.uint8)}, "no 'images' array"),
         ({"images": np.zeros((0, 28, 28), np.uint8)}, "empty image set"),
         ({"images": np.zeros((2, 28, 28), np.float32)}, "must be uint8"),
-        ({"images": np.zeros((2, 3, 28, 28), np.uint8)}, "shape"),
+        ({"images": np.zeros((2, 5, 28, 28), np.uint8)}, "shape"),
         ({"images": np.zeros((2, 28, 28), np.uint8), "labels": np.zeros(3, np.int64)}, "'labels' must be 2"),
     ],
 )
@@ -202,8 +202,8 @@ def test_bad_npz_contents(tmp_path: Path, arrays: dict[str, np.ndarray], match: 
 def test_corrupt_or_wrong_files(tmp_path: Path) -> None:
     (tmp_path / "junk.npz").write_bytes(b"this is not a zip archive")
     raises_one_line(lambda: load_images(str(tmp_path / "junk.npz")), "cannot read")
-    np.save(tmp_path / "single.npy", np.zeros((2, 28, 28), np.uint8))
-    raises_one_line(lambda: load_images(str(tmp_path / "single.npy")), "single .npy")
+    np.save(tmp_path / "floats.npy", np.zeros((2, 28, 28), np.float32))
+    raises_one_line(lambda: load_images(str(tmp_path / "floats.npy")), "must be uint8")
     raises_one_line(lambda: load_images(str(tmp_path / "absent.npz")), "nor an existing")
 
 
@@ -220,3 +220,85 @@ def test_invalid_n(n: int) -> None:
 
 def test_invalid_brightness_is_rejected_before_loading() -> None:
     raises_one_line(lambda: load_images("noise", brightness=0), "brightness must be")
+
+
+# --- your images at their own resolution: inferred, stated, never silently converted ----------------
+
+
+def _png(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path)
+
+
+def test_size_and_channels_left_unset_come_from_the_data(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        _png(tmp_path / "colour" / f"{i}.png", rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    s = load_images(tmp_path / "colour", channels=None, size=None)
+    assert s.images.shape == (3, 3, 64, 64) and s.conversion is None
+    assert s.preprocessing is not None and s.preprocessing.describe() == "64×64 RGB, resize: crop"
+    gray = write_npz(tmp_path / "g.npz", rng.integers(0, 256, (4, 28, 28), dtype=np.uint8))
+    g = load_images(gray, channels=None, size=None)
+    assert g.images.shape == (4, 1, 28, 28) and g.conversion is None
+    raises_one_line(lambda: load_images("noise", size=None), "generated: name their channels and size")
+
+
+def test_every_conversion_is_one_stated_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        _png(tmp_path / "mixed" / f"a{i}.png", rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    _png(tmp_path / "mixed" / "wide.png", rng.integers(0, 256, (60, 80), dtype=np.uint8))
+    s = load_images(tmp_path / "mixed", channels=None, size=None)
+    assert s.images.shape == (4, 3, 64, 64)  # the most common size; colour since an image has it
+    assert s.conversion == (
+        "mixed sizes (3 at 64×64, 1 at 80×60) resized (shorter side, bilinear) and centre-cropped to 64×64; "
+        "1 of 4 images: grayscale repeated to RGB"
+    )
+    small = load_images(tmp_path / "mixed", channels=1, size=32, resize="stretch")
+    assert (
+        small.conversion is not None
+        and "stretched" in small.conversion
+        and "RGB converted" in small.conversion
+    )
+    small.state_preprocessing()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"{tmp_path / 'mixed'}: mixed sizes")
+    s.state_preprocessing()
+    assert capsys.readouterr().err.startswith(f"{tmp_path / 'mixed'}: mixed sizes")
+    same = load_images(tmp_path / "mixed", channels=3, size=64)
+    np.testing.assert_array_equal(same.images, s.images)
+    raises_one_line(lambda: load_images(tmp_path / "mixed", resize="squash"), "resize must be one of")
+
+
+def test_stretch_keeps_the_whole_image(tmp_path: Path) -> None:
+    wide = np.zeros((32, 64), np.uint8)
+    wide[:, :8] = 255  # a bar on the left edge: cropped away by crop, kept by stretch
+    path = write_npz(tmp_path / "w.npz", wide[None])
+    assert load_images(path, size=32, resize="crop").images[0, 0, :, 0].max() == 0
+    assert load_images(path, size=32, resize="stretch").images[0, 0, :, 0].min() > 200
+
+
+def test_class_folders_become_labels_and_the_stream_reads_what_load_reads(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    for cls, count in (("dogs", 2), ("cats", 3)):
+        for i in range(count):
+            _png(tmp_path / cls / "deep" / f"{i}.webp", rng.integers(0, 256, (20, 20, 3), dtype=np.uint8))
+    _png(tmp_path / "loose.tiff", rng.integers(0, 256, (20, 20, 3), dtype=np.uint8))
+    s = load_images(tmp_path, channels=3, size=None)
+    assert s.classes == ("cats", "dogs") and s.files is not None
+    assert list(s.labels) == [0, 0, 0, 1, 1, -1] and s.files[0] == "cats/deep/0.webp"
+    stream = open_images(tmp_path, channels=3, size=None)
+    np.testing.assert_array_equal(np.concatenate([stream.read(0, 4), stream.read(4, 6)]), s.images)
+    sub = load_images(tmp_path, channels=3, size=None, n=2, seed=0)
+    assert sub.classes == s.classes  # class indices do not depend on the subset
+
+
+def test_npy_and_channel_first_arrays(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    chw = rng.integers(0, 256, (5, 3, 16, 16), dtype=np.uint8)
+    np.save(tmp_path / "chw.npy", chw)
+    s = load_images(tmp_path / "chw.npy", channels=None, size=None)
+    np.testing.assert_array_equal(s.images, chw)
+    np.testing.assert_array_equal(
+        load_images(write_npz(tmp_path / "c.npz", chw), channels=3, size=16).images, chw
+    )

@@ -65,7 +65,7 @@ def test_sampled_scores_repeat_across_runs_batches_and_chunks(
     np.testing.assert_allclose(chunked, det.score(u8), rtol=1e-6)
     np.testing.assert_allclose(det.score(u8[::-1].copy())[::-1], det.score(u8), rtol=1e-6)  # order
     if name != "rose stochastic":  # the seed is what draws the noise
-        other = type(det)(tiny_vae, **(det.params() | {"seed": 1}) | _extra(det))
+        other = type(det)(tiny_vae, **(det.get_params() | {"seed": 1}) | _extra(det))
         assert not np.allclose(other.fit(fit).score(test), first, rtol=1e-4)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -41,6 +42,41 @@ def test_batching_does_not_change_scores(fitted_rose, images):
     one = fitted_rose.score(images)
     fitted_rose.batch_size = 5
     np.testing.assert_allclose(fitted_rose.score(images), one, rtol=1e-5)
+
+
+def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, monkeypatch):
+    """EKFAC's second pass reads the gradients kept from the first instead of running the model again:
+    bitwise the same Fisher as recomputing them (budget 0), with half the model passes."""
+
+    def fit(budget: int, stochastic: bool = False) -> tuple[ROSE, int]:
+        monkeypatch.setattr(ROSE, "grad_cache_bytes", budget)
+        det = ROSE(tiny_vae, fisher="ekfac", batch_size=8, stochastic=stochastic)
+        calls = []
+        real = det._layer_grads
+        monkeypatch.setattr(det, "_layer_grads", lambda x: calls.append(1) or real(x))
+        det.fit_fisher(images[:16])
+        return det, len(calls)
+
+    (recomputed, n_recomputed), (reused, n_reused) = fit(0), fit(2**30)
+    assert (n_recomputed, n_reused) == (4, 2)
+    assert fit(2**30, stochastic=True)[1] == 4  # a user's sampled loss may draw new noise in each pass
+    for name, f in recomputed.fishers_.items():
+        for key in ("scale", "u_in", "u_out"):
+            assert torch.equal(getattr(f, key), getattr(reused.fishers_[name], key)), (name, key)
+
+
+@pytest.mark.parametrize("fisher", ["diag", "kfac", "ekfac"])
+@pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWarning")
+def test_float32_scores_are_within_1e_4_of_a_float64_run(tiny_vae, images, fisher):
+    """The Fisher is accumulated and decomposed in float64, so the float32 rounding of the gradients is
+    all that separates ROSE's scores from exact ones: the bound the CUDA tests hold CPU and GPU to."""
+    double = copy.deepcopy(tiny_vae).double()
+    double.rose_loss = lambda x, stochastic=False: VAE.rose_loss(double, x.double(), stochastic)
+    fit, held = images[:16], images[16:]
+    exact = ROSE(double, fisher=fisher, batch_size=8).fit(fit, held_out=held).layer_scores(images)
+    single = ROSE(tiny_vae, fisher=fisher, batch_size=8).fit(fit, held_out=held).layer_scores(images)
+    np.testing.assert_allclose(single.numpy(), exact.numpy(), rtol=1e-4)
+    assert not np.allclose(single.numpy(), exact.numpy(), rtol=1e-8, atol=0)  # the runs did differ
 
 
 def test_fit_holds_out_statistics_images_by_default(tiny_vae, images):

@@ -19,8 +19,16 @@ def test_compact_file_scores_like_the_float64_fit(fisher, tiny_vae, images, tmp_
     det.save(tmp_path / "rose.pt")
     loaded = Detector.load(tmp_path / "rose.pt", tiny_vae)
     assert isinstance(loaded, ROSE)
-    np.testing.assert_allclose(loaded.layer_scores(images), det.layer_scores(images), rtol=1e-5, atol=0)
-    np.testing.assert_allclose(loaded.score(images), det.score(images), rtol=1e-5, atol=1e-9)
+    fitted = det.layer_scores(images).numpy()
+    # float32 storage: each layer score within 1e-5 of it, or of its layer's largest score (a score far
+    # below its layer's scale carries that scale's rounding: 3e-5 relative on one such score measured)
+    scale = np.abs(fitted).max(0, keepdims=True)
+    assert np.all(
+        np.abs(loaded.layer_scores(images).numpy() - fitted) <= 1e-5 * np.maximum(np.abs(fitted), scale)
+    )
+    # the aggregate is ReLU(z + β) of z-scores: a score near 0 carries the rounding of its layer's scale
+    scores = det.score(images)
+    np.testing.assert_allclose(loaded.score(images), scores, rtol=1e-5, atol=1e-5 * np.abs(scores).max())
     # re-saving a loaded detector writes the stored bases again, not a re-rounded copy
     loaded.save(tmp_path / "again.pt")
     np.testing.assert_allclose(

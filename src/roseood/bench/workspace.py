@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import torch
 
+from roseood import distributed
 from roseood.bench.classifier import Classifier, train_classifier
 from roseood.bench.profiles import BACKGROUND, PAPER_GLOW_WEIGHT_DECAY, PAPER_VAE, Profile
 from roseood.data import load_images
@@ -97,7 +98,7 @@ class Workspace:
             check_choice(name, BENCH_MODELS, "bench model")
         for name in self.datasets:
             check_choice(name, tuple(CHANNELS), "bench dataset")
-        check_device(self.device)
+        self.device = distributed.device(check_device(self.device))  # auto: the best device here
 
     def select_models(self, available: tuple[str, ...]) -> list[str]:
         return [m for m in available if m in self.models]

@@ -45,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
         return exc.code if isinstance(exc.code, int) else 2
     from roseood import distributed
+    from roseood.progress import show_warnings_as_notes
 
+    show_warnings_as_notes()
     where = f" (rank {distributed.rank()})" if distributed.launched() else ""
     joined = not distributed.active()  # leave at the end only a process group this call joined
     try:

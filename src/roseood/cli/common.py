@@ -67,7 +67,13 @@ def add_overwrite(p: argparse.ArgumentParser, *aliases: str) -> None:
 
 
 def add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", type=v.device, default="cpu", help="cpu, cuda or cuda:N (needs a GPU)")
+    p.add_argument(
+        "--device",
+        type=v.device,
+        default="auto",
+        help="auto (CUDA, then Apple MPS, then the CPU), cpu, cuda, cuda:N or mps; "
+        "under torchrun each process takes the GPU of its local rank",
+    )
 
 
 def add_data_dir(p: argparse.ArgumentParser) -> None:
@@ -92,7 +98,7 @@ def add_model_args(p: argparse.ArgumentParser, several: str = "") -> None:
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or progress lines")
 
 
 def _input_paths(args: argparse.Namespace) -> Iterator[Path]:
@@ -216,9 +222,10 @@ def spec_from_args(args: argparse.Namespace, methods: list[str]) -> Any:
     kwargs: dict[str, dict[str, Any]] = {m: {} for m in methods}
     background = None
     if args.background:
+        from roseood import distributed
         from roseood.models import load_model
 
-        background = load_model(args.background).to(args.device)
+        background = load_model(args.background).to(distributed.device(args.device))
     for m in methods:
         if m not in METHODS:
             continue  # EvalSpec's users name the unknown method

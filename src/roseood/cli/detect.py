@@ -12,6 +12,7 @@ from roseood.cli.common import (
     add_eval_args,
     add_model_args,
     add_overwrite,
+    add_quiet,
     checked_output,
     load_models_arg,
     spec_from_args,
@@ -24,7 +25,8 @@ def cmd_fit(args: argparse.Namespace) -> None:
     checked_output(args, args.out)
     models = load_models_arg(args)
     spec = spec_from_args(args, [args.method])
-    fitted = fit_calibrated(args.method, models if len(models) > 1 else models[0], spec, tpr=args.tpr)
+    model = models if len(models) > 1 else models[0]
+    fitted = fit_calibrated(args.method, model, spec, tpr=args.tpr, progress=not args.quiet)
     det, fit = fitted.detector, fitted.fit
     det.save(args.out)
     what = args.method if len(models) == 1 else f"an ensemble of {len(models)} {args.method} detectors"
@@ -38,25 +40,29 @@ def cmd_score(args: argparse.Namespace) -> None:
     from roseood import distributed
     from roseood.data import open_images
     from roseood.detectors import load_detector
-    from roseood.evaluation.evaluate import image_options
+    from roseood.evaluation.evaluate import model_preprocessing
     from roseood.evaluation.scoring import write_scores
     from roseood.models import load_model
 
     out = checked_output(args, args.out, stdout=True)
     models = load_models_arg(args)
-    channels, size = image_options(models[0])
+    prep = model_preprocessing(models[0])
     background = load_model(args.background).to(distributed.device(args.device)) if args.background else None
     det = load_detector(args.detector, models if len(models) > 1 else models[0], background=background)
     data = open_images(
         args.data,
         split=args.split,
-        n=args.n,
+        n=args.subset,
         seed=args.seed,
         data_dir=args.data_dir,
-        channels=channels,
-        size=size,
+        channels=prep.channels,
+        size=prep.size,
+        resize=prep.resize,
     )
-    threshold = write_scores(det, data, out, threshold=args.threshold, chunk=args.chunk)
+    data.state_preprocessing()
+    threshold = write_scores(
+        det, data, out, threshold=args.threshold, chunk=args.chunk, progress=not args.quiet
+    )
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
     where = "standard output" if str(out) == "-" else out
     print(
@@ -87,6 +93,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", required=True, help="detector file to write")
     add_overwrite(p)
+    add_quiet(p)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("score", help="write one score and OOD decision per image (CSV) with a saved detector")
@@ -94,7 +101,8 @@ def register(sub: Any) -> None:
     p.add_argument("--detector", required=True, help="file written by `rose fit`")
     p.add_argument("--data", required=True, help="dataset name, .npz file or image folder")
     p.add_argument("--split", default="test", help="split of a named dataset")
-    p.add_argument("--n", type=v.count, help="score a deterministic subset of this size (unset: all)")
+    # not --n: torchrun's parser would take it for an abbreviation of --nnodes / --nproc-per-node
+    p.add_argument("--subset", type=v.count, help="score a deterministic subset of this size (unset: all)")
     p.add_argument(
         "--threshold", type=v.finite_float, help="call scores above this OOD (unset: the detector's own)"
     )
@@ -105,4 +113,5 @@ def register(sub: Any) -> None:
     p.add_argument("--background", help="background model, for a saved lratio detector")
     p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
     add_data_args(p)
+    add_quiet(p)
     p.set_defaults(func=cmd_score)

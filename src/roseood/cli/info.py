@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from roseood import validation as v
-from roseood.cli.common import add_data_dir
+from roseood.cli.common import add_data_dir, add_quiet
 
 
 def cmd_datasets(args: argparse.Namespace) -> None:
@@ -27,7 +27,7 @@ def cmd_datasets(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from roseood.demo import run_demo
 
-    run_demo(fit_samples=args.fit_samples, test_samples=args.test_samples)
+    run_demo(fit_samples=args.fit_samples, test_samples=args.test_samples, progress=not args.quiet)
 
 
 def register(sub: Any) -> None:
@@ -41,4 +41,5 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--fit-samples", type=v.count, default=2000, help="Fashion-MNIST images for the Fisher")
     p.add_argument("--test-samples", type=v.count, default=1000, help="test images per set")
+    add_quiet(p)
     p.set_defaults(func=cmd_demo)

@@ -14,6 +14,7 @@ from roseood.cli.common import (
     add_device,
     add_model_args,
     add_overwrite,
+    add_quiet,
     checked_output,
     load_model_arg,
 )
@@ -33,21 +34,20 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from roseood import distributed
     from roseood.data import load_images
-    from roseood.evaluation.evaluate import image_options
+    from roseood.evaluation.evaluate import model_preprocessing
     from roseood.models import get_family, load_factory
     from roseood.models.base import RoseModel
     from roseood.models.train import TrainConfig, seeded, train
 
     checked_output(args, args.out)
     with seeded(args.seed):  # model initialisation and training repeat bit for bit
-        model: RoseModel
+        model: RoseModel | None = None
         if args.kind == USER_MODEL:
             model, kind = load_factory(args.model_module), None
-            channels, size = image_options(model)
-        else:
-            family = get_family(args.kind)
-            model, kind = family.build(args.channels, **family.from_cli_arguments(args)), args.kind
-            channels, size = args.channels, getattr(args, "image_size", 32)  # a family may set it
+            prep = model_preprocessing(model)
+            channels, size, resize = prep.channels, prep.size, prep.resize
+        else:  # unset --size/--channels: from the data
+            kind, channels, size, resize = args.kind, args.channels, args.size, args.resize
         data = load_images(
             args.data,
             split="train",
@@ -55,8 +55,13 @@ def cmd_train(args: argparse.Namespace) -> None:
             seed=args.seed,
             channels=channels,
             size=size,
+            resize=resize,
             data_dir=args.data_dir,
         )
+        data.state_preprocessing(always=True)
+        if model is None:
+            family = get_family(args.kind)
+            model = family.build_for(data, **family.from_cli_arguments(args))
         cfg = TrainConfig.for_model(
             kind,
             epochs=args.epochs,
@@ -79,6 +84,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             resume=args.resume,
             device=distributed.device(args.device),
             overwrite=args.overwrite,
+            progress=not args.quiet,
         )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
@@ -126,7 +132,27 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
     add_data_args(p, seed=0)
+    add_quiet(p)
     p.set_defaults(func=cmd_train)
+
+
+def _add_image_args(p: argparse.ArgumentParser) -> None:
+    """The image size and colour a family is built for: the data's unless given."""
+    from roseood.data.preprocess import RESIZE_METHODS
+
+    p.add_argument(
+        "--channels", type=v.channels, help="image channels, 1 or 3 (unset: 3 if any image is colour)"
+    )
+    p.add_argument(
+        "--size", type=v.count, help="image size S: S×S pixels (unset: the data's most common size)"
+    )
+    p.add_argument(
+        "--resize",
+        choices=RESIZE_METHODS,
+        default="crop",
+        help="how images of another size are brought to S×S: crop (shorter side to S, centre crop, "
+        "the paper's) or stretch",
+    )
 
 
 def register(sub: Any) -> None:
@@ -152,7 +178,7 @@ def register(sub: Any) -> None:
         if family.trainable:
             fp = families.add_parser(family.name, help=family.help)
             _add_train_args(fp)
-            fp.add_argument("--channels", type=v.channels, default=1, help="image channels: 1 or 3")
+            _add_image_args(fp)
             family.add_cli_arguments(fp)
     fp = families.add_parser(
         USER_MODEL, help="your own model: --model-module FILE.py:FACTORY (trains its NLL)"

@@ -5,8 +5,17 @@ of a model's layers are usable and how.
 """
 
 from roseood.curvature.check import LayerReport, check_layers, format_layer_report
-from roseood.curvature.fisher import EKFAC, FISHERS, KFAC, DenseFisher, DiagFisher, Fisher, make_fisher
-from roseood.curvature.grads import LayerGrad, LayerGradients, supports
+from roseood.curvature.fisher import (
+    EKFAC,
+    FISHERS,
+    KFAC,
+    DenseFisher,
+    DiagFisher,
+    FactorCache,
+    Fisher,
+    make_fisher,
+)
+from roseood.curvature.grads import GradientStore, LayerGrad, LayerGradients, full_float32, supports
 from roseood.curvature.handlers import (
     CONV,
     CONV_TRANSPOSE,
@@ -32,7 +41,9 @@ __all__ = [
     "NORM_AFFINE",
     "DenseFisher",
     "DiagFisher",
+    "FactorCache",
     "Fisher",
+    "GradientStore",
     "LayerGrad",
     "LayerGradients",
     "LayerHandler",
@@ -40,6 +51,7 @@ __all__ = [
     "check_layers",
     "declare_mask",
     "format_layer_report",
+    "full_float32",
     "make_fisher",
     "register_layer",
     "resolve",

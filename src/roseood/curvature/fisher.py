@@ -37,13 +37,13 @@ DENSE_MAX_PARAMS = 4096
 def pack_tril(m: Tensor, offset: int = 0) -> Tensor:
     """The lower triangle of square matrices (..., n, n) (below diagonal ``offset``), flat per matrix."""
     n = m.shape[-1]
-    return m[..., torch.ones(n, n, dtype=torch.bool).tril(offset)]
+    return m[..., torch.ones(n, n, dtype=torch.bool, device=m.device).tril(offset)]
 
 
 def unpack_tril(flat: Tensor, n: int, offset: int = 0) -> Tensor:
     """Inverse of ``pack_tril``: (..., n, n) matrices, zero above the triangle."""
     m = flat.new_zeros(*flat.shape[:-1], n, n)
-    m[..., torch.ones(n, n, dtype=torch.bool).tril(offset)] = flat
+    m[..., torch.ones(n, n, dtype=torch.bool, device=flat.device).tril(offset)] = flat
     return m
 
 
@@ -61,6 +61,27 @@ def eigh_on(cov: Tensor, support: Tensor | None) -> tuple[Tensor, Tensor]:
         vals[on], vecs[on[:, None], on[None, :]] = torch.linalg.eigh(c[on[:, None], on[None, :]])
         vecs[off, off] = 1.0
     return values.view(cov.shape[:-1]), vectors.view(cov.shape)
+
+
+class FactorCache:
+    """Eigendecompositions of the Kronecker factors finished so far in one pass: layers that read the same
+    inputs (a VAE's mean and log-variance heads, attention's query/key/value projections) accumulate equal
+    input factors, which are then decomposed once instead of once per layer (same numbers either way)."""
+
+    def __init__(self) -> None:
+        self._done: list[tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]] = []
+
+    def eigh(self, cov: Tensor, support: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``eigh_on(cov, support)``, reusing an earlier result for an equal factor and support."""
+        for c, s, result in self._done:
+            same_support = (s is None and support is None) or (
+                s is not None and support is not None and torch.equal(s, support)
+            )
+            if same_support and c.shape == cov.shape and torch.equal(c, cov):
+                return result
+        result = eigh_on(cov, support)
+        self._done.append((cov, support, result))
+        return result
 
 
 def pack_orthogonal(u: Tensor) -> dict[str, Tensor]:
@@ -104,13 +125,15 @@ class Fisher(ABC):
     def __init__(self, damping: float = 1e-8) -> None:
         self.damping = damping
         self.count = 0
+        self._device: torch.device | None = None  # where quad last found the gradients
 
     @abstractmethod
     def update(self, g: LayerGrad, pass_index: int) -> None:
         """Accumulate one batch of per-sample gradients during pass ``pass_index``."""
 
-    def end_pass(self, pass_index: int) -> None:
-        """Hook run after each full pass (e.g. eigendecompositions after the first)."""
+    def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
+        """Hook run after each full pass (e.g. eigendecompositions after the first); ``factors`` shares
+        eigendecompositions between the layers of one model."""
 
     @abstractmethod
     def quad(self, g: LayerGrad) -> Tensor:
@@ -141,6 +164,13 @@ class Fisher(ABC):
             if isinstance(value, Tensor):
                 setattr(self, key, fn(value))
 
+    def _follow(self, g: LayerGrad) -> None:
+        """Move what this Fisher holds to the gradients' device, once (a saved detector loads onto the
+        CPU, its model may be on a GPU), so that scoring never copies it batch by batch."""
+        if self._device != g.a.device:
+            self.map_tensors(lambda t: t.to(g.a.device))
+            self._device = g.a.device
+
     def _need_data(self) -> None:
         if self.count == 0:
             raise RoseError("the Fisher was fitted on no samples")
@@ -159,10 +189,11 @@ class DiagFisher(Fisher):
         self.sq = s if self.sq is None else self.sq + s
         self.count += g.n
 
-    def end_pass(self, pass_index: int) -> None:
+    def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
         self._need_data()
 
     def quad(self, g: LayerGrad) -> Tensor:
+        self._follow(g)
         assert self.sq is not None
         inverse = 1.0 / (self.sq / self.count + self.damping)
         if g.coords is None:
@@ -196,14 +227,16 @@ class DenseFisher(Fisher):
         self.outer = o if self.outer is None else self.outer + o
         self.count += g.n
 
-    def end_pass(self, pass_index: int) -> None:
+    def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
         self._need_data()
         assert self.outer is not None
         f = self.outer / self.count
-        self.chol = torch.linalg.cholesky(f + self.damping * torch.eye(f.shape[0], dtype=f.dtype))
+        eye = torch.eye(f.shape[0], dtype=f.dtype, device=f.device)
+        self.chol = torch.linalg.cholesky(f + self.damping * eye)
         self.outer = None
 
     def quad(self, g: LayerGrad) -> Tensor:
+        self._follow(g)
         assert self.chol is not None
         s = g.flat().double()
         y = torch.linalg.solve_triangular(self.chol, s.T, upper=False)
@@ -237,6 +270,7 @@ class KFAC(Fisher):
         self.eig_in: Tensor | None = None
         self.eig_out: Tensor | None = None
         self._packed: dict[str, dict[str, Tensor]] | None = None
+        self._cast: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # the bases in the gradients' dtype
         self.in_support: Tensor | None = None  # inputs and outputs that meet a free entry (masked layers)
         self.out_support: Tensor | None = None
 
@@ -263,20 +297,29 @@ class KFAC(Fisher):
         if pass_index == 0:
             self._update_factors(g)
 
-    def end_pass(self, pass_index: int) -> None:
+    def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
         if pass_index == 0:
             self._need_data()
             assert self.a_cov is not None and self.d_cov is not None
-            self.eig_in, self.u_in = eigh_on(self.a_cov / self.count, self.in_support)
-            self.eig_out, self.u_out = eigh_on(self.d_cov / self.count, self.out_support)
+            factors = factors or FactorCache()
+            self.eig_in, self.u_in = factors.eigh(self.a_cov / self.count, self.in_support)
+            self.eig_out, self.u_out = factors.eigh(self.d_cov / self.count, self.out_support)
             self.a_cov = self.d_cov = self.in_support = self.out_support = None  # bases suffice now
 
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> None:
+        super().map_tensors(fn)
+        if self._packed is not None:
+            self._packed = {k: {n: fn(t) for n, t in v.items()} for k, v in self._packed.items()}
+
     def _rotate(self, g: LayerGrad) -> LayerGrad:
+        self._follow(g)
         if self.u_in is None and self._packed is not None:  # loaded: rebuild the bases on first use
             self.u_in, self.u_out = (unpack_orthogonal(self._packed[k]) for k in ("u_in", "u_out"))
         assert self.u_out is not None and self.u_in is not None
-        dtype = g.a.dtype
-        return g.rotated(self.u_out.to(dtype), self.u_in.to(dtype))
+        c = self._cast
+        if c is None or c[0] is not self.u_out or c[1] is not self.u_in or c[2].dtype != g.a.dtype:
+            c = self._cast = (self.u_out, self.u_in, self.u_out.to(g.a.dtype), self.u_in.to(g.a.dtype))
+        return g.rotated(c[2], c[3])
 
     def _eigenvalues(self) -> Tensor:
         assert self.eig_out is not None and self.eig_in is not None

@@ -19,8 +19,9 @@ without one value per input is refused.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -30,13 +31,67 @@ from roseood.curvature.handlers import LayerHandler, attribute_mask, parametrize
 from roseood.curvature.layergrad import LayerGrad
 from roseood.errors import RoseError
 
-__all__ = ["LayerGrad", "LayerGradients", "supports"]
+__all__ = ["GradientStore", "LayerGrad", "LayerGradients", "full_float32", "supports"]
 
 
 def supports(module: nn.Module) -> bool:
     """Whether per-sample gradients can be taken for this module (by a registered handler or the
     torch.func fallback)."""
     return resolve(module).usable
+
+
+@contextlib.contextmanager
+def full_float32(device: torch.device) -> Iterator[None]:
+    """On CUDA, float32 convolutions and matmuls in full precision (not TF32, cuDNN's default for
+    convolutions: its 10-bit mantissa rounds each operand by up to ~5e-4, far above the 1e-4 the scores
+    keep otherwise): the gradients, and so the scores, then agree with the CPU's to float32 rounding.
+    Elsewhere nothing changes."""
+    if device.type != "cuda":
+        yield
+        return
+    settings = (torch.backends.cudnn.conv, torch.backends.cuda.matmul)  # type: ignore[attr-defined]
+    before = [s.fp32_precision for s in settings]
+    try:
+        for s in settings:
+            s.fp32_precision = "ieee"
+        yield
+    finally:
+        for s, b in zip(settings, before, strict=True):
+            s.fp32_precision = b
+
+
+def _nbytes(g: LayerGrad) -> int:
+    """Memory held by one layer's gradients (whole storages: a view keeps its base alive)."""
+    tensors = (g.a, g.d, g.g, g.const, g.mask)
+    return sum(t.untyped_storage().nbytes() for t in tensors if t is not None)
+
+
+class GradientStore:
+    """The first pass's layer gradients, batch by batch up to ``budget`` bytes, for later passes over the
+    same images (EKFAC's eigenvalue pass) to reuse instead of running the model again. Only valid for a
+    deterministic loss, whose recomputed gradients would be the very same numbers."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._kept: list[dict[str, LayerGrad]] = []
+        self._used = 0
+        self._full = budget <= 0
+
+    def get(
+        self, index: int, pass_index: int, batch: Tensor, compute: Callable[[Tensor], dict[str, LayerGrad]]
+    ) -> dict[str, LayerGrad]:
+        """Batch ``index``'s gradients in pass ``pass_index``: kept ones after the first pass, else
+        ``compute(batch)`` (kept in the first pass while the budget lasts; batches are kept in order)."""
+        if pass_index > 0 and index < len(self._kept):
+            return self._kept[index]
+        grads = compute(batch)
+        if pass_index == 0 and not self._full:
+            size = sum(_nbytes(g) for g in grads.values())
+            self._full = self._used + size > self.budget
+            if not self._full:
+                self._kept.append(grads)
+                self._used += size
+        return grads
 
 
 class _Call(nn.Module):
@@ -290,12 +345,13 @@ class LayerGradients:
         """The layers' per-sample gradients and the per-sample loss (N,) they are gradients of."""
         fast = [i for i, h in enumerate(self.handlers) if h is not None]
         slow = [i for i, h in enumerate(self.handlers) if h is None]
-        if fast:
-            result, loss = self._hooked(loss_fn, x, fast)
-        else:
-            result = {}
-            with torch.no_grad():
-                loss = loss_fn(x)
-        if slow:
-            result |= self._vmapped(loss_fn, x, slow)
+        with full_float32(x.device):
+            if fast:
+                result, loss = self._hooked(loss_fn, x, fast)
+            else:
+                result = {}
+                with torch.no_grad():
+                    loss = loss_fn(x)
+            if slow:
+                result |= self._vmapped(loss_fn, x, slow)
         return {n: result[i] for i, n in enumerate(self.names)}, loss

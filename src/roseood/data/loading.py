@@ -1,36 +1,75 @@
-"""``load_images``: one entry point for named benchmark sets, ``.npz`` files and image folders."""
+"""One image loader, ``open_images``, for named benchmark sets, ``.npz``/``.npy`` files and image folders;
+``load_images`` is the same read all at once.
+
+Every source says what it is (sizes, gray or colour) before a pixel is converted: channels and size left
+None are taken from the data, and ``conversion`` is one line saying what preprocessing changes (None: the
+images are used as they are), which callers state on stderr and in reports.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
 import zipfile
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
 from roseood.data.download import DOWNLOADS, download_dataset
-from roseood.data.preprocess import U8, adjust_brightness, check_options, preprocess, resize_crop
+from roseood.data.preprocess import (
+    U8,
+    Preprocessing,
+    adjust_brightness,
+    check_options,
+    describe_conversion,
+    preprocess,
+    resize_crop,
+)
 from roseood.data.registry import DATASETS, DatasetSpec, resolve_data_dir
 from roseood.errors import DataError
+from roseood.progress import state
 from roseood.validation import check_int, check_seed
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+GRAY_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F"})  # Pillow modes without colour
 DEFAULT_GENERATED_N = 10000
 
 Labels = npt.NDArray[np.int64]
 
 
+class _Stated:
+    """What ``ImageSet`` and ``ImageStream`` share: saying what their preprocessing changes."""
+
+    name: str
+    conversion: str | None
+    preprocessing: Preprocessing | None
+
+    def state_preprocessing(self, always: bool = False) -> None:
+        """Say on stderr, in one line, what preprocessing changes; when it changes nothing, say nothing
+        (``always``: say that the images are used as they are)."""
+        if self.conversion:
+            state(f"{self.name}: {self.conversion}{self._target()}")
+        elif always:
+            state(f"{self.name}: images used as they are{self._target()}")
+
+    def _target(self) -> str:
+        return f" ({self.preprocessing.describe()})" if self.preprocessing is not None else ""
+
+
 @dataclass(frozen=True, eq=False)
-class ImageSet:
+class ImageSet(_Stated):
     """Preprocessed images ready for a model, with where they came from.
 
-    ``images`` is uint8 ``(N, C, size, size)``; ``labels`` is int64 ``(N,)``, ``-1`` where unknown;
-    ``files`` the path of each image relative to its folder, for images loaded from a folder.
+    ``images`` is uint8 ``(N, C, size, size)``; ``labels`` is int64 ``(N,)``, ``-1`` where unknown (for a
+    folder of class folders, the index of the image's class folder in ``classes``); ``files`` the path
+    of each image relative to its folder, for images loaded from a folder; ``preprocessing`` what was
+    applied and ``conversion`` what it changed, in one line (None: nothing).
     """
 
     name: str
@@ -38,36 +77,87 @@ class ImageSet:
     labels: np.ndarray
     source: str
     files: tuple[str, ...] | None = None
+    conversion: str | None = None
+    preprocessing: Preprocessing | None = None
+    classes: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
 
-def load_images(
+@dataclass(frozen=True, eq=False)
+class ImageStream(_Stated):
+    """An image source read by index range, ``read(lo, hi)`` → uint8 (n, C, size, size): an image folder
+    is read file by file on demand (bounded memory for any number of files), arrays are preprocessed
+    chunk by chunk. The other fields are those of ``ImageSet``."""
+
+    name: str
+    source: str
+    labels: np.ndarray
+    read: Callable[[int, int], np.ndarray]
+    files: tuple[str, ...] | None = None
+    conversion: str | None = None
+    preprocessing: Preprocessing | None = None
+    classes: tuple[str, ...] | None = None
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+class ImageOptions(TypedDict, total=False):
+    """The keyword arguments of ``open_images`` and ``load_images`` (see ``open_images``)."""
+
+    split: str
+    data_dir: str | Path | None
+    n: int | None
+    seed: int
+    channels: int | None
+    size: int | None
+    brightness: float
+    resize: str
+    download: bool
+
+
+def load_images(source: str | os.PathLike[str], **options: Unpack[ImageOptions]) -> ImageSet:
+    """``open_images`` (same arguments) with every image read and preprocessed at once."""
+    s = open_images(source, **options)
+    return ImageSet(
+        s.name, s.read(0, len(s)), s.labels, s.source, s.files, s.conversion, s.preprocessing, s.classes
+    )
+
+
+def open_images(
     source: str | os.PathLike[str],
     *,
     split: str = "test",
     data_dir: str | Path | None = None,
     n: int | None = None,
     seed: int = 0,
-    channels: int = 1,
-    size: int = 32,
+    channels: int | None = 1,
+    size: int | None = 32,
     brightness: float = 1.0,
+    resize: str = "crop",
     download: bool = True,
-) -> ImageSet:
-    """Load a named set (``"mnist"``, ``"cifar10:train"``, ``"noise"``), an ``.npz`` file or an image folder.
+) -> ImageStream:
+    """Open a named set (``"mnist"``, ``"cifar10:train"``, ``"noise"``), an ``.npz``/``.npy`` file or an image
+    folder (PNG, JPEG, WebP, TIFF, BMP, GIF; recursive; class subfolders become labels).
 
-    Images are resized/centre-cropped to ``size``, converted to ``channels`` and scaled by ``brightness``
-    exactly as the paper's torchvision pipeline does (see :mod:`roseood.data.preprocess`). With ``n``,
-    a subset of ``n`` images is drawn with ``default_rng(seed).choice(N, n, replace=False)`` and sorted,
-    so the same ``(n, seed)`` always gives the same images in file order; ``n >= N`` takes all of them.
-    Named sets are read from ``{data_dir}/{name}_{split}.npz`` and downloaded when missing if possible.
-    A known name wins over a same-named path: pass ``./mnist`` or a ``Path`` to mean the folder.
+    Images are resized/centre-cropped to ``size`` (``resize="stretch"``: stretched), converted to
+    ``channels`` and scaled by ``brightness`` exactly as the paper's torchvision pipeline does (see
+    :mod:`roseood.data.preprocess`); ``channels``/``size`` None take them from the data (colour if any
+    image is, the most common size). With ``n``, a subset of ``n`` images is drawn with
+    ``default_rng(seed).choice(N, n, replace=False)`` and sorted, so the same ``(n, seed)`` always gives
+    the same images in file order; ``n >= N`` takes all of them. Named sets are read from
+    ``{data_dir}/{name}_{split}.npz`` and downloaded when missing if possible. A known name wins over a
+    same-named path: pass ``./mnist`` or a ``Path`` to mean the folder. Images are read and preprocessed
+    only when ``read(lo, hi)`` asks for them (a folder file by file: bounded memory for any number).
     """
-    check_options(channels, size, brightness)
+    check_options(channels or 1, size or 1, brightness)
+    Preprocessing(channels or 1, size or 1, resize)  # refuses an unknown resize method
     check_seed(seed, error=DataError)
     if n is not None:
         check_int(n, "n", error=DataError)
+    want = _Wanted(channels, size, resize, brightness)
     key, has_split, suffix = str(source).partition(":")
     spec = DATASETS.get(key.strip().lower().replace("-", "_"))
     if spec is not None and not isinstance(source, os.PathLike):
@@ -77,20 +167,43 @@ def load_images(
             raise DataError(f"dataset {spec.name} has no split {split!r}; available: {available}")
         name = spec.name if split == "test" else f"{spec.name}:{split}"
         if spec.generated:
-            return _generate(spec.name, n, seed, channels, size, brightness)
+            return _generate(spec.name, n, seed, want)
         path = _named_file(spec, split, resolve_data_dir(data_dir), download)
-        images, labels = _read_npz(path)
-        return _finish(name, str(path), images, labels, n, seed, channels, size, brightness)
+        return _array_stream(name, str(path), *_read_array(path), n, seed, want)
     path = Path(source).expanduser()
     if path.is_dir():
-        return _load_folder(path, n, seed, channels, size, brightness)
+        return _folder_stream(path, n, seed, want)
     if path.is_file():
-        images, labels = _read_npz(path)
-        return _finish(str(source), str(path), images, labels, n, seed, channels, size, brightness)
+        return _array_stream(str(source), str(path), *_read_array(path), n, seed, want)
     raise DataError(
         f"{str(source)!r} is neither a known dataset ({', '.join(DATASETS)}) "
-        "nor an existing .npz file or image folder"
+        "nor an existing .npz/.npy file or image folder"
     )
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """The preprocessing asked for; None channels/size: from the data."""
+
+    channels: int | None
+    size: int | None
+    resize: str
+    brightness: float
+
+    def resolve(
+        self, shapes: Counter[tuple[int, int]], colours: Counter[int]
+    ) -> tuple[Preprocessing, str | None]:
+        """The preprocessing for images with these (height, width) and channel counts, and the one-line
+        conversion it makes: channels 3 if any image has colour, size the shorter side of the most
+        common shape (ties: the smaller)."""
+        channels = self.channels or (3 if colours[3] else 1)
+        if self.size is not None:
+            size = self.size
+        else:
+            (h, w), _ = min(shapes.items(), key=lambda kv: (-kv[1], min(kv[0])))
+            size = min(h, w)
+        prep = Preprocessing(channels, size, self.resize)
+        return prep, describe_conversion(shapes, colours, prep)
 
 
 def _subsample(total: int, n: int | None, seed: int) -> npt.NDArray[np.intp] | None:
@@ -100,17 +213,24 @@ def _subsample(total: int, n: int | None, seed: int) -> npt.NDArray[np.intp] | N
     return np.sort(np.random.default_rng(seed).choice(total, n, replace=False))
 
 
-def _generate(name: str, n: int | None, seed: int, channels: int, size: int, brightness: float) -> ImageSet:
+def _generate(name: str, n: int | None, seed: int, want: _Wanted) -> ImageStream:
     """``noise``: i.i.d. uniform pixels; ``constant``: one uniform value per image and channel."""
+    if want.channels is None or want.size is None:
+        raise DataError(f"{name} images are generated: name their channels and size")
     count = DEFAULT_GENERATED_N if n is None else n
     rng = np.random.default_rng(seed)
+    shape = (count, want.channels, want.size, want.size)
     if name == "noise":
-        images = rng.integers(0, 256, (count, channels, size, size), dtype=np.uint8)
+        images = rng.integers(0, 256, shape, dtype=np.uint8)
     else:
-        values = rng.integers(0, 256, (count, channels, 1, 1), dtype=np.uint8)
-        images = np.ascontiguousarray(np.broadcast_to(values, (count, channels, size, size)))
+        values = rng.integers(0, 256, (*shape[:2], 1, 1), dtype=np.uint8)
+        images = np.ascontiguousarray(np.broadcast_to(values, shape))
+    images = adjust_brightness(images, want.brightness)
     labels = np.full(count, -1, dtype=np.int64)
-    return ImageSet(name, adjust_brightness(images, brightness), labels, f"generated (seed {seed})")
+    prep = Preprocessing(want.channels, want.size, want.resize)
+    return ImageStream(
+        name, f"generated (seed {seed})", labels, lambda lo, hi: images[lo:hi], preprocessing=prep
+    )
 
 
 def _named_file(spec: DatasetSpec, split: str, data_dir: Path, download: bool) -> Path:
@@ -131,25 +251,26 @@ def _named_file(spec: DatasetSpec, split: str, data_dir: Path, download: bool) -
     return download_dataset(spec.name, split, data_dir)
 
 
-def _read_npz(path: Path) -> tuple[U8, Labels]:
-    """Read and validate ``images`` (and optional ``labels``) from an ``.npz`` archive.
+def _read_array(path: Path) -> tuple[U8, Labels]:
+    """Read and validate ``images`` (and optional ``labels``) from an ``.npz`` archive, or the images of a
+    single-array ``.npy`` file.
 
     Decompressing a large archive takes seconds and benchmarks load the same files many times, so the
-    last 16 archives are kept in memory (keyed by path, size and mtime); callers get copies.
+    last 16 files are kept in memory (keyed by path, size and mtime); callers get copies.
     """
     stat = path.stat()
-    images, labels = _read_npz_cached(path.resolve(), stat.st_size, stat.st_mtime_ns)
+    images, labels = _read_array_cached(path.resolve(), stat.st_size, stat.st_mtime_ns)
     return images.copy(), labels.copy()
 
 
 @functools.lru_cache(maxsize=16)
-def _read_npz_cached(path: Path, size: int, mtime_ns: int) -> tuple[U8, Labels]:
+def _read_array_cached(path: Path, size: int, mtime_ns: int) -> tuple[U8, Labels]:
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise DataError(f"cannot read {path} as an .npz archive: {e}") from e
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise DataError(f"{path} is a single .npy array, expected an .npz archive with an 'images' array")
+        raise DataError(f"cannot read {path} as an .npz archive or .npy array: {e}") from e
+    if isinstance(archive, np.ndarray):
+        return _check_images(archive, path), np.full(len(archive), -1, dtype=np.int64)
     with archive:
         if "images" not in archive.files:
             found = ", ".join(archive.files) or "nothing"
@@ -159,14 +280,7 @@ def _read_npz_cached(path: Path, size: int, mtime_ns: int) -> tuple[U8, Labels]:
             labels = archive["labels"] if "labels" in archive.files else None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise DataError(f"{path} is corrupt: {e}") from e
-    if images.dtype != np.uint8:
-        raise DataError(f"{path}: 'images' must be uint8 (0–255), got {images.dtype}")
-    if images.ndim == 4 and images.shape[-1] == 1:
-        images = images[..., 0]
-    if not (images.ndim == 3 or (images.ndim == 4 and images.shape[-1] == 3)):
-        raise DataError(f"{path}: 'images' must have shape (N, H, W) or (N, H, W, 3), got {images.shape}")
-    if images.shape[0] == 0 or 0 in images.shape[1:3]:
-        raise DataError(f"{path}: empty image set ('images' has shape {images.shape})")
+    images = _check_images(images, path)
     if labels is None:
         return images, np.full(len(images), -1, dtype=np.int64)
     if labels.shape != (len(images),) or not np.issubdtype(labels.dtype, np.integer):
@@ -176,28 +290,48 @@ def _read_npz_cached(path: Path, size: int, mtime_ns: int) -> tuple[U8, Labels]:
     return images, labels.astype(np.int64)
 
 
-def _finish(
-    name: str,
-    source: str,
-    images: U8,
-    labels: Labels,
-    n: int | None,
-    seed: int,
-    channels: int,
-    size: int,
-    brightness: float,
-) -> ImageSet:
-    """Subsample (before resizing, for speed), then preprocess."""
+def _check_images(images: np.ndarray, path: Path) -> U8:
+    """uint8 images as channel-last (N, H, W) or (N, H, W, 3); (N, 1|3, H, W) is taken as channel-first."""
+    if images.dtype != np.uint8:
+        raise DataError(f"{path}: images must be uint8 (0–255), got {images.dtype}")
+    if images.ndim == 4 and images.shape[1] in (1, 3) and images.shape[-1] not in (1, 3):
+        images = images.transpose(0, 2, 3, 1)
+    if images.ndim == 4 and images.shape[-1] == 1:
+        images = images[..., 0]
+    if not (images.ndim == 3 or (images.ndim == 4 and images.shape[-1] == 3)):
+        raise DataError(
+            f"{path}: images must have shape (N, H, W), (N, H, W, 1|3) or (N, 1|3, H, W), got {images.shape}"
+        )
+    if images.shape[0] == 0 or 0 in images.shape[1:3]:
+        raise DataError(f"{path}: empty image set (images have shape {images.shape})")
+    return np.ascontiguousarray(images)
+
+
+def _array_stream(
+    name: str, source: str, images: U8, labels: Labels, n: int | None, seed: int, want: _Wanted
+) -> ImageStream:
+    """Subsample (before resizing, for speed); preprocess each chunk when it is read."""
     keep = _subsample(len(images), n, seed)
     if keep is not None:
         images, labels = images[keep], labels[keep]
-    return ImageSet(
-        name, preprocess(images, channels=channels, size=size, brightness=brightness), labels, source
-    )
+    colours = Counter({3 if images.ndim == 4 else 1: len(images)})
+    prep, conversion = want.resolve(Counter({images.shape[1:3]: len(images)}), colours)
+
+    def read(lo: int, hi: int) -> U8:
+        return preprocess(
+            images[lo:hi],
+            channels=prep.channels,
+            size=prep.size,
+            brightness=want.brightness,
+            resize=prep.resize,
+        )
+
+    return ImageStream(name, source, labels, read, None, conversion, prep)
 
 
-def _folder_files(folder: Path, n: int | None, seed: int) -> list[Path]:
-    """Image files under ``folder`` (recursively, by relative path; no hidden files), subsampled."""
+def _folder_stream(folder: Path, n: int | None, seed: int, want: _Wanted) -> ImageStream:
+    """Every image file under ``folder``, read on demand; images in class subfolders are labelled with
+    their folder's index among the sorted class folders (images at the top: -1)."""
     files = sorted(
         (p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")),
         key=lambda p: p.relative_to(folder).as_posix(),
@@ -205,94 +339,46 @@ def _folder_files(folder: Path, n: int | None, seed: int) -> list[Path]:
     files = [p for p in files if p.is_file()]
     if not files:
         raise DataError(f"no image files ({', '.join(sorted(IMAGE_SUFFIXES))}) found in folder {folder}")
+    relative = [p.relative_to(folder).parts for p in files]
+    classes = tuple(sorted({parts[0] for parts in relative if len(parts) > 1}))
+    index = {c: i for i, c in enumerate(classes)}
+    labels = np.array([index[p[0]] if len(p) > 1 else -1 for p in relative], dtype=np.int64)
     keep = _subsample(len(files), n, seed)
-    return files if keep is None else [files[i] for i in keep]
+    if keep is not None:
+        files, labels = [files[i] for i in keep], labels[keep]
+    shapes: Counter[tuple[int, int]] = Counter()
+    colours: Counter[int] = Counter()
+    for file in files:  # headers only: sizes and colour, so the conversion is known before any pixel
+        with _open(file) as img:
+            shapes[(img.height, img.width)] += 1
+            colours[1 if img.mode in GRAY_MODES else 3] += 1
+    prep, conversion = want.resolve(shapes, colours)
+
+    def read(lo: int, hi: int) -> U8:
+        return _read_files(files[lo:hi], prep, want.brightness)
+
+    names = tuple(p.relative_to(folder).as_posix() for p in files)
+    return ImageStream(str(folder), str(folder), labels, read, names, conversion, prep, classes or None)
 
 
-def _read_files(files: list[Path], channels: int, size: int, brightness: float) -> U8:
+def _open(file: Path) -> Image.Image:
+    try:
+        return Image.open(file)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise DataError(f"cannot read image file {file}: {e}") from e
+
+
+def _read_files(files: list[Path], prep: Preprocessing, brightness: float) -> U8:
     """Each file opened as RGB (as torchvision's ``ImageFolder`` does), resized/cropped on its own since
     sizes may differ, then preprocessed."""
-    images = np.empty((len(files), size, size, 3), dtype=np.uint8)
+    images = np.empty((len(files), prep.size, prep.size, 3), dtype=np.uint8)
     for i, file in enumerate(files):
         try:
-            with Image.open(file) as img:
-                images[i] = np.asarray(resize_crop(img.convert("RGB"), size))
+            with _open(file) as img:
+                images[i] = np.asarray(resize_crop(img.convert("RGB"), prep.size, prep.resize))
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
             raise DataError(f"cannot read image file {file}: {e}") from e
-    return preprocess(images, channels=channels, size=size, brightness=brightness)
-
-
-def _load_folder(
-    folder: Path, n: int | None, seed: int, channels: int, size: int, brightness: float
-) -> ImageSet:
-    """Every image file under ``folder``; labels are unknown (-1)."""
-    files = _folder_files(folder, n, seed)
-    labels = np.full(len(files), -1, dtype=np.int64)
-    return ImageSet(
-        str(folder),
-        _read_files(files, channels, size, brightness),
-        labels,
-        str(folder),
-        _relative(files, folder),
-    )
-
-
-def _relative(files: list[Path], folder: Path) -> tuple[str, ...]:
-    """Each file's path relative to the folder it was found in (what reports and score CSVs print)."""
-    return tuple(p.relative_to(folder).as_posix() for p in files)
-
-
-@dataclass(frozen=True, eq=False)
-class ImageStream:
-    """An image source read by index range, ``read(lo, hi)`` → uint8 (n, C, size, size): an image folder
-    is read file by file on demand (bounded memory for any number of files), other sources are loaded."""
-
-    name: str
-    source: str
-    labels: np.ndarray
-    read: Callable[[int, int], np.ndarray]
-    files: tuple[str, ...] | None = None  # for an image folder, each file's relative path
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-
-def open_images(
-    source: str | os.PathLike[str],
-    *,
-    split: str = "test",
-    data_dir: str | Path | None = None,
-    n: int | None = None,
-    seed: int = 0,
-    channels: int = 1,
-    size: int = 32,
-    brightness: float = 1.0,
-) -> ImageStream:
-    """Like ``load_images`` (same arguments), but an image folder's files are only read when asked for."""
-    path = Path(source).expanduser()
-    named = str(source).partition(":")[0].strip().lower().replace("-", "_") in DATASETS
-    if not path.is_dir() or (named and not isinstance(source, os.PathLike)):
-        s = load_images(
-            source,
-            split=split,
-            data_dir=data_dir,
-            n=n,
-            seed=seed,
-            channels=channels,
-            size=size,
-            brightness=brightness,
-        )
-        return ImageStream(s.name, s.source, s.labels, lambda lo, hi: s.images[lo:hi], s.files)
-    check_options(channels, size, brightness)
-    files = _folder_files(path, n, seed)
-    labels = np.full(len(files), -1, dtype=np.int64)
-    return ImageStream(
-        str(path),
-        str(path),
-        labels,
-        lambda lo, hi: _read_files(files[lo:hi], channels, size, brightness),
-        _relative(files, path),
-    )
+    return preprocess(images, channels=prep.channels, size=prep.size, brightness=brightness)
 
 
 def take(images: ImageSet, n: int, seed: int) -> ImageSet:
@@ -301,4 +387,5 @@ def take(images: ImageSet, n: int, seed: int) -> ImageSet:
     if keep is None:
         return images
     files = tuple(images.files[i] for i in keep) if images.files is not None else None
-    return ImageSet(images.name, images.images[keep], images.labels[keep], f"{n} of {images.source}", files)
+    source = f"{n} of {images.source}"
+    return replace(images, images=images.images[keep], labels=images.labels[keep], source=source, files=files)

@@ -3,11 +3,16 @@
 Order: ``Resize(size)`` (shorter side to ``size``, Pillow bilinear, antialiased when shrinking) →
 ``CenterCrop(size)`` → channel conversion (``Grayscale`` luma or channel repeat) → brightness.
 Arrays are channel-last ``(N, H, W)`` or ``(N, H, W, 3)`` until the final ``(N, C, size, size)``.
+A ``Preprocessing`` names what a model was trained with; ``describe_conversion`` says in one line what
+it does to a given set of images (nothing is converted silently).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -18,13 +23,84 @@ from roseood.errors import DataError
 U8 = npt.NDArray[np.uint8]
 
 
-def resize_crop(image: Image.Image, size: int) -> Image.Image:
-    """Torchvision ``Resize(size)`` then ``CenterCrop(size)`` on one PIL image.
+RESIZE_METHODS = ("crop", "stretch")
+CHANNEL_NAMES = {1: "grayscale", 3: "RGB"}
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """What every image goes through before a model sees it: ``size``×``size`` pixels, ``channels``
+    (1 gray, 3 RGB), resized by ``resize``: "crop" (shorter side to ``size``, then a centre crop: the
+    paper's torchvision pipeline) or "stretch" (both sides to ``size``, aspect ratio not kept).
+    Checkpoints store it; scoring, fitting and evaluating with the model apply it again."""
+
+    channels: int = 1
+    size: int = 32
+    resize: str = "crop"
+
+    def __post_init__(self) -> None:
+        check_options(self.channels, self.size, 1.0)
+        if self.resize not in RESIZE_METHODS:
+            raise DataError(f"resize must be one of {', '.join(RESIZE_METHODS)}, got {self.resize!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Preprocessing:
+        return cls(**{k: d[k] for k in ("channels", "size", "resize") if k in d})
+
+    def describe(self) -> str:
+        """E.g. "64×64 RGB, resize: crop"."""
+        return f"{self.size}×{self.size} {CHANNEL_NAMES[self.channels]}, resize: {self.resize}"
+
+
+def _counted(counts: Mapping[Any, int], show: Any) -> str:
+    """ "12 at 64×64, 3 at 80×60" for the three most common keys (most common first)."""
+    top = sorted(counts.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{n} at {show(k)}" for k, n in top[:3])
+    return text + (f", {len(top) - 3} more sizes" if len(top) > 3 else "")
+
+
+def describe_conversion(
+    shapes: Mapping[tuple[int, int], int], channels: Mapping[int, int], prep: Preprocessing
+) -> str | None:
+    """One line saying what ``prep`` does to images with these counts per (height, width) and per channel
+    count, or None when they already are what it makes (no conversion)."""
+
+    def wh(hw: tuple[int, int]) -> str:
+        return f"{hw[1]}×{hw[0]}"
+
+    parts = []
+    target = (prep.size, prep.size)
+    if set(shapes) != {target}:
+        source = wh(next(iter(shapes))) if len(shapes) == 1 else f"mixed sizes ({_counted(shapes, wh)})"
+        if prep.resize == "stretch":
+            how = "stretched (bilinear, aspect ratio not kept)"
+        elif all(h == w for h, w in shapes):
+            how = "resized (bilinear)"
+        else:
+            how = "resized (shorter side, bilinear) and centre-cropped"
+        parts.append(f"{source} {how} to {wh(target)}")
+    other = {c: n for c, n in channels.items() if c != prep.channels}
+    if other:
+        total = sum(channels.values())
+        which = "" if sum(other.values()) == total else f"{sum(other.values())} of {total} images: "
+        how = "RGB converted to grayscale (luma)" if prep.channels == 1 else "grayscale repeated to RGB"
+        parts.append(which + how)
+    return "; ".join(parts) or None
+
+
+def resize_crop(image: Image.Image, size: int, resize: str = "crop") -> Image.Image:
+    """Torchvision ``Resize(size)`` then ``CenterCrop(size)`` on one PIL image (``resize="stretch"``:
+    both sides to ``size`` instead).
 
     The shorter side becomes ``size`` and the longer one ``int(size * long / short)`` (torchvision's
     integer rule); the crop offset is ``int(round((h - size) / 2.0))`` as in ``CenterCrop``.
     """
     w, h = image.size
+    if resize == "stretch":
+        return image if (w, h) == (size, size) else image.resize((size, size), Image.Resampling.BILINEAR)
     if min(w, h) != size:
         if w <= h:
             new_w, new_h = size, int(size * h / w)
@@ -39,7 +115,7 @@ def resize_crop(image: Image.Image, size: int) -> Image.Image:
     return image
 
 
-def resize_images(images: U8, size: int) -> U8:
+def resize_images(images: U8, size: int, resize: str = "crop") -> U8:
     """Apply :func:`resize_crop` to every image of a ``(N, H, W)`` or ``(N, H, W, 3)`` uint8 array.
 
     Returns the input unchanged when it already is ``size``×``size`` (Pillow would copy it as is).
@@ -48,7 +124,7 @@ def resize_images(images: U8, size: int) -> U8:
         return images
     out = np.empty((images.shape[0], size, size, *images.shape[3:]), dtype=np.uint8)
     for i, img in enumerate(images):
-        out[i] = np.asarray(resize_crop(Image.fromarray(img), size))
+        out[i] = np.asarray(resize_crop(Image.fromarray(img), size, resize))
     return out
 
 
@@ -87,7 +163,7 @@ def check_options(channels: int, size: int, brightness: float) -> None:
         raise DataError(f"brightness must be a finite number > 0, got {brightness}")
 
 
-def preprocess(images: U8, *, channels: int, size: int, brightness: float) -> U8:
+def preprocess(images: U8, *, channels: int, size: int, brightness: float, resize: str = "crop") -> U8:
     """Full pipeline on channel-last uint8 images; returns ``(N, channels, size, size)`` uint8."""
-    out = adjust_brightness(to_channels(resize_images(images, size), channels), brightness)
+    out = adjust_brightness(to_channels(resize_images(images, size, resize), channels), brightness)
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2))

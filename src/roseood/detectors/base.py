@@ -30,7 +30,6 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import check_detector_file
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
-from roseood.progress import on_terminal
 from roseood.registry import Registry
 from roseood.serialization import safe_load, save_file, share_equal_tensors
 from roseood.validation import check_float, check_int
@@ -58,7 +57,7 @@ class Detector(ABC):
     ) -> None:
         self.model = model
         self.batch_size = check_int(batch_size, "batch_size")
-        self.progress = on_terminal() if progress is None else progress  # None: bars on a terminal
+        self.progress = bool(progress)  # opt-in (roseood.progress): a bar on a terminal, lines in a log
         self.fitted_ = False
         self.threshold_: float | None = None  # score above which an input is called OOD (calibrate)
         self.fit_warnings_: list[str] = []

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from roseood.detectors.base import DETECTORS, Detector, built_from_file, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, RoseError
-from roseood.integrity import shown, tensor
+from roseood.integrity import same, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.validation import check_float
@@ -190,7 +190,7 @@ class Ensemble(Detector):
                 f"{path}: an ensemble of {len(specs)} members needs {len(specs)} models, got {len(given)}"
             )
         for i, (m, fp) in enumerate(zip(given, expected, strict=True)):
-            if (actual := model_fingerprint(m)) != fp:
+            if not same(fp, actual := model_fingerprint(m)):
                 raise CheckpointError(
                     f"{path}: member {i} was fitted on model {shown(fp)}, but the given one is {actual}"
                 )

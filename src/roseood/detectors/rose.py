@@ -18,7 +18,16 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.curvature import FISHERS, Fisher, LayerGradients, LayerReport, check_layers, make_fisher
+from roseood.curvature import (
+    FISHERS,
+    FactorCache,
+    Fisher,
+    GradientStore,
+    LayerGradients,
+    LayerReport,
+    check_layers,
+    make_fisher,
+)
 from roseood.data.tensors import iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
@@ -30,7 +39,7 @@ from roseood.detectors.aggregation import (
 )
 from roseood.detectors.base import Detector, held_out_count, register_detector
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
-from roseood.integrity import field, shown, tensor
+from roseood.integrity import field, same, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.randomness import per_input_seed
@@ -63,6 +72,9 @@ class ROSE(Detector):
     layerwise = True
     reports_fit_warnings = True
     runtime_params = ("progress", "loss_fn")
+    grad_cache_bytes: int = 2**29
+    """Memory the first Fisher pass may keep its layer gradients in for EKFAC's second pass, which then
+    skips the model for those batches (0: always recompute; the kept gradients add to the peak memory)."""
 
     def __init__(
         self,
@@ -165,20 +177,25 @@ class ROSE(Detector):
         """Accumulate each layer's Fisher over ``x`` (two passes for EKFAC).
 
         Under torchrun each process accumulates its shard of ``x``; the sums are added together (float64)
-        before each pass ends, and rank 0's eigendecompositions are shared with every process."""
+        before each pass ends, and rank 0's eigendecompositions are shared with every process. With a
+        deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
+        instead of running the model again."""
         self.fishers_ = {name: make_fisher(self.fisher, self.damping) for name in self.layers}
         passes = next(iter(self.fishers_.values())).passes
         distributed.check_enough(x.shape[0], "Fisher images")
         x = x[distributed.shard(x.shape[0])]
+        store = GradientStore(self.grad_cache_bytes if passes > 1 and not self.stochastic else 0)
         for pass_index in range(passes):
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
-            for batch in iter_batches(x, self.batch_size, desc):
-                for name, g in self._layer_grads(batch)[0].items():
+            for i, batch in enumerate(iter_batches(x, self.batch_size, desc)):
+                grads = store.get(i, pass_index, batch, lambda b: self._layer_grads(b)[0])
+                for name, g in grads.items():
                     self.fishers_[name].update(g, pass_index)
+            factors = FactorCache()
             for f in self.fishers_.values():
                 if distributed.active():
                     f.reduce_sums(pass_index, distributed.all_reduce)
-                f.end_pass(pass_index)
+                f.end_pass(pass_index, factors)
                 f.map_tensors(distributed.broadcast)
 
     def fit_stats(self, x: Tensor) -> None:
@@ -252,7 +269,7 @@ class ROSE(Detector):
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("version") != STATE_VERSION:
+        if not same(state.get("version"), STATE_VERSION):
             raise CheckpointError(
                 "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
             )

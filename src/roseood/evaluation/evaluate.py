@@ -17,6 +17,7 @@ import torch
 
 from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images, take
+from roseood.data.preprocess import Preprocessing
 from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method_params
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
@@ -24,6 +25,7 @@ from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
+from roseood.progress import duration, eta, note, stage
 from roseood.validation import check_float, check_int, check_seed
 
 
@@ -91,35 +93,44 @@ def fit_source(spec: EvalSpec) -> str:
     )
 
 
-def image_options(model: RoseModel) -> tuple[int, int]:
-    """(channels, size) for ``load_images`` from an image model's input shape (default 1, 32); other
-    models' inputs are not images (named sets, folders) and need the Python API."""
+def model_preprocessing(model: RoseModel) -> Preprocessing:
+    """The preprocessing images get for ``model``: the one its checkpoint recorded (channels and size
+    from its input shape, the resize method from ``model.preprocessing``; 1, 32, "crop" for a model that
+    declares none). Models whose inputs are not images (named sets, folders) need the Python API."""
     shape = model.input_shape
     if model.input_kind != "image":
         raise DataError(
             f"this model takes {model.input_kind} inputs, not images: datasets and image files cannot "
             "feed it; fit and score it from Python (detector.fit(tensor), detector.score(tensor))"
         )
+    recorded = getattr(model, "preprocessing", None)
+    resize = recorded.resize if isinstance(recorded, Preprocessing) else "crop"
     if shape is None:
-        return 1, 32
-    if len(shape) != 3 or shape[1] != shape[2]:
-        raise DataError(f"image sets are loaded as square (C, S, S) images; the model takes {shape}")
-    return shape[0], shape[1]
+        return Preprocessing(1, 32, resize)
+    if len(shape) != 3 or shape[1] != shape[2] or shape[0] not in (1, 3):
+        raise DataError(
+            f"image sets are loaded as square (C, S, S) images with 1 or 3 channels; the model takes {shape}"
+        )
+    return Preprocessing(shape[0], shape[1], resize)
 
 
 def _load(
     source: str, n: int | None, seed: int, model: RoseModel, spec: EvalSpec, brightness: float = 1.0
 ) -> ImageSet:
-    channels, size = image_options(model)
-    return load_images(
+    """Load ``source`` with the model's preprocessing and state any conversion on stderr."""
+    prep = model_preprocessing(model)
+    images = load_images(
         source,
         n=n,
         seed=seed,
-        channels=channels,
-        size=size,
+        channels=prep.channels,
+        size=prep.size,
+        resize=prep.resize,
         data_dir=spec.data_dir,
         brightness=brightness,
     )
+    images.state_preprocessing()
+    return images
 
 
 def derived_seed(spec: EvalSpec, name: str) -> int:
@@ -141,7 +152,7 @@ def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
     draw = np.random.default_rng(derived_seed(spec, f"fit_draw:{spec.fit_draw}"))
     keep = np.concatenate([rest[draw.choice(len(rest), spec.fit_samples, replace=False)], stats])
     source = f"draw {spec.fit_draw} of {spec.fit_samples} (+ {spec.stats_samples} fixed) of {pool.source}"
-    return ImageSet(pool.name, pool.images[keep], pool.labels[keep], source)
+    return replace(pool, images=pool.images[keep], labels=pool.labels[keep], source=source, files=None)
 
 
 OVERALL = "overall"
@@ -218,7 +229,7 @@ class FittedDetector:
 
 
 def fit_calibrated(
-    method: str, model: RoseModel | list[RoseModel], spec: EvalSpec, tpr: float = 0.95, progress: bool = True
+    method: str, model: RoseModel | list[RoseModel], spec: EvalSpec, tpr: float = 0.95, progress: bool = False
 ) -> FittedDetector:
     """Fit ``method`` on the spec's fit images (``fit_samples`` + ``stats_samples``) and set its
     threshold so that a fraction ``tpr`` of the held-out images counts as in-distribution: what
@@ -253,10 +264,11 @@ class _MethodRun:
     def detector(self) -> Detector:
         if self._det is None:
             torch.manual_seed(self.spec.seed)
-            if self.cache is None:
-                self._det = self._build()
-            else:
-                self._det = self.cache.detector(cache_key(self.key), self._load, self._build)
+            with stage(f"{self.method} fit"):
+                if self.cache is None:
+                    self._det = self._build()
+                else:
+                    self._det = self.cache.detector(cache_key(self.key), self._load, self._build)
         return self._det
 
     def _build(self) -> Detector:
@@ -305,8 +317,8 @@ def evaluate(
     every OOD set with the same images and seeds. A list of models: each method as an ``Ensemble`` of
     its detector on every model (e.g. one model per training seed).
 
-    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress=None`` shows
-    progress only on a terminal. With a ``cache``,
+    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress`` True reports
+    one bar per stage (fit, each set's scoring) on a terminal, periodic lines in a log. With a ``cache``,
     fitted detectors and scores are stored as they are made and reused, so a re-run after an
     interruption only computes what is missing.
     """
@@ -339,6 +351,8 @@ def evaluate(
         "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
         f"for fitting, the rest for ROSE layer statistics)",
         "ood_sets": ood_sets,
+        "preprocessing": model_preprocessing(first).describe(),
+        "conversions": {s.name: s.conversion for s in (fit, test, *ood.values()) if s.conversion},
         "methods": list(spec.methods),
         "detectors": detectors,
         "seed": spec.seed,
@@ -352,16 +366,27 @@ def evaluate(
     fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
     if cache is not None:
         fit_key["fit_images"] = array_digest(fit.images)
-    for method in spec.methods:
+    started = time.monotonic()
+    for i, method in enumerate(spec.methods):
         key = fit_key | {"method": method, "params": detectors[method]}
         run = _MethodRun(method, model, fit, spec, progress, cache, key)
         limit = spec.test_limits.get(method)
         scores = {}
         for name, images in {spec.in_data: test, **ood}.items():
             subset = take(images, limit, spec.seed) if limit else images
-            scores[name], seconds = run.score(subset.images)
+            with stage(f"{method} score {name}"):
+                scores[name], seconds = run.score(subset.images)
             if name == spec.in_data:
                 result.images_per_second[method] = len(subset) / max(seconds, 1e-9)
+        if progress and len(spec.methods) > 1:
+            elapsed, left = (
+                time.monotonic() - started,
+                eta(i + 1, len(spec.methods), time.monotonic() - started),
+            )
+            note(
+                f"{method} done: {i + 1}/{len(spec.methods)} methods in {duration(elapsed)}"
+                + (f", {left} (if the rest take as long)" if left else "")
+            )
         if OVERALL in spec.ood:
             scores[OVERALL] = overall_scores(scores, list(ood), spec.overall_per_set, spec.seed)
         result.scores[method] = scores

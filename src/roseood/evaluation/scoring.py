@@ -9,19 +9,24 @@ from typing import Any
 from roseood import distributed
 from roseood.data.loading import ImageStream
 from roseood.detectors.base import Detector
-from roseood.progress import progress
+from roseood.progress import progress as progress_bar
 from roseood.serialization import write_csv
 
 SCORE_COLUMNS = ("index", "file", "label", "score", "ood")
 
 
 def score_rows(
-    detector: Detector, stream: ImageStream, threshold: float | None = None, chunk: int = 2048
+    detector: Detector,
+    stream: ImageStream,
+    threshold: float | None = None,
+    chunk: int = 2048,
+    progress: bool = False,
 ) -> Iterator[list[Any]]:
     """One row per image (``SCORE_COLUMNS``), read and scored ``chunk`` images per process at a time, so
-    memory stays bounded however many images there are; ``ood`` is empty without a threshold."""
-    shown = None if distributed.is_main() else False  # None: a bar on a terminal, ~10 % lines otherwise
-    bar = progress(None, "scoring", total=len(stream), unit="image", enabled=shown)
+    memory stays bounded however many images there are; ``ood`` is empty without a threshold.
+    ``progress``: one bar (or log lines) for the whole stream, from rank 0."""
+    shown = progress and distributed.is_main()
+    bar = progress_bar(None, "scoring", total=len(stream), unit="image", enabled=shown)
     for lo, scores in detector.score_stream(stream, chunk=chunk * distributed.world()):
         decisions = detector.decide(scores, threshold) if threshold is not None else [None] * len(scores)
         for i, (s, d) in enumerate(zip(scores, decisions, strict=True), lo):
@@ -37,12 +42,13 @@ def write_scores(
     out: str | Path,
     threshold: float | None = None,
     chunk: int = 2048,
+    progress: bool = False,
 ) -> float | None:
     """Write ``score_rows`` to the CSV file ``out`` (atomically; under torchrun rank 0 writes while every
     process scores its share). ``threshold`` defaults to the detector's calibrated one; returns the
     threshold used (None: no decisions)."""
     threshold = threshold if threshold is not None else detector.threshold_
-    rows = score_rows(detector, stream, threshold, chunk)
+    rows = score_rows(detector, stream, threshold, chunk, progress)
     if distributed.is_main():
         write_csv(out, SCORE_COLUMNS, rows)
     else:

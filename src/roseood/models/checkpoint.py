@@ -9,12 +9,13 @@ checkpoint from elsewhere cannot run code. The file records which factory built 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor, nn
 
+from roseood.data.preprocess import Preprocessing
 from roseood.errors import CheckpointError, RoseError
-from roseood.integrity import field, shown
+from roseood.integrity import field, same, shown
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file, verify
 from roseood.validation import check_model_config
@@ -24,7 +25,8 @@ MODEL_VERSION = 1
 
 
 def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
-    """Write ``model`` (and, for resumable training, optimiser/epoch state) atomically to ``path``."""
+    """Write ``model`` (and, for resumable training, optimiser/epoch state) atomically to ``path``, with
+    the image preprocessing it was trained with (``model.preprocessing``) when it has one."""
     assert isinstance(model, nn.Module)
     obj: dict[str, Any] = {
         "format": MODEL_FORMAT,
@@ -36,6 +38,9 @@ def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] |
     factory = getattr(model, "factory", None)
     if factory is not None:
         obj["factory"] = factory  # informational: says which --model-module loads it back
+    prep = getattr(model, "preprocessing", None)
+    if isinstance(prep, Preprocessing):
+        obj["preprocessing"] = prep.to_dict()
     if train_state is not None:
         obj["train_state"] = train_state
     save_file(obj, path)
@@ -57,7 +62,7 @@ def check_model_file(obj: dict[str, Any], path: str | Path) -> None:
     """The fields of a model file (format and checksum already checked): version, kind, config,
     state_dict (names to tensors), and the optional factory and training state."""
     try:
-        if obj.get("version", MODEL_VERSION) != MODEL_VERSION:
+        if not same(obj.get("version", MODEL_VERSION), MODEL_VERSION):
             version = shown(obj.get("version"))
             raise CheckpointError(f"field 'version': {version} is not a version this roseood reads")
         field(obj, "kind", str)
@@ -117,15 +122,30 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
         try:
             check_model_config(obj["config"], f"{kind} config")
             model = FAMILIES[str(kind)].cls(**obj["config"])
-        except (TypeError, KeyError, ValueError, AttributeError, RoseError) as exc:
+        except (TypeError, KeyError, ValueError, AttributeError, RuntimeError, RoseError) as exc:
             raise CheckpointError(
                 f"{path}: cannot build a {kind} from its stored config ({_first_line(exc)})"
             ) from None
         _load_state(model, obj["state_dict"], path, f"the stored {kind} config")
     else:
         raise _user_model_error(path, obj)
+    if obj.get("preprocessing") is not None:
+        cast(Any, model).preprocessing = _preprocessing(obj["preprocessing"], model, path)
     model.eval()
     return model, obj
+
+
+def _preprocessing(stored: Any, model: RoseModel, path: str | Path) -> Preprocessing:
+    """The stored preprocessing, checked against the model's input shape."""
+    try:
+        prep = Preprocessing.from_dict(stored)
+    except (TypeError, AttributeError, RoseError) as exc:
+        raise CheckpointError(f"{path}: unreadable preprocessing record ({_first_line(exc)})") from None
+    if model.input_shape not in (None, (prep.channels, prep.size, prep.size)):
+        raise CheckpointError(
+            f"{path}: preprocessing {prep.describe()} does not fit the model's inputs {model.input_shape}"
+        )
+    return prep
 
 
 def load_model(path: str | Path, model_module: str | None = None) -> RoseModel:

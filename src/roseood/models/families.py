@@ -9,10 +9,13 @@ and its ``rose train`` options. Adding a family is one call::
 from __future__ import annotations
 
 import argparse
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from roseood.data.loading import ImageSet, ImageStream
+from roseood.data.preprocess import Preprocessing
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
 from roseood.models.diffusion import LOSS_DEFAULTS, WEIGHTINGS, DiffusionModel
@@ -36,8 +39,9 @@ class ModelFamily:
     """A model kind: its class, ``TrainConfig`` overrides, and its ``rose train`` options.
 
     ``add_cli_arguments(parser)`` adds the architecture options; ``from_cli_arguments(args)`` turns
-    them into constructor keywords (``in_channels`` is added from the data). ``trainable``: whether
-    ``rose train`` / ``roseood.models.train.train`` fit it on images alone (classifiers need labels).
+    them into constructor keywords (``in_channels`` and ``image_size`` are added from the data).
+    ``trainable``: whether ``rose train`` / ``roseood.models.train.train`` fit it on images alone
+    (classifiers need labels).
     """
 
     name: str
@@ -48,9 +52,22 @@ class ModelFamily:
     trainable: bool = True
     help: str = ""
 
-    def build(self, in_channels: int, **config: Any) -> GenerativeModel:
-        """A fresh model of this family for ``in_channels``-channel images."""
+    def build(self, in_channels: int, image_size: int = 32, **config: Any) -> GenerativeModel:
+        """A fresh model of this family for ``in_channels``-channel ``image_size``² images (an
+        architecture that scales with the size, e.g. the VAE's stages and Glow's levels)."""
+        if "image_size" in inspect.signature(self.cls).parameters:
+            config["image_size"] = image_size
+        elif image_size != 32:
+            raise RoseError(f"{self.name} models take no image_size: they are 32×32 (use --size 32)")
         return self.cls(in_channels=in_channels, **config)
+
+    def build_for(self, images: ImageSet | ImageStream, **config: Any) -> GenerativeModel:
+        """A fresh model for loaded images: their channels and size, and their preprocessing recorded
+        (``model.preprocessing``, saved in its checkpoints and applied again when scoring)."""
+        prep = images.preprocessing or Preprocessing()
+        model = self.build(prep.channels, prep.size, **config)
+        cast(Any, model).preprocessing = prep  # an attribute of the instance, saved by save_model
+        return model
 
 
 FAMILIES: Registry[str, ModelFamily] = Registry("model kind")
@@ -76,7 +93,7 @@ def _vae_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _glow_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--levels", type=count, default=2, help="Glow levels L")
+    p.add_argument("--levels", type=count, help="Glow levels L (unset: from the size, 32: 2, 64: 3, 128: 4)")
     p.add_argument("--steps", type=count, default=16, help="Glow steps per level K")
     p.add_argument("--hidden", type=count, default=200, help="Glow coupling width")
     p.add_argument("--plain-invconv", action="store_true", help="Glow 1x1 convs without LU decomposition")
@@ -123,7 +140,6 @@ register_family(
 
 
 def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--image-size", type=count, default=32, help="image size the UNet is trained at")
     p.add_argument("--widths", type=str, default="32,64,64", help="UNet block widths, one per resolution")
     p.add_argument("--layers-per-block", type=count, default=1, help="ResNet layers per UNet block")
     p.add_argument("--no-attention", action="store_true", help="no mid-block self-attention")
@@ -149,7 +165,6 @@ def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
         ) from None
     denoising = {"k": a.rose_k, "t_min": lo, "t_max": hi, "weighting": a.rose_weighting, "seed": a.rose_seed}
     return {
-        "image_size": a.image_size,
         "widths": widths,
         "layers_per_block": a.layers_per_block,
         "attention": not a.no_attention,

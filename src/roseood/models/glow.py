@@ -277,8 +277,18 @@ class TopPrior(nn.Module):
         return h[:, : self.channels], h[:, self.channels :]
 
 
+def default_levels(size: int) -> int:
+    """Glow's levels for ``size``×``size`` images: as many squeezes as keep the top latent at least 8×8
+    (32: 2, as our default has always been; 64: 3; 128: 4; 28: 1; 96: 3), and at least one."""
+    levels = 0
+    while size % 2 == 0 and size // 2 >= 8:
+        levels, size = levels + 1, size // 2
+    return max(levels, 1)
+
+
 class Glow(GenerativeModel):
-    """Multi-scale Glow on (N, C, H, W) images in [0, 1] with H = W = ``image_size``.
+    """Multi-scale Glow on (N, C, H, W) images in [0, 1] with H = W = ``image_size``; ``levels`` None
+    scales them with the size (``default_levels``).
 
     ``forward(y)`` returns the exact per-sample log-density of the preprocessed input y; ``nll`` adds the
     discretisation term so that it is the NLL (nats) of the ``n_bits``-quantised image with each value at
@@ -291,7 +301,7 @@ class Glow(GenerativeModel):
         self,
         in_channels: int = 1,
         image_size: int = 32,
-        levels: int = 2,
+        levels: int | None = None,
         steps: int = 16,
         hidden: int = 200,
         lu: bool = True,
@@ -299,6 +309,7 @@ class Glow(GenerativeModel):
         n_bits: int = 8,
     ) -> None:
         super().__init__(in_channels, image_size)
+        levels = default_levels(image_size) if levels is None else levels
         if levels < 1 or steps < 1 or hidden < 1:
             raise RoseError(f"Glow needs levels, steps and hidden ≥ 1, got {levels}, {steps}, {hidden}")
         if image_size % 2**levels:

@@ -24,9 +24,10 @@ from torch import Tensor
 from roseood import distributed
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import same
 from roseood.models.base import RoseModel, input_dims, model_config, model_name
 from roseood.models.checkpoint import MODEL_FORMAT, save_model
-from roseood.progress import note
+from roseood.progress import duration, eta, note
 from roseood.progress import progress as progress_bar
 from roseood.serialization import array_digest, safe_load
 from roseood.validation import check_float, check_int, check_seed
@@ -118,16 +119,20 @@ def restore_training(
     ts = obj.get("train_state")
     if ts is None:
         raise CheckpointError(f"{checkpoint}: has no training state to resume from")
-    same = ts.get(key, {}) | {"epochs": None} == settings | {"epochs": None}
+    stored = ts.get(key, {})
     arch = (obj.get("kind"), obj.get("config"))
-    if not same or arch != (model_name(model), model_config(model)):
+    if (
+        not isinstance(stored, dict)
+        or not same(stored | {"epochs": None}, settings | {"epochs": None})
+        or not same(arch, (model_name(model), model_config(model)))
+    ):
         raise CheckpointError(f"{checkpoint}: was trained with other settings (only the epochs may change)")
     if data_digest is not None and ts.get("data_digest") is None:
         raise CheckpointError(
             f"{checkpoint}: records no digest of its training data (written before roseood checked it), "
             f"so resuming cannot confirm the data is the same; the data now has digest {data_digest}"
         )
-    if data_digest is not None and ts.get("data_digest") != data_digest:
+    if data_digest is not None and not same(ts.get("data_digest"), data_digest):
         raise CheckpointError(
             f"{checkpoint}: was trained on other data (digest {ts.get('data_digest')}, now {data_digest}); "
             "resume with the same data, subset and seed"
@@ -192,7 +197,7 @@ def run_epochs(
     batches: Callable[[Tensor], list[Tensor]] | None = None,
     batch_size: int = 64,
     grad_clip: float = 0.0,
-    progress: bool | None = None,
+    progress: bool | None = False,
     postfix: Callable[[float], str] = "loss={:.3f}".format,
 ) -> list[dict[str, float]]:
     """The one training loop: every epoch shuffles with ``gen``, and for each batch of indices calls the
@@ -207,6 +212,7 @@ def run_epochs(
     world = distributed.world()
     distributed.share_module(model)  # rank 0's weights everywhere
     progress = progress if distributed.is_main() else False
+    first, started = state["epoch"], time.monotonic()
     for epoch in range(state["epoch"], epochs):
         model.train()
         order = torch.randperm(n, generator=gen)
@@ -250,10 +256,14 @@ def run_epochs(
         if distributed.is_main():
             save_model(model, checkpoint, train_state=state)
         distributed.barrier()  # no rank runs ahead to read (--resume) a checkpoint rank 0 is writing
-        if progress is not False:
+        if progress:
             h = history[-1]
-            summary = ", ".join(f"{k} {v:.10g}" for k, v in h.items() if k != "epoch")
-            note(f"epoch {h['epoch']}: {summary}, {time.time() - t0:.0f} s -> {checkpoint}")
+            summary = ", ".join(f"{k} {v:.4g}" for k, v in h.items() if k != "epoch")
+            left = eta(epoch + 1 - first, epochs - first, time.monotonic() - started)
+            note(
+                f"epoch {h['epoch']}/{epochs}: {summary}, {duration(time.time() - t0)} -> {checkpoint}"
+                + (f"; {left}" if left else "")
+            )
     return history
 
 
@@ -263,7 +273,7 @@ def train(
     cfg: TrainConfig,
     checkpoint: str | Path,
     resume: bool = False,
-    progress: bool | None = None,
+    progress: bool | None = False,
     device: str | torch.device = "cpu",
     overwrite: bool = False,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
@@ -273,7 +283,8 @@ def train(
     Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
     in every checkpoint with the data-order generator, so a run resumed with ``resume`` (weights,
     optimiser, RNG states and history restored; same config and data required) ends exactly as an
-    uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``.
+    uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``. ``device``: cpu,
+    cuda[:i], mps or auto (see ``roseood.distributed.device``); ``progress`` True reports each epoch.
     Returns the model (eval mode) and the per-epoch history.
     """
     train_loss = getattr(model, "train_loss", None)
@@ -293,6 +304,7 @@ def train(
         perturb = make_perturbation(cfg.perturb)
     checkpoint = Path(checkpoint)
     gen = torch.Generator().manual_seed(cfg.seed)
+    device = distributed.device(device)
     model.to(device)
     opt = _optimizer(model, cfg)
     digest = array_digest(x.cpu().numpy())

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from roseood.errors import CheckpointError
+from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
 from roseood.randomness import randn
 
@@ -20,63 +20,88 @@ def _targets(x: Tensor) -> Tensor:
     return (x * 255.0).round().clamp(0, 255).long()
 
 
-class Encoder(nn.Module):
-    """Three stride-2 conv/BN/ReLU blocks (32→4) and two 4×4 conv heads for mean and log-variance."""
+def pyramid(size: int) -> tuple[int, int]:
+    """The DCGAN pyramid for ``size``×``size`` images: (stride-2 stages, final spatial size).
 
-    def __init__(self, in_channels: int, ngf: int, nz: int) -> None:
+    Each stage halves an even size until it is below 8, so 32 → 16 → 8 → 4 (3 stages, as in the paper),
+    64 and 128 add one and two stages, 28 → 14 → 7 has 2 and 96 → … → 6 has 4. Sizes that reach an odd
+    number of 8 or more (e.g. 30) have no such pyramid and are refused.
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 8:
+        raise RoseError(f"the VAE needs square images of at least 8×8, got size {size!r}")
+    stages, final = 0, size
+    while final >= 8:
+        if final % 2:
+            raise RoseError(
+                f"the VAE halves the image size down to 4–7 pixels: {size} reaches {final}, which is odd; "
+                "use a size f·2^k with 4 ≤ f ≤ 7, e.g. 28, 32, 48, 64, 96 or 128 (--size)"
+            )
+        stages, final = stages + 1, final // 2
+    return stages, final
+
+
+class Encoder(nn.Module):
+    """Stride-2 conv/BN/ReLU stages (``conv0``, ``conv1``, …; width ngf doubling per stage) down to the
+    pyramid's final size, then two conv heads as large as that map for mean and log-variance."""
+
+    def __init__(self, in_channels: int, ngf: int, nz: int, image_size: int = 32) -> None:
         super().__init__()
-        self.conv0 = nn.Conv2d(in_channels, ngf, 4, 2, 1, bias=False)
-        self.bn0 = nn.BatchNorm2d(ngf)
-        self.conv1 = nn.Conv2d(ngf, 2 * ngf, 4, 2, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(2 * ngf)
-        self.conv2 = nn.Conv2d(2 * ngf, 4 * ngf, 4, 2, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(4 * ngf)
-        self.mu = nn.Conv2d(4 * ngf, nz, 4)
-        self.logvar = nn.Conv2d(4 * ngf, nz, 4)
+        self.stages, final = pyramid(image_size)
+        width = in_channels
+        for i in range(self.stages):
+            self.add_module(f"conv{i}", nn.Conv2d(width, ngf * 2**i, 4, 2, 1, bias=False))
+            self.add_module(f"bn{i}", nn.BatchNorm2d(ngf * 2**i))
+            width = ngf * 2**i
+        self.mu = nn.Conv2d(width, nz, final)
+        self.logvar = nn.Conv2d(width, nz, final)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        h = F.relu(self.bn0(self.conv0(x)))
-        h = F.relu(self.bn1(self.conv1(h)))
-        h = F.relu(self.bn2(self.conv2(h)))
+        h = x
+        for i in range(self.stages):
+            h = F.relu(getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(h)))
         return self.mu(h).flatten(1), self.logvar(h).flatten(1)
 
 
 class Decoder(nn.Module):
-    """Transposed-conv mirror of the encoder; outputs 256 logits per pixel and channel."""
+    """Transposed-conv mirror of the encoder (``convt0`` to the final size, then one stride-2 stage per
+    encoder stage); outputs 256 logits per pixel and channel."""
 
-    def __init__(self, out_channels: int, ngf: int, nz: int) -> None:
+    def __init__(self, out_channels: int, ngf: int, nz: int, image_size: int = 32) -> None:
         super().__init__()
         self.out_channels = out_channels
-        self.convt0 = nn.ConvTranspose2d(nz, 4 * ngf, 4, 1, 0, bias=False)
-        self.bn0 = nn.BatchNorm2d(4 * ngf)
-        self.convt1 = nn.ConvTranspose2d(4 * ngf, 2 * ngf, 4, 2, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(2 * ngf)
-        self.convt2 = nn.ConvTranspose2d(2 * ngf, ngf, 4, 2, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(ngf)
-        self.convt3 = nn.ConvTranspose2d(ngf, out_channels * 256, 4, 2, 1, bias=False)
+        self.stages, final = pyramid(image_size)
+        top = ngf * 2 ** (self.stages - 1)
+        self.convt0 = nn.ConvTranspose2d(nz, top, final, 1, 0, bias=False)
+        self.bn0 = nn.BatchNorm2d(top)
+        for i in range(1, self.stages):
+            width = top // 2**i
+            self.add_module(f"convt{i}", nn.ConvTranspose2d(2 * width, width, 4, 2, 1, bias=False))
+            self.add_module(f"bn{i}", nn.BatchNorm2d(width))
+        last = nn.ConvTranspose2d(ngf, out_channels * 256, 4, 2, 1, bias=False)
+        self.add_module(f"convt{self.stages}", last)
 
     def forward(self, z: Tensor) -> Tensor:
-        h = F.relu(self.bn0(self.convt0(z[:, :, None, None])))
-        h = F.relu(self.bn1(self.convt1(h)))
-        h = F.relu(self.bn2(self.convt2(h)))
-        logits = self.convt3(h)
+        h = z[:, :, None, None]
+        for i in range(self.stages):
+            h = F.relu(getattr(self, f"bn{i}")(getattr(self, f"convt{i}")(h)))
+        logits = getattr(self, f"convt{self.stages}")(h)
         n, _, height, width = logits.shape
         return logits.view(n, self.out_channels, 256, height, width)
 
 
 class VAE(GenerativeModel):
-    """Conv VAE on 32×32 images: Gaussian posterior, N(0, I) prior, categorical pixel likelihood."""
+    """The paper's DCGAN-style conv VAE: Gaussian posterior, N(0, I) prior, categorical pixel likelihood.
+
+    At 32×32 it is the paper's network; other sizes add or remove stride-2 stages (see ``pyramid``)."""
 
     kind = "vae"
 
     def __init__(self, in_channels: int = 1, ngf: int = 32, nz: int = 100, image_size: int = 32) -> None:
-        if image_size != 32:
-            raise ValueError("the paper's VAE is defined for 32×32 images")
         super().__init__(in_channels, image_size)
         self.ngf = ngf
         self.nz = nz
-        self.encoder = Encoder(in_channels, ngf, nz)
-        self.decoder = Decoder(in_channels, ngf, nz)
+        self.encoder = Encoder(in_channels, ngf, nz, image_size)
+        self.decoder = Decoder(in_channels, ngf, nz, image_size)
 
     def config(self) -> dict[str, Any]:
         return {
@@ -87,8 +112,9 @@ class VAE(GenerativeModel):
         }
 
     def layer_sets(self) -> dict[str, list[str]]:
-        enc = ["encoder.conv0", "encoder.conv1", "encoder.conv2", "encoder.mu", "encoder.logvar"]
-        dec = ["decoder.convt0", "decoder.convt1", "decoder.convt2", "decoder.convt3"]
+        stages = self.encoder.stages
+        enc = [*(f"encoder.conv{i}" for i in range(stages)), "encoder.mu", "encoder.logvar"]
+        dec = [f"decoder.convt{i}" for i in range(stages + 1)]
         return {"encoder": enc, "decoder": dec, "all": enc + dec}
 
     def reconstruction_nll(self, logits: Tensor, x: Tensor) -> Tensor:
