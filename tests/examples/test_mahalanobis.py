@@ -3,9 +3,6 @@ the same API as the built-in detectors; a model without an encoder is refused in
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -15,16 +12,12 @@ from roseood.errors import RoseError
 from roseood.evaluation import EvalSpec, evaluate
 from tests.conftest import SHARED_DATA, needs_shared_data
 from tests.detectors.fake_models import ScaledSumModel
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mahalanobis.py"
+from tests.examples import load_example
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("mahalanobis_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_example("mahalanobis")
     yield module
     del METHODS["mahalanobis"], DETECTORS["mahalanobis"]
 

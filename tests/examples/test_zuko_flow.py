@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from roseood.errors import RoseError
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "zuko_flow.py"
+from tests.examples import load_example
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("zuko_flow", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_example("zuko_flow")
     return module
 
 
