@@ -158,6 +158,16 @@ def load_model_arg(args: argparse.Namespace, path: str | None = None) -> RoseMod
     return model.to(distributed.device(args.device))
 
 
+def load_background_arg(args: argparse.Namespace) -> RoseModel | None:
+    """The ``--background`` model (a built-in family's checkpoint) on ``--device``, or None."""
+    if not args.background:
+        return None
+    from roseood import distributed
+    from roseood.models import load_model
+
+    return load_model(args.background).to(distributed.device(args.device))
+
+
 def load_models_arg(args: argparse.Namespace) -> list[RoseModel]:
     """Every model of a repeated ``--model`` (an ensemble's members, in order); one model otherwise."""
     paths = args.model or [None]
@@ -220,12 +230,7 @@ def spec_from_args(args: argparse.Namespace, methods: list[str]) -> Any:
     from roseood.evaluation.evaluate import EvalSpec
 
     kwargs: dict[str, dict[str, Any]] = {m: {} for m in methods}
-    background = None
-    if args.background:
-        from roseood import distributed
-        from roseood.models import load_model
-
-        background = load_model(args.background).to(distributed.device(args.device))
+    background = load_background_arg(args)
     for m in methods:
         if m not in METHODS:
             continue  # EvalSpec's users name the unknown method

@@ -14,6 +14,7 @@ from roseood.cli.common import (
     add_overwrite,
     add_quiet,
     checked_output,
+    load_background_arg,
     load_models_arg,
     spec_from_args,
 )
@@ -37,18 +38,17 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from roseood import distributed
     from roseood.data import open_images
     from roseood.detectors import load_detector
     from roseood.evaluation.evaluate import model_preprocessing
     from roseood.evaluation.scoring import write_scores
-    from roseood.models import load_model
 
     out = checked_output(args, args.out, stdout=True)
     models = load_models_arg(args)
     prep = model_preprocessing(models[0])
-    background = load_model(args.background).to(distributed.device(args.device)) if args.background else None
-    det = load_detector(args.detector, models if len(models) > 1 else models[0], background=background)
+    det = load_detector(
+        args.detector, models if len(models) > 1 else models[0], background=load_background_arg(args)
+    )
     data = open_images(
         args.data,
         split=args.split,
