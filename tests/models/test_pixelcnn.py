@@ -141,3 +141,9 @@ def test_a_few_adam_steps_lower_the_loss():
         loss.backward()
         opt.step()
     assert model.train_loss(x).mean().item() < before
+
+
+def test_a_pixelcnn_without_blocks_is_refused_before_training():
+    # its config (blocks 0) would fail the checkpoint's "every size ≥ 1" check after training
+    with pytest.raises(RoseError, match="blocks ≥ 1"):
+        PixelCNN(1, width=8, blocks=0)

@@ -122,8 +122,8 @@ register_family(
 
 
 def _pixelcnn_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--width", type=int, default=32, help="PixelCNN feature maps")
-    p.add_argument("--blocks", type=int, default=5, help="residual blocks (gated: layers after the first)")
+    p.add_argument("--width", type=count, default=32, help="PixelCNN feature maps")
+    p.add_argument("--blocks", type=count, default=5, help="residual blocks (gated: layers after the first)")
     p.add_argument("--gated", action="store_true", help="gated two-stack PixelCNN (no blind spot)")
 
 

@@ -131,8 +131,8 @@ class PixelCNN(GenerativeModel):
         image_size: int = 32,
         gated: bool = False,
     ) -> None:
-        if width < in_channels or blocks < 0:
-            raise RoseError(f"PixelCNN needs width ≥ channels and blocks ≥ 0, got {width}, {blocks}")
+        if width < in_channels or blocks < 1:
+            raise RoseError(f"PixelCNN needs width ≥ channels and blocks ≥ 1, got {width}, {blocks}")
         super().__init__(in_channels, image_size)
         self.width = width
         self.blocks = blocks
