@@ -40,6 +40,26 @@ def test_relu_norm_is_the_papers_formula_and_max_z_has_no_relu(raw):
     assert (plain(raw) < 0).any() and tie_share(plain(raw)) == 0.0
 
 
+@pytest.mark.parametrize("p", [2.0, math.inf])
+def test_ties_max_orders_the_images_at_zero_and_keeps_the_rest(raw, p):
+    paper, ordered = make_aggregation("relu-norm", p=p), make_aggregation("relu-norm", p=p, ties="max")
+    paper.fit(raw)
+    ordered.fit(raw)
+    kept, new = paper(raw), ordered(raw)
+    zero = kept == 0
+    assert zero.sum() > 10  # most images lie below every mean somewhere: the paper's score ties them
+    np.testing.assert_array_equal(new[~zero], kept[~zero])  # every positive score is unchanged
+    z = (raw - raw.mean(0)) / raw.std(0, ddof=1)
+    np.testing.assert_allclose(new[zero], z[zero].max(1))
+    assert (new[zero] <= 0).all() and tie_share(new) == 0.0
+    assert tie_problem(raw, LAYERS, ordered) == [] and tie_problem(raw, LAYERS, paper) != []
+
+
+def test_an_unknown_tie_rule_is_refused():
+    with pytest.raises(RoseError, match="ties must be one of keep, max"):
+        make_aggregation("relu-norm:ties=random")
+
+
 def test_log_z_normalises_log_scores(raw):
     agg = make_aggregation("log-z")
     agg.fit(raw)
@@ -97,7 +117,11 @@ def test_statistics_images_must_not_be_the_fishers(tiny_vae, images):
 
 
 def test_beta_and_p_reach_only_aggregations_that_take_them(tiny_vae):
-    assert ROSE(tiny_vae, aggregate="log-z", p=2.0).aggregation_.params() == {"beta": 0.0, "p": 2.0}
+    assert ROSE(tiny_vae, aggregate="log-z", p=2.0).aggregation_.params() == {
+        "beta": 0.0,
+        "p": 2.0,
+        "ties": "keep",
+    }
     with pytest.raises(RoseError, match="does not take beta"):
         ROSE(tiny_vae, aggregate="gaussian", beta=3.0)
 

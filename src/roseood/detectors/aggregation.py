@@ -3,7 +3,9 @@
 Every aggregation is fitted on raw layer scores of held-out in-distribution images (ROSE's statistics
 images, never the Fisher's) and then maps raw layer scores to one score (higher = more OOD):
 
-- ``relu-norm`` (the paper, default): ``‖ReLU(ẑ + β)‖_p`` with ẑ the z-normalised layer scores.
+- ``relu-norm`` (the paper, default): ``‖ReLU(ẑ + β)‖_p`` with ẑ the z-normalised layer scores;
+  ``ties=max`` orders the images it maps to 0 (every layer at or below its mean − β) by their largest
+  ẑ + β (≤ 0) instead of leaving them tied — the same order for every image scored above 0.
 - ``max-z`` (the authors' notebook): ``max_l ẑ_l`` — no ReLU, so no ties at 0.
 - ``log-z``: z-scores of log layer scores (layer scores are heavy-tailed); ``max`` for ``p = inf``,
   else ``‖ReLU(ẑ_log + β)‖_p``.
@@ -31,6 +33,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import tensor
 from roseood.registry import Registry
 
+TIE_RULES = ("keep", "max")  # relu-norm's images at 0: left tied (the paper), or ordered by max ẑ + β
 TIE_SHARE = 0.10  # more than this share of statistics images with one identical score: degenerate
 DYNAMIC_RANGE = 1e8  # a layer whose scores span more than this factor: z-scores are meaningless
 MIN_RELATIVE_STD = 1e-6  # a layer whose std / |mean| is below this: its z-scores are rounding noise
@@ -87,10 +90,12 @@ class ZScore(Aggregation):
     log: ClassVar[bool] = False
     relu: ClassVar[bool] = True
 
-    def __init__(self, beta: float | list[float] = 0.0, p: float = math.inf) -> None:
+    def __init__(self, beta: float | list[float] = 0.0, p: float = math.inf, ties: str = "keep") -> None:
         if p < 1:
             raise RoseError(f"p must be ≥ 1 (or inf), got {p}")
-        self.beta, self.p = beta, p
+        if ties not in TIE_RULES:
+            raise RoseError(f"ties must be one of {', '.join(TIE_RULES)}, got {ties!r}")
+        self.beta, self.p, self.ties = beta, p, ties
         self.mean_: np.ndarray | None = None
         self.std_: np.ndarray | None = None
 
@@ -108,13 +113,17 @@ class ZScore(Aggregation):
         return (self._values(raw) - self.mean_) / self.std_
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
-        r = self.normalize(raw) + np.asarray(self.beta, dtype=np.float64)
-        if self.relu or not math.isinf(self.p):
-            r = np.maximum(r, 0.0)
-        return r.max(1) if math.isinf(self.p) else (r**self.p).sum(1) ** (1.0 / self.p)
+        z = self.normalize(raw) + np.asarray(self.beta, dtype=np.float64)
+        if not (self.relu or not math.isinf(self.p)):
+            return z.max(1)
+        r = np.maximum(z, 0.0)
+        out = r.max(1) if math.isinf(self.p) else (r**self.p).sum(1) ** (1.0 / self.p)
+        if self.ties == "max":  # images at 0 (every ẑ + β ≤ 0): ordered by their largest ẑ + β, kept ≤ 0
+            out = np.where(out > 0, out, z.max(1))
+        return out
 
     def params(self) -> dict[str, Any]:
-        return {"beta": self.beta, "p": self.p}
+        return {"beta": self.beta, "p": self.p, "ties": self.ties}
 
     def state(self) -> dict[str, torch.Tensor]:
         assert self.mean_ is not None and self.std_ is not None
