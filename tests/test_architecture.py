@@ -1,5 +1,6 @@
-"""The package's shape holds: no import cycles (module level or inside functions), and no caller switches
-on a detector, Fisher, aggregation or model-family class outside the module that defines it."""
+"""The package's shape holds: no import cycles (module level or inside functions), no caller switches
+on a detector, Fisher, aggregation or model-family class outside the module that defines it, and every
+detector implements the fit hook its ``keeps_held_out`` flag names."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import roseood
 from roseood.curvature.fisher import FISHERS
-from roseood.detectors import DETECTORS
+from roseood.detectors import DETECTORS, Detector
 from roseood.detectors.aggregation import AGGREGATIONS
 from roseood.models.families import FAMILIES
 
@@ -114,3 +115,15 @@ def test_no_isinstance_on_plug_in_classes_outside_their_own_module():
                 if name in classes and classes[name] != mod:
                     offences.append(f"{mod}:{node.lineno} {ast.unparse(node)}")
     assert not offences, "\n".join(offences)
+
+
+def test_every_detector_implements_the_fit_hook_its_keeps_held_out_flag_names():
+    wrong = [
+        cls.__name__
+        for cls in DETECTORS.values()
+        if (cls._fit_apart is Detector._fit_apart or cls.held_out_share is Detector.held_out_share)
+        == cls.keeps_held_out
+        or (cls._fit is Detector._fit) != cls.keeps_held_out
+    ]
+    assert not wrong
+    assert {cls.__name__ for cls in DETECTORS.values() if cls.keeps_held_out} == {"ROSE", "Ensemble"}

@@ -26,7 +26,7 @@ from torch import Tensor
 from roseood import distributed
 from roseood.data.loading import ImageStream
 from roseood.data.tensors import check_model_input
-from roseood.errors import CheckpointError, RoseError
+from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import check_detector_file
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
@@ -63,9 +63,19 @@ class Detector(ABC):
         self.fit_warnings_: list[str] = []
 
     # -- to implement ----------------------------------------------------------------------------
-    @abstractmethod
     def _fit(self, x: Tensor) -> None:
-        """Learn from validated in-distribution inputs (all of them, held-out ones included)."""
+        """Learn from validated in-distribution inputs (held-out ones included); every detector that
+        does not declare ``keeps_held_out`` implements this."""
+        raise NotImplementedError(f"{type(self).__name__} implements no _fit")
+
+    def _fit_apart(self, x: Tensor, held_out: Tensor) -> None:
+        """Learn from validated ``x``, keeping the (≥ 2) ``held_out`` inputs apart; the detectors that
+        declare ``keeps_held_out`` implement this and ``held_out_share`` instead of ``_fit``."""
+        raise NotImplementedError(f"{type(self).__name__} declares keeps_held_out but has no _fit_apart")
+
+    def held_out_share(self) -> int | float:
+        """How many inputs (int) or what share (float) ``fit`` holds out when given no ``held_out``."""
+        raise NotImplementedError(f"{type(self).__name__} declares keeps_held_out but no held_out_share")
 
     @abstractmethod
     def _score(self, x: Tensor) -> Tensor:
@@ -119,11 +129,28 @@ class Detector(ABC):
     def fit(self, images: Tensor | np.ndarray, held_out: Tensor | np.ndarray | None = None) -> Self:
         """Learn from in-distribution inputs (images: uint8 (N, C, H, W) or float in [0, 1]).
 
-        ``held_out``: further in-distribution inputs; detectors without a use for a held-out set learn
-        from ``images`` and ``held_out`` together.
+        ``held_out``: further in-distribution inputs. A detector that ``keeps_held_out`` learns its
+        main part from ``images`` and the rest from ``held_out`` (without one: the last
+        ``held_out_share()`` of ``images``, the package's one split policy); the others learn from both.
         """
         x = self._check(images)
-        self._fit(x if held_out is None else torch.cat([x, self._check(held_out)]))
+        held = None if held_out is None else self._check(held_out)
+        if not self.keeps_held_out:
+            self._fit(x if held is None else torch.cat([x, held]))
+        else:
+            if held is None:
+                share = self.held_out_share()
+                n = held_out_count(x.shape[0], share)
+                if n < 2 or x.shape[0] - n < 1:
+                    raise DataError(
+                        f"{self.method} needs at least 3 in-distribution inputs, {share} of them (at "
+                        f"least 2) held out, got {x.shape[0]}; pass more, or held_out="
+                    )
+                x, held = x[: x.shape[0] - n], x[x.shape[0] - n :]
+            elif held.shape[0] < 2:
+                got = held.shape[0]
+                raise DataError(f"{self.method} needs at least 2 held-out in-distribution inputs, got {got}")
+            self._fit_apart(x, held)
         self.fitted_ = True
         return self
 

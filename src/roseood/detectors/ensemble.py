@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.detectors.base import DETECTORS, Detector, built_from_file, held_out_count, register_detector
+from roseood.detectors.base import DETECTORS, Detector, built_from_file, register_detector
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import same, shown, tensor
 from roseood.models.base import RoseModel
@@ -33,6 +33,7 @@ class Ensemble(Detector):
     """Mean (or max) of the members' scores, each z-normalised on held-out in-distribution inputs."""
 
     method = "ensemble"
+    keeps_held_out = True  # members fit with it apart; their score scales come from it
 
     @classmethod
     def describe(cls) -> str:
@@ -86,22 +87,14 @@ class Ensemble(Detector):
     def _collect_fit_warnings(self) -> None:
         self.fit_warnings_ = [f"member {i}: {w}" for i, m in enumerate(self.members) for w in m.fit_warnings_]
 
-    def fit(self, images: Tensor | np.ndarray, held_out: Tensor | np.ndarray | None = None) -> Self:
-        """Fit every member on ``images`` with ``held_out`` (default: the last ``held_out_fraction`` of
-        ``images``, the package's one split policy), then each member's score scale on ``held_out``."""
-        x = self._check(images)
-        if held_out is None:
-            n = held_out_count(x.shape[0], self.held_out_fraction)
-            x, held = x[: x.shape[0] - n], x[x.shape[0] - n :]
-        else:
-            held = self._check(held_out)
-        if held.shape[0] < 2:
-            raise DataError(
-                "an ensemble needs at least 2 held-out in-distribution inputs to scale its members"
-            )
+    def held_out_share(self) -> float:
+        return self.held_out_fraction
+
+    def _fit_apart(self, x: Tensor, held_out: Tensor) -> None:
+        """Fit every member on ``x`` with ``held_out``, then each member's score scale on ``held_out``."""
         for m in self.members:
-            m.fit(x, held_out=held)
-        scores = np.stack([m.score(held) for m in self.members], 1)
+            m.fit(x, held_out=held_out)
+        scores = np.stack([m.score(held_out) for m in self.members], 1)
         mean, std = scores.mean(0), scores.std(0)
         bad = [
             f"{i} ({m.method})"
@@ -111,15 +104,10 @@ class Ensemble(Detector):
         if bad:
             raise DataError(
                 f"ensemble member(s) {', '.join(bad)} give constant or non-finite scores on the "
-                f"{held.shape[0]} held-out inputs, so they cannot be put on one scale"
+                f"{held_out.shape[0]} held-out inputs, so they cannot be put on one scale"
             )
         self.mean_, self.std_ = mean, std
         self._collect_fit_warnings()
-        self.fitted_ = True
-        return self
-
-    def _fit(self, x: Tensor) -> None:  # pragma: no cover - fit() is overridden
-        self.fit(x)
 
     def member_scores(self, images: Tensor | np.ndarray, *, shard: bool = True) -> np.ndarray:
         """The members' z-scores, (N, members): how far above in-distribution each member puts an input

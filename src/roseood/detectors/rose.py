@@ -37,7 +37,7 @@ from roseood.detectors.aggregation import (
     make_aggregation,
     tie_problem,
 )
-from roseood.detectors.base import Detector, held_out_count, register_detector
+from roseood.detectors.base import Detector, register_detector
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
 from roseood.integrity import field, same, shown, tensor
 from roseood.models.base import RoseModel
@@ -152,26 +152,16 @@ class ROSE(Detector):
     ) -> Self:
         """Fit the per-layer Fishers on ``images`` and the layer-score normalisation on ``held_out``
         (``stats_images`` is its former name), else on the last ``stats_fraction`` of ``images``."""
-        x = self._check(images)
-        held_out = held_out if held_out is not None else stats_images
-        if held_out is None:
-            n_stats = held_out_count(x.shape[0], self.stats_fraction)
-            if n_stats < 2 or x.shape[0] - n_stats < 1:
-                raise DataError(f"ROSE needs at least 3 in-distribution images to fit, got {x.shape[0]}")
-            x, stats = x[: x.shape[0] - n_stats], x[x.shape[0] - n_stats :]
-        else:
-            stats = self._check(held_out)
-            if stats.shape[0] < 2:
-                raise DataError("ROSE needs at least 2 images for the layer statistics")
-            if stats.shape == x.shape and torch.equal(stats, x):
-                raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
-        self.fit_fisher(x)
-        self.fit_stats(stats)
-        self.fitted_ = True
-        return self
+        return super().fit(images, held_out if held_out is not None else stats_images)
 
-    def _fit(self, x: Tensor) -> None:  # pragma: no cover - fit() is overridden
-        self.fit(x)
+    def held_out_share(self) -> float:
+        return self.stats_fraction
+
+    def _fit_apart(self, x: Tensor, held_out: Tensor) -> None:
+        if held_out.shape == x.shape and torch.equal(held_out, x):
+            raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
+        self.fit_fisher(x)
+        self.fit_stats(held_out)
 
     def fit_fisher(self, x: Tensor) -> None:
         """Accumulate each layer's Fisher over ``x`` (two passes for EKFAC).
