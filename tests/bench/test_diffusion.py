@@ -28,6 +28,7 @@ def test_diffusion_bench_smoke(tmp_path):
     report = run_experiment("diffusion", ws)
     text = report.read_text()
     assert "NFEs/image" in text and "images/s" in text and " ± " in text
+    assert "| test images per set (VAE / Glow) | 12 |" in text  # this experiment's value, not the profile's
     results = json.loads((report.parent / "results.json").read_text())["results"]
     assert {"fashion_mnist/seed0", "fashion_mnist/seed1"} <= set(results)
     summary = results["fashion_mnist/summary"]

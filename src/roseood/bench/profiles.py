@@ -192,7 +192,9 @@ PROFILES: dict[str, Profile] = {
             diffusion_train=both((64, 1)),
             diffusion_seeds=(0, 1),
             diffusion_k=2,
-            experiment_overrides={"diffusion": {"detector_kwargs": {"rose": {"layers": "mid"}}}},
+            experiment_overrides={
+                "diffusion": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}}
+            },
         ),
     )
 }

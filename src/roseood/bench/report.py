@@ -119,6 +119,10 @@ class BenchReport:
         judged = [r for r in flagged if r.interval is not None]
         outside = sum(r.paper_outside for r in judged)
         p = ws.profile
+        own = p.experiment_overrides.get(self.name, {})  # the values this experiment runs with
+        test_samples = (
+            str(own["test_samples"]) if "test_samples" in own else f"{p.test_samples} / {p.glow_test_samples}"
+        )
         header = [
             f"# {self.title}",
             f"Reproduces {self.paper_ref} of the ROSE paper. Profile **{p.name}** — cuts: {p.cuts}. "
@@ -139,9 +143,9 @@ class BenchReport:
             markdown_rows(
                 ["setting", "value"],
                 [
-                    ["fit images (Fisher / detector fit)", str(p.fit_samples)],
-                    ["ROSE layer-statistics images", str(p.stats_samples)],
-                    ["test images per set (VAE / Glow)", f"{p.test_samples} / {p.glow_test_samples}"],
+                    ["fit images (Fisher / detector fit)", str(own.get("fit_samples", p.fit_samples))],
+                    ["ROSE layer-statistics images", str(own.get("stats_samples", p.stats_samples))],
+                    ["test images per set (VAE / Glow)", test_samples],
                     [
                         "fewer test images for slow methods",
                         ", ".join(f"{m}: {n}" for m, n in p.test_limits.items()) or "none",
@@ -154,9 +158,13 @@ class BenchReport:
                     ],
                     [
                         "this experiment's own overrides",
-                        json.dumps(p.experiment_overrides.get(self.name, {})) or "none",
+                        json.dumps(own) if own else "none",
                     ],
-                    ["seeds", "training 0; evaluation 2021 (+ a per-set offset derived from the set's name)"],
+                    [
+                        "seeds",
+                        "training 0 (a model named …-sN: N); evaluation 2021 (+ a per-set offset derived "
+                        "from the set's name)",
+                    ],
                     ["machine", ", ".join(f"{k} {v}" for k, v in machine_description().items())],
                 ],
             ),
