@@ -193,7 +193,8 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
     p.add_argument(
         "--layers",
         help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
-        "PixelCNN: all, first, last, body; gated PixelCNN: vertical, ...)",
+        "PixelCNN: all, first, last, body; gated PixelCNN: vertical, ...; "
+        "diffusion: all, weights, down, mid, up; `rose check-model` lists a model's sets)",
     )
     p.add_argument(
         "--aggregate",
