@@ -168,7 +168,7 @@ def test_fit_with_an_aggregation_and_an_adjustment_saves_them(workdir):
     assert run("fit", *args, "--aggregate", "log-z:p=2", "--adjust", "both", "--out", "det.pt") == 0
     det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
     assert isinstance(det, ROSE) and det.aggregate == "log-z:p=2" and det.adjust == "both"
-    assert det.aggregation_.params() == {"beta": 0.0, "p": 2.0}
+    assert det.aggregation_.params() == {"beta": 0.0, "p": 2.0, "ties": "keep"}
     assert det.trend_.coef_ is not None and det.trend_.coef_.shape == (4, len(det.layers))
 
 

@@ -111,8 +111,8 @@ PROFILES: dict[str, Profile] = {
                 "images, 1000 test images per set, EKFAC only on the paper's layer set; diffusion: UNet "
                 "widths (16, 32, 32), one ResNet layer per block, 2 epochs on 3000 images per seed "
                 "(3 seeds), K = 4, "
-                "300 fit + 100 statistics images, 200 test images per set (the 2-core machine was shared: "
-                "load ~10), reconstruction from 3 starts × 4 DDIM steps"
+                "300 fit + 100 statistics images, 200 test images per set, reconstruction from 3 starts × "
+                "4 DDIM steps (about 25 min per set on an idle 2-core CPU)"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
