@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from roseood.detectors import Detector, make_detector
+from roseood.detectors import ROSE, Detector, make_detector
 from roseood.detectors.reconstruction import ssim
 from roseood.errors import RoseError
 from roseood.models.diffusion import DiffusionModel
@@ -42,3 +42,18 @@ def test_ssim_is_one_for_equal_images_and_lower_otherwise():
     a = torch.rand(2, 3, 16, 16) * 2 - 1
     torch.testing.assert_close(ssim(a, a), torch.ones(2))
     assert (ssim(a, a.flip(3)) < 0.9).all()
+
+
+def test_rose_batches_count_unet_rows_so_memory_does_not_grow_with_k(model):
+    seen: list[int] = []
+    hook = model.unet.register_forward_pre_hook(lambda _, args: seen.append(args[0].shape[0]))
+    g = torch.Generator().manual_seed(1)
+    fit, held, test = (torch.rand(n, 1, 8, 8, generator=g) for n in (12, 6, 5))
+    try:
+        small = ROSE(model, fisher="diag", layers="mid", batch_size=6).fit(fit, held_out=held)
+        assert small.images_per_batch == 2 and max(seen) == 6  # K = 3 rows per image
+        scores = small.score(test)
+    finally:
+        hook.remove()
+    big = ROSE(model, fisher="diag", layers="mid", batch_size=64).fit(fit, held_out=held)
+    np.testing.assert_allclose(scores, big.score(test), rtol=1e-5)

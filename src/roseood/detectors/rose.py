@@ -65,6 +65,9 @@ class ROSE(Detector):
     divides each layer score by its in-distribution trend in the image's loss, ``both`` aggregates the raw
     and the adjusted layer scores together. Degenerate fits (ties, non-finite, exploding or constant layer
     scores) raise a ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
+    ``batch_size`` counts rows of the model's loss: a model whose loss runs each image several times
+    (a diffusion model's K pairs, ``rows_per_input``) gets ``batch_size // K`` images per batch, so
+    memory does not grow with K.
     """
 
     method = "rose"
@@ -126,6 +129,11 @@ class ROSE(Detector):
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
 
+    @property
+    def images_per_batch(self) -> int:
+        """Images per batch: ``batch_size`` rows of the loss over the rows each image becomes (≥ 1)."""
+        return max(1, self.batch_size // getattr(self.model, "rows_per_input", 1))
+
     def _layer_grads(self, x: Tensor) -> tuple[dict[str, Any], Tensor]:
         """Per-sample gradients of the chosen layers and the per-sample loss they differentiate."""
         self.model.eval()
@@ -177,7 +185,7 @@ class ROSE(Detector):
         store = GradientStore(self.grad_cache_bytes if passes > 1 and not self.stochastic else 0)
         for pass_index in range(passes):
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
-            for i, batch in enumerate(iter_batches(x, self.batch_size, desc)):
+            for i, batch in enumerate(iter_batches(x, self.images_per_batch, desc)):
                 grads = store.get(i, pass_index, batch, lambda b: self._layer_grads(b)[0])
                 for name, g in grads.items():
                     self.fishers_[name].update(g, pass_index)
@@ -228,7 +236,7 @@ class ROSE(Detector):
         if not self.fishers_:
             raise RoseError("ROSE detector is not fitted: call fit() or load() first")
         scores, losses = [], []
-        for batch in iter_batches(x, self.batch_size, desc if self.progress else None):
+        for batch in iter_batches(x, self.images_per_batch, desc if self.progress else None):
             grads, loss = self._layer_grads(batch)
             scores.append(torch.stack([self.fishers_[n].quad(grads[n]) for n in self.layers], 1))
             losses.append(loss.double())

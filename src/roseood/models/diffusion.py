@@ -174,6 +174,11 @@ class DiffusionModel(GenerativeModel):
         """Number of (timestep, noise) pairs of the per-image loss (UNet evaluations per image)."""
         return int(self.loss_timesteps.shape[0])
 
+    @property
+    def rows_per_input(self) -> int:
+        """UNet batch rows per image in the per-image loss (K): ROSE sizes its batches by rows."""
+        return self.k
+
     def config(self) -> dict[str, Any]:
         return {
             "unet": _plain(self.unet.config),
