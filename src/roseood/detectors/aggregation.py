@@ -114,7 +114,7 @@ class ZScore(Aggregation):
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
         z = self.normalize(raw) + np.asarray(self.beta, dtype=np.float64)
-        if not (self.relu or not math.isinf(self.p)):
+        if not self.relu and math.isinf(self.p):  # max-z, log-z's max: no ReLU, no ties at 0
             return z.max(1)
         r = np.maximum(z, 0.0)
         out = r.max(1) if math.isinf(self.p) else (r**self.p).sum(1) ** (1.0 / self.p)
@@ -343,5 +343,6 @@ def tie_problem(raw: np.ndarray, layers: list[str], agg: Aggregation) -> list[st
     return [
         f"{share:.0%} of the statistics images get tied ROSE scores ({counts.max()} at "
         f"{values[counts.argmax()]:.3g}) with --aggregate {agg.spec}{cause}: "
-        "use --aggregate max-z or log-z, or a larger beta (e.g. relu-norm:beta=3)"
+        "use --aggregate relu-norm:ties=max (orders the images at 0), max-z or log-z, or a larger beta "
+        "(e.g. relu-norm:beta=3)"
     ]
