@@ -78,12 +78,13 @@ def main() -> None:
     oods = args.ood.split(",")
     test_out = {name: images(name, args.test_samples) for name in oods}
     sets = model.layer_sets()
+    draws = ints(args.draws)
     configs = [(k, 0.0, 1.0) for k in ints(args.k)]
     configs += [(args.range_k, lo, hi) for lo, hi in ranges(args.ranges) if (lo, hi) != (0.0, 1.0)]
     rows: list[dict[str, Any]] = []
     cost: dict[str, float] = {}
     for k, lo, hi in configs:
-        for draw in ints(args.draws):
+        for draw in draws:
             model.set_denoising(k=k, t_min=lo, t_max=hi, seed=draw)
             t0 = time.time()
             rose = ROSE(model, fisher=args.fisher, layers="all").fit(fit, held_out=stats)
@@ -108,7 +109,7 @@ def main() -> None:
                         | {n: auroc(score_in, agg(v[0][:, cols])) for n, v in raw_out.items()}
                     )
             print(json.dumps(rows[-len(sets) * len(AGGREGATES) - 1 :]), flush=True)
-            if args.timing_samples and draw == ints(args.draws)[0] and (lo, hi) == (0.0, 1.0):
+            if args.timing_samples and draw == draws[0] and (lo, hi) == (0.0, 1.0):
                 for set_name in sets:  # scoring cost of a detector restricted to the set
                     timed = ROSE(model, fisher=args.fisher, layers=set_name).fit(
                         fit[:32], held_out=stats[:16]
