@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import time
 from pathlib import Path
 from typing import IO
@@ -33,6 +34,11 @@ from roseood.serialization import (
 FIXTURE_OK = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+
+
+def files(folder: Path) -> list[str]:
+    """Every file under ``folder`` (hidden ones included)."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -167,6 +173,8 @@ def test_device_outputs_are_written_in_place_and_their_errors_are_one_line() -> 
     write_text(check_output("/dev/null", overwrite=True), "gone\n")
     with pytest.raises(RoseError, match=r"^cannot write /dev/full: No space left on device$"):
         write_text(check_output("/dev/full", overwrite=True), "x" * 100_000)
+    with pytest.raises(RoseError, match=r"^cannot write /dev/full: No space left on device$"):
+        atomic_save({"x": torch.zeros(100_000)}, "/dev/full")  # torch.save's unexpected pos, unwrapped
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
@@ -239,3 +247,97 @@ def test_two_concurrent_writers_of_one_output_cannot_both_succeed(tmp_path: Path
     codes = sorted(p.wait(timeout=60) for p in procs)
     assert codes == [0, 2]
     assert (tmp_path / "x.csv").read_text() in {str(r) for r in ready}
+
+
+# -- a full disk during a save: one line naming the file and the cause, the old file kept (issue 34) ----
+
+
+class FullDisk:
+    """A file on a disk with ``room`` bytes left: the write that passes them fails with ENOSPC, as the
+    kernel's would (torch.save then raises its own ``RuntimeError ... unexpected pos`` over it)."""
+
+    def __init__(self, f: IO[bytes], room: int, code: int = errno.ENOSPC) -> None:
+        self.f, self.room, self.code = f, room, code
+
+    def write(self, b: bytes) -> int:
+        if len(b) > self.room:
+            raise OSError(self.code, os.strerror(self.code))
+        self.room -= len(b)
+        return self.f.write(b)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.f, name)
+
+    def __enter__(self) -> FullDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.f.close()
+
+
+def test_torch_saves_unexpected_pos_is_reported_as_the_os_error_under_it(tmp_path: Path) -> None:
+    target = tmp_path / "m.pt"
+    atomic_save({"old": torch.ones(3)}, target)
+    with pytest.raises(RuntimeError, match="unexpected pos") as raw:  # what torch.save itself raises
+        torch.save({"x": torch.zeros(1000)}, FullDisk(io.BytesIO(), 100))  # type: ignore[arg-type]
+    assert isinstance(raw.value.__context__, OSError)
+    for room, code in ((0, errno.ENOSPC), (100, errno.ENOSPC), (3000, errno.EDQUOT), (100, errno.EIO)):
+        with pytest.raises(RoseError, match=rf"^cannot write {target}: {os.strerror(code)}$"):
+            atomic_write(
+                target, lambda f, r=room, c=code: torch.save({"x": torch.zeros(1000)}, FullDisk(f, r, c))
+            )
+        assert torch.equal(torch.load(target, weights_only=True)["old"], torch.ones(3))
+        assert leftovers(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def disk_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model, a detector fitted with it, and Fashion-MNIST stand-ins to fit and evaluate on."""
+    from roseood.models import VAE, save_model
+
+    root = tmp_path_factory.mktemp("disk")
+    images = np.random.default_rng(0).integers(0, 256, (24, 28, 28), dtype=np.uint8)
+    for name in ("fashion_mnist_train", "fashion_mnist_test", "mnist_test"):
+        np.savez(root / f"{name}.npz", images=images)
+    torch.manual_seed(0)
+    save_model(VAE(ngf=2, nz=2).eval(), root / "model.pt")
+    return root
+
+
+FIT = "fit --model model.pt --method nll --fit-samples 8 --stats-samples 4 -q"
+EVALUATE = "evaluate --model model.pt --ood mnist --methods nll --fit-samples 8 --stats-samples 4"
+TRAIN = "train vae --ngf 2 --nz 2 --epochs 1 -q"
+DISK_FULL = {
+    "fit": f"{FIT} --out new.pt",
+    "fit --overwrite": f"{FIT} --out det.pt --overwrite",
+    "evaluate --cache": f"{EVALUATE} --test-samples 4 --bootstrap 0 --cache cache -q",
+    "train": f"{TRAIN} --out trained.pt",
+    "train --overwrite": f"{TRAIN} --out det.pt --overwrite",
+}
+
+
+@pytest.mark.parametrize("room", [0, 200])
+@pytest.mark.parametrize("command", list(DISK_FULL))
+def test_a_full_disk_during_a_cli_save_is_one_line_and_keeps_the_old_file(
+    command: str, room: int, disk_workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from roseood import serialization
+    from roseood.cli import main
+
+    monkeypatch.chdir(disk_workdir)
+    monkeypatch.setenv("ROSEOOD_DATA", str(disk_workdir))
+    old = b"an earlier detector, to be kept"
+    (disk_workdir / "det.pt").write_bytes(old)
+    before = files(disk_workdir)
+    real = os.fdopen
+    monkeypatch.setattr(serialization.os, "fdopen", lambda fd, mode: FullDisk(real(fd, mode), room))
+    assert main(DISK_FULL[command].split()) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    written = {"fit": "new.pt", "train": "trained.pt", "evaluate --cache": "cache/"}.get(command, "det.pt")
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and err.endswith(errors[0] + "\n"), err
+    full = rf"error: cannot write \S*{re.escape(written)}\S*: No space left on device"
+    assert re.fullmatch(full, errors[0])
+    assert (disk_workdir / "det.pt").read_bytes() == old
+    assert files(disk_workdir) == before  # nothing new, not even a temporary file

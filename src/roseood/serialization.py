@@ -67,6 +67,22 @@ def _interrupted(exc: BaseException) -> bool:
     return "KeyboardInterrupt" in str(exc)
 
 
+def _os_error(exc: BaseException) -> OSError | None:
+    """The ``OSError`` that ``exc`` is or wraps: torch.save reports a failed write (disk full, I/O error)
+    as a ``RuntimeError ... unexpected pos`` raised while the OSError is being handled."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _cannot_write(path: Path, exc: OSError) -> RoseError:
+    """The one-line error for a write to ``path`` that failed with ``exc``."""
+    return RoseError(f"cannot write {path}: {exc.strerror or exc}")
+
+
 def _state(path: Path) -> FileState:
     try:
         st = os.stat(path)
@@ -94,8 +110,13 @@ def _write_in_place(path: Path, write: Callable[[IO[bytes]], object]) -> Path:
         else:
             with open(path, "wb") as f:
                 write(f)
-    except OSError as exc:
-        raise RoseError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # an OSError, or torch.save's RuntimeError wrapping one (or a Ctrl-C)
+        if _interrupted(exc):
+            raise KeyboardInterrupt from None
+        cause = _os_error(exc)
+        if cause is None:
+            raise
+        raise _cannot_write(path, cause) from None
     return path
 
 
@@ -124,7 +145,8 @@ def _replace_if_unclaimed(tmp: str, path: Path) -> None:
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
     """Call ``write(file)`` on a temporary file beside ``path``, fsync it and rename it to ``path``.
 
-    An ``OSError`` (unwritable folder, disk full) becomes a one-line ``RoseError``; a Ctrl-C, even one
+    An ``OSError`` (unwritable folder, disk full), even one wrapped by the writer (torch.save's
+    ``unexpected pos``), becomes a one-line ``RoseError`` naming ``path`` and the cause; a Ctrl-C, even one
     wrapped by the writer, stays a ``KeyboardInterrupt``. The old file survives any failure. ``-``
     (standard output) and an existing device or FIFO are written in place instead.
     """
@@ -136,7 +158,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path
         clean_stale_temps(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise RoseError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise _cannot_write(path, exc) from None
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; outputs get the usual permissions
         with os.fdopen(fd, "wb") as f:
@@ -148,8 +170,9 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path
         Path(tmp).unlink(missing_ok=True)
         if not isinstance(exc, KeyboardInterrupt) and _interrupted(exc):
             raise KeyboardInterrupt from None
-        if isinstance(exc, OSError):
-            raise RoseError(f"cannot write {path}: {exc.strerror or exc}") from None
+        cause = _os_error(exc)
+        if cause is not None:
+            raise _cannot_write(path, cause) from None
         raise
     return path
 
