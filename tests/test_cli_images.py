@@ -4,6 +4,7 @@ the checkpoint records the preprocessing, and scoring other images states the co
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,37 @@ def test_scoring_images_of_another_size_states_the_conversion(sources, tmp_path:
     assert settings["preprocessing"] == "64×64 RGB, resize: crop"
     assert settings["conversions"] == {str(c96): "96×96 resized (bilinear) to 64×64"}
     assert f"{c96}: 96×96 resized (bilinear) to 64×64 (64×64 RGB, resize: crop)" in capsys.readouterr().err
+
+
+def test_file_and_folder_names_of_any_bytes_are_written_escaped_and_lose_no_score(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / os.fsdecode(b"imgs\xfe")
+    try:
+        folder.mkdir()
+    except OSError:
+        pytest.skip("this file system refuses names that are not UTF-8")
+    rng = np.random.default_rng(0)
+    names = [b"bad\xff.png", "é.png".encode(), b"ok.png"]
+    for name in names:
+        Image.fromarray(rng.integers(0, 256, (28, 28), dtype=np.uint8)).save(folder / os.fsdecode(name))
+    model, det, scores = tmp_path / "m.pt", tmp_path / "d.pt", tmp_path / "s.csv"
+    data = ["--data", str(folder)]
+    assert main(["train", "vae", *data, "--out", str(model), "--epochs", "1", *TINY["vae"], "-q"]) == 0
+    fit = ["fit", "--model", str(model), "--in", str(folder), "--fit-data", str(folder), "--method", "nll"]
+    assert main([*fit, "--fit-samples", "2", "--stats-samples", "1", "--out", str(det), "-q"]) == 0
+    score = ["score", "--model", str(model), "--detector", str(det), *data, "-q"]
+    assert main([*score, "--out", str(scores)]) == 0
+    rows = [row.split(",") for row in scores.read_bytes().decode("utf-8").splitlines()]  # valid UTF-8
+    assert [r[1] for r in rows[1:]] == ["bad\\xff.png", "ok.png", "é.png"]  # sorted by the real names
+    assert all(np.isfinite(float(r[3])) for r in rows[1:])
+    out = capsys.readouterr().out
+    assert f"{tmp_path}/imgs\\xfe" in out
+    report, results = tmp_path / "rep", tmp_path / "r.json"
+    evaluate = ["evaluate", "--model", str(model), "--in", str(folder), "--fit-data", str(folder)]
+    sizes = ["--methods", "nll", "--fit-samples", "2", "--stats-samples", "1", "--bootstrap", "0"]
+    other = ["--ood", "noise", "--test-samples", "3", "--report", str(report), "--json", str(results)]
+    assert main([*evaluate, *sizes, *other, "-q"]) == 0
+    assert "imgs\\xfe" in (report / "report.md").read_bytes().decode("utf-8")
+    assert json.loads(results.read_text())["settings"]["in_distribution"].startswith(f"{tmp_path}/imgs\\xfe")
+    assert np.load(report / "scores.npz").files == [f"nll/{tmp_path}/imgs\\xfe", "nll/noise"]

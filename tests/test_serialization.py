@@ -25,6 +25,7 @@ from roseood.serialization import (
     atomic_save,
     atomic_write,
     check_output,
+    printable,
     save_npy,
     write_bytes,
     write_csv,
@@ -80,6 +81,28 @@ def test_csv_round_trip(tmp_path: Path, rows: list[tuple[str, float]]) -> None:
     with (tmp_path / "s.csv").open(newline="") as f:
         back = list(csv.reader(f))
     assert back == [["file", "score"], *([name, str(x)] for name, x in rows)]
+
+
+@FIXTURE_OK
+@given(raw=st.binary(max_size=30), text=st.text(max_size=10))
+def test_names_of_any_bytes_are_written_as_utf8_with_their_bytes_escaped(
+    tmp_path: Path, raw: bytes, text: str
+) -> None:
+    name = raw.decode("utf-8", "surrogateescape")  # as Python hands over a file name's bytes
+    escaped = raw.decode("utf-8", "backslashreplace")  # every byte that is not UTF-8 as \xNN
+    assert printable(name) == escaped and printable(text) == text and printable("a\ud800") == "a\\ud800"
+    write_csv(tmp_path / "s.csv", ["file"], [[name], [text]])
+    assert (tmp_path / "s.csv").read_bytes().decode("utf-8") == csv_text(["file"], [[escaped], [text]])
+    write_text(tmp_path / "r.md", f"{name}|{text}")
+    assert (tmp_path / "r.md").read_bytes().decode("utf-8") == f"{escaped}|{text}"
+
+
+def csv_text(header: list[str], rows: list[list[str]]) -> str:
+    import csv
+
+    out = io.StringIO(newline="")
+    csv.writer(out).writerows([header, *rows])
+    return out.getvalue()
 
 
 class InterruptingFile(io.RawIOBase):

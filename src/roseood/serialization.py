@@ -8,12 +8,15 @@ any work starts, outputs that would overwrite an input, replace a file without `
 in a folder that cannot be written, and claims the output: a second process that writes the same path
 meanwhile makes the later writer fail instead of both reporting success. An existing output that is not a
 regular file (``/dev/null``, a FIFO) is written in place, never replaced; ``-`` is standard output where
-a command allows it. Checkpoints are read with ``weights_only=True``; roseood's own files are sealed
-with a payload checksum (``roseood.integrity``) and verified on load.
+a command allows it. Text is written as UTF-8, with the bytes of file names that are not UTF-8 as
+``\\xNN`` (``printable``), so no file name can make a write fail. Checkpoints are read with
+``weights_only=True``; roseood's own files are sealed with a payload checksum (``roseood.integrity``)
+and verified on load.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import fcntl
 import hashlib
@@ -33,6 +36,29 @@ import torch
 
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import same, seal, shown, verify
+
+
+def _escape_unencodable(exc: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: a byte that the file system name held but is not UTF-8 (Python's
+    ``surrogateescape`` made it U+DC80–U+DCFF) is written ``\\xNN``, any other unencodable character
+    ``\\uNNNN``, so text with any file name in it can always be written as UTF-8."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    bad = exc.object[exc.start : exc.end]
+    return "".join(
+        f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else f"\\u{ord(c):04x}" for c in bad
+    ), exc.end
+
+
+NAME_ERRORS = "roseood.names"  # the error handler every text output is encoded with
+codecs.register_error(NAME_ERRORS, _escape_unencodable)
+
+
+def printable(text: str) -> str:
+    """``text`` as roseood writes it: a file name's bytes that are not UTF-8 as ``\\xNN``
+    (``bad\\xff.png``); any text that is valid UTF-8 unchanged."""
+    return text.encode("utf-8", NAME_ERRORS).decode("utf-8")
+
 
 STALE_TMP_S = 3600.0  # a temporary file untouched this long belongs to a write that was killed
 STDOUT = "-"  # an output path meaning standard output (for commands that allow it)
@@ -193,8 +219,8 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Write UTF-8 ``text`` to ``path`` atomically."""
-    return write_bytes(path, text.encode())
+    """Write ``text`` as UTF-8 to ``path`` atomically (file names that are not UTF-8 as ``\\xNN``)."""
+    return write_bytes(path, text.encode("utf-8", NAME_ERRORS))
 
 
 def write_json(path: str | Path, obj: Any, indent: int = 2) -> Path:
@@ -203,11 +229,12 @@ def write_json(path: str | Path, obj: Any, indent: int = 2) -> Path:
 
 
 def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
-    """Write a CSV with ``header`` and ``rows`` to ``path`` atomically; rows are streamed to the temporary
-    file as they come, so a long generator of rows needs no memory for them."""
+    """Write a UTF-8 CSV with ``header`` and ``rows`` to ``path`` atomically (file names that are not UTF-8
+    as ``\\xNN``); rows are streamed to the temporary file as they come, so a long generator of rows
+    needs no memory for them."""
 
     def write(f: IO[bytes]) -> None:
-        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        text = io.TextIOWrapper(f, encoding="utf-8", errors=NAME_ERRORS, newline="")
         writer = csv.writer(text)
         writer.writerow(header)
         writer.writerows(rows)
@@ -223,8 +250,9 @@ def save_npy(path: str | Path, array: np.ndarray) -> Path:
 
 
 def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
-    """Write named arrays as a compressed ``.npz`` to ``path`` atomically."""
-    return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))  # type: ignore[arg-type]
+    """Write named arrays as a compressed ``.npz`` to ``path`` atomically (names as ``printable``)."""
+    named = {printable(k): v for k, v in arrays.items()}
+    return atomic_write(path, lambda f: np.savez_compressed(f, **named))  # type: ignore[arg-type]
 
 
 def _writable_folder(folder: Path) -> None:

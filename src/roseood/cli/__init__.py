@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from roseood.cli import bench, detect, evaluate, info, models
 from roseood.cli.common import Parser
 from roseood.errors import RoseError
+from roseood.serialization import NAME_ERRORS
 
 COMMAND_GROUPS = (models, evaluate, detect, bench, info)
 
@@ -48,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from roseood.progress import show_warnings_as_notes
 
     show_warnings_as_notes()
+    for stream in (sys.stdout, sys.stderr):  # file names that are not UTF-8 print as \xNN, never fail
+        with contextlib.suppress(AttributeError, ValueError):  # streams without it (captured in tests)
+            stream.reconfigure(errors=NAME_ERRORS)  # type: ignore[union-attr]
     where = f" (rank {distributed.rank()})" if distributed.launched() else ""
     joined = not distributed.active()  # leave at the end only a process group this call joined
     try:

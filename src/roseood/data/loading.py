@@ -8,11 +8,12 @@ images are used as they are), which callers state on stderr and in reports.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import zipfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypedDict, Unpack
@@ -21,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from roseood.data.decoding import decode, float_scale, inspect, step_rank
 from roseood.data.download import DOWNLOADS, download_dataset
 from roseood.data.preprocess import (
     U8,
@@ -34,10 +36,10 @@ from roseood.data.preprocess import (
 from roseood.data.registry import DATASETS, DatasetSpec, resolve_data_dir
 from roseood.errors import DataError
 from roseood.progress import state
+from roseood.serialization import printable
 from roseood.validation import check_int, check_seed
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
-GRAY_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F"})  # Pillow modes without colour
 DEFAULT_GENERATED_N = 10000
 
 Labels = npt.NDArray[np.int64]
@@ -174,7 +176,7 @@ def open_images(
     if path.is_dir():
         return _folder_stream(path, n, seed, want)
     if path.is_file():
-        return _array_stream(str(source), str(path), *_read_array(path), n, seed, want)
+        return _array_stream(printable(str(source)), printable(str(path)), *_read_array(path), n, seed, want)
     raise DataError(
         f"{str(source)!r} is neither a known dataset ({', '.join(DATASETS)}) "
         "nor an existing .npz/.npy file or image folder"
@@ -191,11 +193,15 @@ class _Wanted:
     brightness: float
 
     def resolve(
-        self, shapes: Counter[tuple[int, int]], colours: Counter[int]
+        self,
+        shapes: Counter[tuple[int, int]],
+        colours: Counter[int],
+        decoding: Mapping[str, int] | None = None,
     ) -> tuple[Preprocessing, str | None]:
         """The preprocessing for images with these (height, width) and channel counts, and the one-line
-        conversion it makes: channels 3 if any image has colour, size the shorter side of the most
-        common shape (ties: the smaller)."""
+        conversion it makes, after the ``decoding`` steps (counted per image) that files need:
+        channels 3 if any image has colour, size the shorter side of the most common shape (ties: the
+        smaller)."""
         channels = self.channels or (3 if colours[3] else 1)
         if self.size is not None:
             size = self.size
@@ -203,7 +209,7 @@ class _Wanted:
             (h, w), _ = min(shapes.items(), key=lambda kv: (-kv[1], min(kv[0])))
             size = min(h, w)
         prep = Preprocessing(channels, size, self.resize)
-        return prep, describe_conversion(shapes, colours, prep)
+        return prep, describe_conversion(shapes, colours, prep, decoding)
 
 
 def _subsample(total: int, n: int | None, seed: int) -> npt.NDArray[np.intp] | None:
@@ -346,38 +352,45 @@ def _folder_stream(folder: Path, n: int | None, seed: int, want: _Wanted) -> Ima
     keep = _subsample(len(files), n, seed)
     if keep is not None:
         files, labels = [files[i] for i in keep], labels[keep]
-    shapes: Counter[tuple[int, int]] = Counter()
-    colours: Counter[int] = Counter()
-    for file in files:  # headers only: sizes and colour, so the conversion is known before any pixel
-        with _open(file) as img:
-            shapes[(img.height, img.width)] += 1
-            colours[1 if img.mode in GRAY_MODES else 3] += 1
-    prep, conversion = want.resolve(shapes, colours)
+    headers = []
+    for file in files:  # headers (float images: values), so every conversion is known before any pixel
+        with _reading(file) as img:
+            headers.append(inspect(img, file))
+    scale, floats = float_scale(headers)
+    named = [(*h.steps, floats) if h.floating and floats else h.steps for h in headers]
+    steps = Counter(step for each in named for step in each)
+    decoding = dict(sorted(steps.items(), key=lambda kv: step_rank(kv[0])))
+    shapes = Counter(h.size for h in headers)
+    prep, conversion = want.resolve(shapes, Counter(3 if h.colour else 1 for h in headers), decoding)
 
     def read(lo: int, hi: int) -> U8:
-        return _read_files(files[lo:hi], prep, want.brightness)
+        return _read_files(files[lo:hi], prep, want.brightness, scale)
 
-    names = tuple(p.relative_to(folder).as_posix() for p in files)
-    return ImageStream(str(folder), str(folder), labels, read, names, conversion, prep, classes or None)
+    names = tuple(printable(p.relative_to(folder).as_posix()) for p in files)
+    where = printable(str(folder))
+    shown = tuple(printable(c) for c in classes) or None
+    return ImageStream(where, where, labels, read, names, conversion, prep, shown)
 
 
-def _open(file: Path) -> Image.Image:
+@contextlib.contextmanager
+def _reading(file: Path) -> Iterator[Image.Image]:
+    """The opened image file; whatever Pillow raises while it is read is one DataError naming it."""
     try:
-        return Image.open(file)
+        with Image.open(file) as img:
+            yield img
+    except DataError:
+        raise
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise DataError(f"cannot read image file {file}: {e}") from e
 
 
-def _read_files(files: list[Path], prep: Preprocessing, brightness: float) -> U8:
-    """Each file opened as RGB (as torchvision's ``ImageFolder`` does), resized/cropped on its own since
-    sizes may differ, then preprocessed."""
+def _read_files(files: list[Path], prep: Preprocessing, brightness: float, scale: float) -> U8:
+    """Each file decoded to 8-bit RGB (``roseood.data.decoding``; float images times ``scale``),
+    resized/cropped on its own since sizes may differ, then preprocessed."""
     images = np.empty((len(files), prep.size, prep.size, 3), dtype=np.uint8)
     for i, file in enumerate(files):
-        try:
-            with _open(file) as img:
-                images[i] = np.asarray(resize_crop(img.convert("RGB"), prep.size, prep.resize))
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-            raise DataError(f"cannot read image file {file}: {e}") from e
+        with _reading(file) as img:
+            images[i] = np.asarray(resize_crop(decode(img, scale), prep.size, prep.resize))
     return preprocess(images, channels=prep.channels, size=prep.size, brightness=brightness)
 
 

@@ -63,15 +63,24 @@ def _counted(counts: Mapping[Any, int], show: Any) -> str:
 
 
 def describe_conversion(
-    shapes: Mapping[tuple[int, int], int], channels: Mapping[int, int], prep: Preprocessing
+    shapes: Mapping[tuple[int, int], int],
+    channels: Mapping[int, int],
+    prep: Preprocessing,
+    decoding: Mapping[str, int] | None = None,
 ) -> str | None:
-    """One line saying what ``prep`` does to images with these counts per (height, width) and per channel
-    count, or None when they already are what it makes (no conversion)."""
+    """One line saying what decoding (named steps, with how many images take each) and then ``prep`` do
+    to images with these counts per (height, width) and per channel count, or None when they already are
+    what it makes (no conversion)."""
 
     def wh(hw: tuple[int, int]) -> str:
         return f"{hw[1]}×{hw[0]}"
 
-    parts = []
+    total = sum(channels.values())
+
+    def of(n: int) -> str:
+        return "" if n == total else f"{n} of {total} images: "
+
+    parts = [of(n) + step for step, n in (decoding or {}).items()]
     target = (prep.size, prep.size)
     if set(shapes) != {target}:
         source = wh(next(iter(shapes))) if len(shapes) == 1 else f"mixed sizes ({_counted(shapes, wh)})"
@@ -84,10 +93,8 @@ def describe_conversion(
         parts.append(f"{source} {how} to {wh(target)}")
     other = {c: n for c, n in channels.items() if c != prep.channels}
     if other:
-        total = sum(channels.values())
-        which = "" if sum(other.values()) == total else f"{sum(other.values())} of {total} images: "
         how = "RGB converted to grayscale (luma)" if prep.channels == 1 else "grayscale repeated to RGB"
-        parts.append(which + how)
+        parts.append(of(sum(other.values())) + how)
     return "; ".join(parts) or None
 
 

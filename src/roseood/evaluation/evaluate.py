@@ -136,8 +136,8 @@ def _load(
 def derived_seed(spec: EvalSpec, name: str) -> int:
     """The one seed policy: a seed for the named draw (an OOD set, a Fisher draw) from ``spec.seed`` and
     the name, not a position, so the same set gets the same images in every run and experiment (and
-    cached scores are reused)."""
-    return spec.seed + 1 + zlib.crc32(name.encode()) % 100_000
+    cached scores are reused). A folder name that is not UTF-8 is hashed as its bytes."""
+    return spec.seed + 1 + zlib.crc32(name.encode("utf-8", "surrogateescape")) % 100_000
 
 
 def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:

@@ -15,11 +15,12 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
 from roseood.evaluation.metrics import roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
-from roseood.serialization import atomic_write
+from roseood.serialization import atomic_write, printable
 
 DPI = 120
 HIST_BINS = 60
@@ -34,6 +35,9 @@ def _figure(width: float = 6.4, height: float = 4.4) -> tuple[Figure, Axes]:
 
 
 def _save(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as PNG; set names in its text that are not UTF-8 are drawn as ``printable``."""
+    for text in fig.findobj(Text):
+        text.set_text(printable(text.get_text()))
     return atomic_write(path, lambda f: fig.savefig(f, dpi=DPI, format="png"))
 
 

@@ -261,8 +261,8 @@ def write_index(results_dir: str | Path) -> Path:
         title = _report_title(markdown, directory)
         page = report.with_suffix(".html")
         write_text(page, markdown_to_html(markdown, title))
-        href = quote(page.relative_to(root).as_posix())
-        md_href = quote(report.relative_to(root).as_posix())
+        href = quote(page.relative_to(root).as_posix(), errors="surrogateescape")
+        md_href = quote(report.relative_to(root).as_posix(), errors="surrogateescape")
         rows.append(
             f'<tr><td><a href="{href}">{html.escape(title)}</a></td><td>{html.escape(directory)}</td>'
             f'<td><a href="{md_href}">markdown</a></td></tr>'
