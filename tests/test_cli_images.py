@@ -140,3 +140,28 @@ def test_file_and_folder_names_of_any_bytes_are_written_escaped_and_lose_no_scor
     assert "imgs\\xfe" in (report / "report.md").read_bytes().decode("utf-8")
     assert json.loads(results.read_text())["settings"]["in_distribution"].startswith(f"{tmp_path}/imgs\\xfe")
     assert np.load(report / "scores.npz").files == [f"nll/{tmp_path}/imgs\\xfe", "nll/noise"]
+
+
+def test_16_bit_float_and_transparent_images_are_read_by_their_range_and_stated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    x = np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    Image.fromarray(x.astype(np.uint16) * 257).save(folder / "a16.png")
+    Image.fromarray((x / 255).astype(np.float32)).save(folder / "b01.tif")
+    Image.fromarray(np.dstack([x, x, x, np.zeros_like(x)])).save(folder / "clear.png")
+    train = ["train", "vae", "--data", str(folder), "--out", str(tmp_path / "m.pt"), *TINY["vae"], "-q"]
+    assert main([*train, "--epochs", "1"]) == 0
+    line = (
+        f"{folder}: 1 of 3 images: 16-bit read as 8-bit (high byte); 1 of 3 images: float values (0–1) "
+        "scaled from 0–1 to 0–255; 1 of 3 images: alpha composited over white; 2 of 3 images: grayscale "
+        "repeated to RGB (28×28 RGB, resize: crop)"
+    )
+    assert capsys.readouterr().err.splitlines() == [line]
+    Image.fromarray(np.full((28, 28), np.nan, np.float32)).save(folder / "c.tif")
+    assert main([*train, "--overwrite"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"error: cannot read image file {folder / 'c.tif'}: its float pixels include NaN or infinity\n"
+    )

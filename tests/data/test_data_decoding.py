@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from roseood.data import load_images
-from roseood.data.decoding import ALPHA, HIGH_BYTE, ONE_BIT, PALETTE, UPRIGHT, WIDE_INT, inspect
+from roseood.data.decoding import ALPHA, FIRST_FRAME, HIGH_BYTE, ONE_BIT, PALETTE, UPRIGHT, WIDE_INT, inspect
 from roseood.errors import DataError
 
 EXAMPLES = settings(
@@ -273,3 +273,13 @@ def test_a_file_cut_short_is_one_line_naming_it_whether_its_header_or_its_pixels
         with pytest.raises(DataError, match=rf"^cannot read image file \S*cut\{suffix}: ") as caught:
             load_images(tmp_path, size=None).images.sum()
         assert "\n" not in str(caught.value) and str(caught.value).count("cannot read") == 1
+
+
+def test_an_animation_is_read_as_its_first_frame_and_other_colour_spaces_are_named(tmp_path: Path) -> None:
+    frames = [Image.fromarray(np.full((8, 8), v, np.uint8)) for v in (10, 200)]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:])
+    s = load_images(tmp_path, channels=None, size=None)
+    assert (s.images == 10).all() and s.conversion == f"{FIRST_FRAME}; {PALETTE}"
+    (tmp_path / "anim.gif").unlink()
+    Image.new("LAB", (8, 8), (50, 0, 0)).save(tmp_path / "lab.tif")
+    assert load_images(tmp_path, channels=None, size=None).conversion == "LAB converted to RGB"
