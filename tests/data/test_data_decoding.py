@@ -66,8 +66,14 @@ def gray8(x: Pixels, path: Path) -> tuple[Pixels, str | None]:
 
 def gray16(x: Pixels, path: Path) -> tuple[Pixels, str | None]:
     wide = x[..., 0].astype(np.uint16) << 8 | x[..., 1]  # every 16-bit value, not only 8-bit ones scaled
-    Image.fromarray(wide).save(path.with_suffix(".tif" if x[0, 0, 2] % 2 else ".png"))
-    return x[..., 0], HIGH_BYTE
+    if x[0, 0, 2] % 3 == 0:
+        Image.fromarray(wide).save(path.with_suffix(".tif"))
+        return x[..., 0], HIGH_BYTE
+    if x[0, 0, 2] % 3 == 1:
+        Image.fromarray(wide).save(path.with_suffix(".png"))
+        return x[..., 0], HIGH_BYTE
+    Image.fromarray(wide).save(path.with_suffix(".png"), transparency=int(wide[0, 0]))  # a colour key
+    return np.where(wide == wide[0, 0], 255, x[..., 0]), f"{HIGH_BYTE}; {ALPHA}"
 
 
 def colour16(x: Pixels, path: Path) -> tuple[Pixels, str | None]:
@@ -199,6 +205,9 @@ def test_a_fully_transparent_image_is_white_not_its_hidden_colours(tmp_path: Pat
     Image.fromarray(hidden).save(tmp_path / "clear.png")
     s = load_images(tmp_path, channels=3, size=None)
     assert (s.images == 255).all() and s.conversion == ALPHA
+    Image.fromarray(np.full((8, 8), 300, np.uint16)).save(tmp_path / "clear.png", transparency=300)
+    s = load_images(tmp_path, channels=3, size=None)  # a 16-bit PNG whose one value is its colour key
+    assert (s.images == 255).all() and s.conversion == f"{HIGH_BYTE}; {ALPHA}; grayscale repeated to RGB"
 
 
 def test_exif_rotation_swaps_the_size_before_the_size_is_chosen(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def inspect(img: Image.Image, file: Path) -> Header:
         steps.append(PALETTE)
     elif mode in OTHER_COLOUR:
         steps.append(f"{mode} converted to RGB{' (no colour profile)' if mode == 'CMYK' else ''}")
-    if img.has_transparency_data and mode not in WIDE:
+    if img.has_transparency_data:
         steps.append(ALPHA)
     values = _values(img, file) if mode in ("I", "F") else None
     size = (img.width, img.height) if turn in TURNS else (img.height, img.width)
@@ -146,6 +146,9 @@ def decode(img: Image.Image, scale: float) -> Image.Image:
             eight = np.clip(np.rint(np.nan_to_num(pixels) * scale), 0, 255)
         else:
             eight = np.clip(pixels.astype(np.int64), 0, 65535) >> 8
+        key = img.info.get("transparency")  # a 16-bit PNG's colour key: that value is transparent
+        if isinstance(key, int):
+            eight[pixels == key] = 255
         return Image.fromarray(eight.astype(np.uint8)).convert("RGB")
     if img.has_transparency_data:
         rgba = img.convert("RGBA")
