@@ -131,7 +131,7 @@ def available_memory(device: Any = None) -> int | None:
 
 def gigabytes(nbytes: float) -> str:
     """``12.3 GB``: a byte count for a message."""
-    return f"{nbytes / 1e9:.3g} GB"
+    return f"{nbytes / 1e9:,.3g} GB" if nbytes < 1e12 else f"{nbytes / 1e9:,.0f} GB"
 
 
 def check_memory(

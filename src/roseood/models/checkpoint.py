@@ -18,7 +18,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import field, same, shown
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file, verify
-from roseood.validation import check_model_config
+from roseood.validation import check_memory, check_model_config, module_bytes
 
 MODEL_FORMAT = "roseood-model"
 MODEL_VERSION = 1
@@ -116,6 +116,17 @@ def check_model_file(obj: dict[str, Any], path: str | Path) -> None:
         raise CheckpointError(f"{path}: {exc}") from None
 
 
+def _build(cls: type[RoseModel], config: dict[str, Any], kind: str) -> RoseModel:
+    """``cls(**config)`` for a config read from a file, refused in one line when its weights cannot fit
+    in memory: measured first by building it on torch's meta device, which allocates nothing."""
+    try:
+        nbytes = module_bytes(lambda: cls(**config))
+    except Exception:  # not buildable on the meta device (diffusion): the real build checks itself
+        nbytes = 0
+    check_memory(nbytes, f"a {kind} of this config", hint="the file's config is too large for this machine")
+    return cls(**config)
+
+
 def _user_model_error(path: str | Path, obj: dict[str, Any]) -> CheckpointError:
     """What to pass for a user model's checkpoint (its code is never taken from the file)."""
     factory = obj.get("factory")
@@ -157,7 +168,7 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     elif kind in FAMILIES:
         try:
             check_model_config(obj["config"], f"{kind} config")
-            model = FAMILIES[str(kind)].cls(**obj["config"])
+            model = _build(FAMILIES[str(kind)].cls, obj["config"], str(kind))
         except (TypeError, KeyError, ValueError, AttributeError, RuntimeError, RoseError) as exc:
             raise CheckpointError(
                 f"{path}: cannot build a {kind} from its stored config ({first_line(exc)})"

@@ -370,10 +370,12 @@ class DiffusionModel(GenerativeModel):
                 )
         except (TypeError, ValueError, KeyError, AttributeError, RuntimeError, IndexError) as exc:
             raise RoseError(f"cannot build a UNet2DModel from its config ({first_line(exc)})") from None
+        noise = k * channels * size * size * 4
         check_memory(
-            2 * weights + k * channels * size * size * 4,
-            f"a UNet2DModel of {weights // 4:,} weights (two copies) with k = {k} noise images",
-            hint="it is too large for this machine",
+            2 * weights + noise,
+            f"a UNet2DModel of {weights // 4:,} weights (EMA and optimised copies) with denoising k = {k} "
+            f"noise images of {channels}×{size}×{size}",
+            hint="lower denoising k" if noise > 2 * weights else "the model is too large for this machine",
         )
         return d.UNet2DModel.from_config(config)
 
