@@ -50,7 +50,7 @@ def check_float(
 ) -> float:
     """A finite float (or ±inf with ``allow_inf``) in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise error(f"{name} must be a number, got {value!r}")
+        raise error(f"{name} must be a number, got {shown(value)}")
     x = float(value)
     if math.isnan(x) or (math.isinf(x) and not allow_inf):
         raise error(f"{name} must be a finite number, got {x}")
@@ -64,7 +64,7 @@ def check_seed(value: Any, name: str = "seed", *, error: type[RoseError] = RoseE
     """A seed numpy and torch both accept: an integer with 0 ≤ seed < 2**32."""
     seed = check_int(value, name, low=0, error=error)
     if seed >= SEED_LIMIT:
-        raise error(f"{name} must be < 2**32, got {seed}")
+        raise error(f"{name} must be < 2**32, got {shown(seed)}")
     return seed
 
 
@@ -95,13 +95,11 @@ def check_device(value: Any, name: str = "device") -> str:
     return str(value)
 
 
-def check_choice(
-    value: T, choices: Iterable[T], name: str = "value", *, error: type[RoseError] = RoseError
-) -> T:
+def check_choice(value: T, choices: Iterable[T], name: str = "value") -> T:
     """One of ``choices``."""
     allowed = list(choices)
-    if isinstance(value, list | dict) or value not in allowed:
-        raise error(f"unknown {name} {shown(value)}; choose from {', '.join(map(str, allowed))}")
+    if value not in allowed:
+        raise RoseError(f"unknown {name} {value!r}; choose from {', '.join(map(str, allowed))}")
     return value
 
 
@@ -134,16 +132,14 @@ def gigabytes(nbytes: float) -> str:
     return f"{nbytes / 1e9:,.3g} GB" if nbytes < 1e12 else f"{nbytes / 1e9:,.0f} GB"
 
 
-def check_memory(
-    nbytes: float, what: str, *, device: Any = None, hint: str = "", error: type[RoseError] = RoseError
-) -> None:
+def check_memory(nbytes: float, what: str, *, device: Any = None, hint: str = "") -> None:
     """Refuse, before it is made, an allocation of about ``nbytes`` that cannot fit in the memory of
     ``device`` (see ``available_memory``): one line saying ``what`` needs it, and ``hint`` (what to lower)."""
     free = available_memory(device)
     if free is not None and nbytes > free:
         where = "on this machine" if device is None or str(device) == "cpu" else f"on {device}"
         more = f"; {hint}" if hint else ""
-        raise error(
+        raise RoseError(
             f"{what} needs about {gigabytes(nbytes)}, more than the {gigabytes(free)} free {where}{more}"
         )
 

@@ -31,7 +31,7 @@ from roseood.integrity import shown
 from roseood.models.base import GenerativeModel
 from roseood.models.checkpoint import first_line, load_state
 from roseood.progress import state
-from roseood.validation import check_choice, check_float, check_int, check_memory, check_seed, module_bytes
+from roseood.validation import check_float, check_int, check_memory, check_seed, module_bytes
 
 WEIGHTINGS = ("simple", "elbo")
 LOSS_DEFAULTS: dict[str, Any] = {"k": 8, "t_min": 0.0, "t_max": 1.0, "weighting": "simple", "seed": 0}
@@ -111,7 +111,9 @@ def _float(low: float, high: float, low_open: bool = False, high_open: bool = Fa
 
 def _choice(*choices: Any) -> Check:
     def check(value: Any, name: str, error: type[RoseError]) -> Any:
-        return check_choice(value, choices, name, error=error)
+        if not any(type(value) is type(c) and value == c for c in choices):  # True is no 1, 1.0 no "1"
+            raise error(f"{name} must be one of {', '.join(map(str, choices))}, got {shown(value)}")
+        return value
 
     return check
 
@@ -153,7 +155,7 @@ UNET_FIELDS: dict[str, Check] = {
     "time_embedding_dim": _int(1, 8 * MAX_CHANNELS, optional=True),
     "num_train_timesteps": _int(1, MAX_TIMESTEPS, optional=True),
     "time_embedding_type": _choice("positional", "fourier", "learned"),
-    "freq_shift": _float(-1e4, 1e4),
+    "freq_shift": _float(0.0, 1.0),
     "mid_block_scale_factor": _float(0.0, 1e4, low_open=True),
     "downsample_padding": _int(0, 8),
     "dropout": _float(0.0, 1.0, high_open=True),
@@ -258,13 +260,13 @@ def check_denoising(
         raise error(f"{where} must be a mapping of denoising options, found {type(options).__name__}")
     unknown = sorted(set(options) - set(LOSS_DEFAULTS))
     if unknown:
-        raise error(f"unknown {where} options {unknown}; known: {sorted(LOSS_DEFAULTS)}")
+        raise error(f"{where} has unknown options {unknown}; known: {sorted(LOSS_DEFAULTS)}")
     opts = dict(base) | dict(options)
     out = {
         "k": check_int(opts["k"], f"{where}.k", error=error),
         "t_min": check_float(opts["t_min"], f"{where}.t_min", low=0.0, high=1.0, error=error),
         "t_max": check_float(opts["t_max"], f"{where}.t_max", low=0.0, high=1.0, error=error),
-        "weighting": check_choice(opts["weighting"], WEIGHTINGS, f"{where}.weighting", error=error),
+        "weighting": _choice(*WEIGHTINGS)(opts["weighting"], f"{where}.weighting", error),
         "seed": check_seed(opts["seed"], f"{where}.seed", error=error),
     }
     if out["t_min"] >= out["t_max"]:
