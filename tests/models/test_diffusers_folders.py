@@ -79,6 +79,7 @@ CONFIG_CASES = [
     ("unet/config.json", "sample_size", "abc", "sample_size must be a positive integer"),
     ("unet/config.json", "sample_size", [8, 16], "sample_size must be one size"),
     ("unet/config.json", "sample_size", 7, "not divisible by 2**1"),
+    ("unet/config.json", "sample_size", None, "sample_size must be a positive integer, got None"),
     ("unet/config.json", "norm_num_groups", 0, "norm_num_groups must be a positive integer"),
     ("unet/config.json", "norm_num_groups", 3, "norm_num_groups = 3 does not divide"),
     ("unet/config.json", "block_out_channels", [8, 10**9], "block_out_channels[1] must be at most"),
@@ -236,6 +237,14 @@ def test_a_config_that_is_a_list_names_the_file_and_never_the_network(
     message = refused(folder, "unet/config.json: must hold a JSON object, found a JSON list")
     assert "connect" not in message
     refused(damaged(pipeline, tmp_path, lambda f: (f / "unet/config.json").write_text("{")), "not valid JSON")
+
+    def without_size(folder: Path) -> None:
+        config = json.loads((folder / "unet/config.json").read_text())
+        (folder / "unet/config.json").write_text(
+            json.dumps({k: v for k, v in config.items() if k != "sample_size"})
+        )
+
+    refused(damaged(pipeline, tmp_path, without_size), "unet/config.json: sample_size is missing")
 
 
 def test_a_model_that_cannot_fit_is_refused_before_it_is_built(

@@ -220,10 +220,11 @@ def check_unet_config(
         bad = [w for w in widths if groups is not None and w % groups]
         if bad:
             raise error(f"{where}: {key} = {groups} does not divide block_out_channels {bad[0]}")
-    size = cfg.get("sample_size")
+    if "sample_size" not in cfg:
+        raise error(f"{where}: sample_size is missing (the image size the UNet takes)")
+    size = cfg["sample_size"]
     size = size[0] if isinstance(size, list | tuple) else size
-    halvings = 2 ** (len(widths) - 1)
-    if size is not None and size % halvings:
+    if size % 2 ** (len(widths) - 1):
         raise error(
             f"{where}: sample_size {size} is not divisible by 2**{len(widths) - 1}, as its blocks need"
         )
@@ -361,7 +362,7 @@ class DiffusionModel(GenerativeModel):
         """The UNet of a checked ``config``: first built and run once on torch's meta device (no memory),
         which finds a config the blocks cannot be built or run from, and measures its weights: their two
         copies (EMA and optimised) and the K-pair noise buffer must fit in memory before the real build."""
-        size = config.get("sample_size") or 32
+        size = config["sample_size"]
         size = size[0] if isinstance(size, list | tuple) else size
         channels = config.get("in_channels", 3)
         try:
@@ -568,7 +569,7 @@ def is_diffusers_folder(path: str | Path) -> bool:
     )
 
 
-def read_json(path: Path, what: str = "JSON object") -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
     """A JSON object read from ``path``; unreadable, invalid JSON or another JSON value is a one-line
     ``CheckpointError`` naming the file."""
     try:
@@ -578,7 +579,7 @@ def read_json(path: Path, what: str = "JSON object") -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:
         raise CheckpointError(f"{path}: not valid JSON ({first_line(exc)})") from None
     if not isinstance(obj, dict):
-        raise CheckpointError(f"{path}: must hold a {what}, found a JSON {type(obj).__name__}")
+        raise CheckpointError(f"{path}: must hold a JSON object, found a JSON {type(obj).__name__}")
     return obj
 
 
