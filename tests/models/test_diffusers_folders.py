@@ -84,6 +84,7 @@ CONFIG_CASES = [
     ("unet/config.json", "norm_num_groups", 3, "norm_num_groups = 3 does not divide"),
     ("unet/config.json", "block_out_channels", [8, 10**9], "block_out_channels[1] must be at most"),
     ("unet/config.json", "layers_per_block", 0, "layers_per_block must be a positive integer"),
+    ("unet/config.json", "attention_head_dim", 17, "attention_head_dim 17 exceeds the 16 channels"),
     ("unet/config.json", "in_channels", 3, "as many channels as it takes"),
     ("unet/config.json", "down_block_types", ["DownBlock2D"], "down_block_types names 1 blocks"),
     ("unet/config.json", "down_block_types", ["DownBlock2D", "NoSuchBlock2D"], "cannot build a UNet2DModel"),

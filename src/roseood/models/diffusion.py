@@ -220,6 +220,16 @@ def check_unet_config(
         bad = [w for w in widths if groups is not None and w % groups]
         if bad:
             raise error(f"{where}: {key} = {groups} does not divide block_out_channels {bad[0]}")
+    head = cfg.get("attention_head_dim", 8)
+    down = cfg.get("down_block_types", ("DownBlock2D", *["AttnDownBlock2D"] * 3))
+    up = cfg.get("up_block_types", (*["AttnUpBlock2D"] * 3, "UpBlock2D"))
+    attended = [w for w, b in zip(widths, down, strict=False) if "Attn" in b]
+    attended += [w for w, b in zip(widths[::-1], up, strict=False) if "Attn" in b]
+    attended += [widths[-1]] if cfg.get("add_attention", True) else []
+    if head is not None and attended and head > min(attended):
+        raise error(
+            f"{where}: attention_head_dim {head} exceeds the {min(attended)} channels it attends over"
+        )
     if "sample_size" not in cfg:
         raise error(f"{where}: sample_size is missing (the image size the UNet takes)")
     size = cfg["sample_size"]
@@ -371,7 +381,15 @@ class DiffusionModel(GenerativeModel):
                 d.UNet2DModel.from_config(config)(
                     torch.zeros(1, channels, size, size), torch.zeros(1, dtype=torch.long)
                 )
-        except (TypeError, ValueError, KeyError, AttributeError, RuntimeError, IndexError) as exc:
+        except (
+            TypeError,
+            ValueError,
+            KeyError,
+            AttributeError,
+            RuntimeError,
+            IndexError,
+            ArithmeticError,
+        ) as exc:
             raise RoseError(f"cannot build a UNet2DModel from its config ({first_line(exc)})") from None
         noise = k * channels * size * size * 4
         check_memory(
