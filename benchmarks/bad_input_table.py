@@ -1,8 +1,10 @@
 """Print the "bad input → outcome" table: every case of ``tests/test_cli_bad_input.py`` run through the
 ``rose`` command in a fresh working folder, with its exit status, the error line, and whether every
-file stayed byte-identical.
+file stayed byte-identical; ``files``: the cases of ``tests/test_cli_bad_files.py`` (diffusers folders and
+numbers read from files) instead.
 
     python benchmarks/bad_input_table.py > bad_inputs.md
+    python benchmarks/bad_input_table.py files
 """
 
 from __future__ import annotations
@@ -13,11 +15,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: its tests package
 
-from tests.test_cli_bad_input import CASES, make_workdir, run_case, snapshot
+import tests.test_cli_bad_files as bad_files
+import tests.test_cli_bad_input as bad_input
+from tests.test_cli_bad_input import run_case, snapshot
 
 
-def main() -> None:
-    """Run every case and print one Markdown row per case."""
+def main(table: str = "input") -> None:
+    """Run every case of one table and print one Markdown row per case."""
+    cases, make_workdir = {
+        "input": (bad_input.CASES, bad_input.make_workdir),
+        "files": (bad_files.CASES, bad_files.make_workdir),
+    }[table]
     with tempfile.TemporaryDirectory() as tmp:
         root = make_workdir(Path(tmp) / "w")
         data = str(root / "data")
@@ -27,7 +35,7 @@ def main() -> None:
         os.chdir(root)
         print("| # | bad input | exit | stderr (the one error line) | files unchanged |")
         print("|---|---|---|---|---|")
-        for i, case in enumerate(CASES, 1):
+        for i, case in enumerate(cases, 1):
             before = snapshot(root)
             code, err = run_case(case, root)
             line = " / ".join(err.strip().splitlines()).replace(str(root), ".").replace("|", r"\|")
@@ -36,4 +44,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:])

@@ -12,11 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from roseood import validation
 from roseood.data import load_images
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
 from roseood.errors import DataError, RoseError
-from roseood.validation import check_float, check_int, check_seed
+from roseood.validation import (
+    available_memory,
+    check_float,
+    check_int,
+    check_memory,
+    check_seed,
+    module_bytes,
+)
 
 ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5))
 
@@ -103,3 +111,28 @@ def test_devices_auto_resolves_to_the_best_one_here_and_torchrun_ranks_take_thei
     with pytest.raises(RoseError, match="under torchrun name cuda or auto"):
         distributed.device("cuda:0")
     assert distributed.device("cpu") == "cpu"
+
+
+@given(value=ANY, high=st.integers(1, 100))
+def test_int_checks_with_an_upper_bound(value: object, high: int) -> None:
+    valid = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high
+    try:
+        assert check_int(value, high=high) == value and valid
+    except RoseError as exc:
+        assert not valid and "\n" not in str(exc) and len(str(exc)) < 200  # a huge number is shortened
+
+
+def test_memory_checks_refuse_what_cannot_fit_and_measure_without_allocating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    free = available_memory()
+    assert free is None or free > 0
+    assert module_bytes(lambda: torch.nn.Linear(10**5, 10**5)) == (10**10 + 10**5) * 4  # 40 GB, on meta
+    monkeypatch.setattr(validation, "available_memory", lambda device=None: 2 * 10**9)
+    check_memory(10**9, "a buffer")
+    with pytest.raises(
+        RoseError, match=r"^a buffer needs about 3 GB, more than the 2 GB free on this machine; lower k$"
+    ):
+        check_memory(3 * 10**9, "a buffer", hint="lower k")
+    monkeypatch.setattr(validation, "available_memory", lambda device=None: None)
+    check_memory(10**30, "anything")  # where the free memory cannot be told, nothing is refused

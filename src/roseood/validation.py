@@ -9,21 +9,32 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from roseood.errors import RoseError
+from roseood.integrity import shown
 
 T = TypeVar("T")
 SEED_LIMIT = 2**32  # numpy's legacy seeding and torch's generators accept 0 <= seed < 2**32
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
-def check_int(value: Any, name: str = "value", *, low: int = 1, error: type[RoseError] = RoseError) -> int:
-    """An integer ≥ ``low`` (counts: ``low=1``); bools and floats are refused."""
+def check_int(
+    value: Any,
+    name: str = "value",
+    *,
+    low: int = 1,
+    high: int | None = None,
+    error: type[RoseError] = RoseError,
+) -> int:
+    """An integer ≥ ``low`` (counts: ``low=1``) and, when given, ≤ ``high``; bools and floats are refused."""
     kind = {1: "a positive integer", 0: "a non-negative integer"}.get(low, f"an integer ≥ {low}")
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise error(f"{name} must be {kind}, got {value!r}")
+        raise error(f"{name} must be {kind}, got {shown(value)}")
+    if high is not None and value > high:
+        raise error(f"{name} must be at most {high}, got {shown(value)}")
     return int(value)
 
 
@@ -39,7 +50,7 @@ def check_float(
 ) -> float:
     """A finite float (or ±inf with ``allow_inf``) in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise error(f"{name} must be a number, got {value!r}")
+        raise error(f"{name} must be a number, got {shown(value)}")
     x = float(value)
     if math.isnan(x) or (math.isinf(x) and not allow_inf):
         raise error(f"{name} must be a finite number, got {x}")
@@ -53,7 +64,7 @@ def check_seed(value: Any, name: str = "seed", *, error: type[RoseError] = RoseE
     """A seed numpy and torch both accept: an integer with 0 ≤ seed < 2**32."""
     seed = check_int(value, name, low=0, error=error)
     if seed >= SEED_LIMIT:
-        raise error(f"{name} must be < 2**32, got {seed}")
+        raise error(f"{name} must be < 2**32, got {shown(seed)}")
     return seed
 
 
@@ -90,6 +101,57 @@ def check_choice(value: T, choices: Iterable[T], name: str = "value") -> T:
     if value not in allowed:
         raise RoseError(f"unknown {name} {value!r}; choose from {', '.join(map(str, allowed))}")
     return value
+
+
+def available_memory(device: Any = None) -> int | None:
+    """Bytes that an allocation on ``device`` (default: the CPU) can take now: a CUDA device's free
+    memory, else the system's available memory (Linux's MemAvailable, elsewhere the physical memory);
+    None where it cannot be told."""
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    if dev.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def gigabytes(nbytes: float) -> str:
+    """``12.3 GB``: a byte count for a message."""
+    return f"{nbytes / 1e9:,.3g} GB" if nbytes < 1e12 else f"{nbytes / 1e9:,.0f} GB"
+
+
+def check_memory(nbytes: float, what: str, *, device: Any = None, hint: str = "") -> None:
+    """Refuse, before it is made, an allocation of about ``nbytes`` that cannot fit in the memory of
+    ``device`` (see ``available_memory``): one line saying ``what`` needs it, and ``hint`` (what to lower)."""
+    free = available_memory(device)
+    if free is not None and nbytes > free:
+        where = "on this machine" if device is None or str(device) == "cpu" else f"on {device}"
+        more = f"; {hint}" if hint else ""
+        raise RoseError(
+            f"{what} needs about {gigabytes(nbytes)}, more than the {gigabytes(free)} free {where}{more}"
+        )
+
+
+def module_bytes(build: Callable[[], Any]) -> int:
+    """Bytes of the parameters and buffers of the ``torch.nn.Module`` that ``build()`` returns, measured by
+    building it on torch's meta device (no memory is allocated): how much building it for real takes."""
+    import torch
+
+    with torch.device("meta"):
+        module = build()
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 
 
 def check_names(text: str, choices: Iterable[str], name: str = "name") -> tuple[str, ...]:

@@ -55,7 +55,7 @@ def test_changing_the_pairs_changes_the_fingerprint():
     before = model_fingerprint(model)
     model.set_denoising(seed=1)
     assert model_fingerprint(model) != before
-    with pytest.raises(RoseError, match="unknown denoising options"):
+    with pytest.raises(RoseError, match="denoising has unknown options"):
         model.set_denoising(K=3)
 
 

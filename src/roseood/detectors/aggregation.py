@@ -32,6 +32,7 @@ from sklearn.mixture import GaussianMixture
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import tensor
 from roseood.registry import Registry
+from roseood.validation import check_float, check_int, check_seed
 
 TIE_RULES = ("keep", "max")  # relu-norm's images at 0: left tied (the paper), or ordered by max ẑ + β
 TIE_SHARE = 0.10  # more than this share of statistics images with one identical score: degenerate
@@ -242,9 +243,9 @@ class GMM(Density):
 
     def __init__(self, k: int = 3, reg: float = 1e-3, seed: int = 0) -> None:
         super().__init__()
-        if k < 1:
-            raise RoseError(f"gmm needs k ≥ 1 components, got {k}")
-        self.k, self.reg, self.seed = int(k), float(reg), int(seed)
+        self.k = check_int(k, "gmm k")
+        self.reg = check_float(reg, "gmm reg", low=0.0)
+        self.seed = check_seed(seed, "gmm seed")
 
     def _fit_mixture(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(v) < 2 * self.k:
@@ -289,7 +290,7 @@ def make_aggregation(spec: str, **params: Any) -> Aggregation:
         )
     try:
         return cls(**params)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RoseError) as exc:
         raise RoseError(f"bad parameter for aggregation {name!r}: {exc}") from None
 
 

@@ -14,6 +14,7 @@ file: a subclass plus ``register_detector(cls, {"method-name": {preset kwargs}, 
 from __future__ import annotations
 
 import inspect
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -32,7 +33,7 @@ from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.registry import Registry
 from roseood.serialization import safe_load, save_file, share_equal_tensors
-from roseood.validation import check_float, check_int
+from roseood.validation import check_float, check_int, check_memory
 
 DETECTOR_FORMAT = "roseood-detector"
 D = TypeVar("D", bound="Detector")
@@ -119,6 +120,19 @@ class Detector(ABC):
         if self.model is None:
             raise RoseError(f"{what} needs a generative model")
         return self.model
+
+    def _per_image(self, value: Any, name: str, *, low: int = 1) -> int:
+        """A per-image count of the detector (IWAE samples, optimisation steps): an integer ≥ ``low``, and
+        its upper bound what the machine can hold: ``value`` float32 copies of one model input (at least
+        what one image costs) must fit in memory. Python, the command line and a detector file share it."""
+        count = check_int(value, name, low=low)
+        shape = self.model.input_shape if self.model is not None else None
+        check_memory(
+            count * math.prod(shape or (1,)) * 4,
+            f"{self.method}: {name} = {count} (that many copies of each {shape} input)",
+            hint=f"lower {name}",
+        )
+        return count
 
     def _require_images(self) -> None:
         """Refuse a model whose inputs are not images (for methods built on image perturbations/codecs)."""

@@ -21,7 +21,6 @@ from torch import Tensor
 
 from roseood.detectors.base import register_detector
 from roseood.detectors.diffusion import StatisticDetector, ddim_step, timestep_batch
-from roseood.errors import RoseError
 from roseood.models.base import RoseModel
 
 
@@ -34,9 +33,7 @@ class DiffPath(StatisticDetector):
         self, model: RoseModel | None, *, steps: int = 10, batch_size: int = 64, progress: bool | None = None
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if steps < 2:
-            raise RoseError(f"diffpath needs steps ≥ 2 (a rate of change), got {steps}")
-        self.steps = steps
+        self.steps = self._timesteps(steps, "steps", low=2)  # ≥ 2: a rate of change
 
     @property
     def nfe_per_image(self) -> int:

@@ -20,6 +20,7 @@ from roseood.detectors.base import Detector, register_detector
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model
+from roseood.validation import check_int, check_seed
 
 
 class DiffusionDetector(Detector):
@@ -29,6 +30,11 @@ class DiffusionDetector(Detector):
     def __init__(self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None):
         super().__init__(model, batch_size=batch_size, progress=progress)
         self.model: DiffusionModel = as_diffusion_model(model, f"the {self.method} method")
+
+    def _timesteps(self, value: Any, name: str, *, low: int = 1) -> int:
+        """A count of the model's timesteps (steps, levels): an integer from ``low`` to the model's train
+        timesteps, beyond which the same timesteps would only repeat."""
+        return check_int(value, name, low=low, high=self.model.train_timesteps)
 
     @property
     def nfe_per_image(self) -> int:
@@ -68,7 +74,7 @@ class MixtureDensity:
     diagonal) chosen by BIC: a cheap, deterministic stand-in for the papers' cross-validated grid."""
 
     def __init__(self, max_k: int = 8, seed: int = 0) -> None:
-        self.max_k, self.seed = max_k, seed
+        self.max_k, self.seed = check_int(max_k, "max_k"), check_seed(seed)
         self.state_: dict[str, Tensor] = {}
 
     def fit(self, v: np.ndarray) -> None:
@@ -167,9 +173,7 @@ class MSMA(StatisticDetector):
         self, model: RoseModel | None, *, levels: int = 10, batch_size: int = 64, progress: bool | None = None
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
-        if levels < 1:
-            raise RoseError(f"msma needs levels ≥ 1, got {levels}")
-        self.levels = levels
+        self.levels = self._timesteps(levels, "levels")
 
     @property
     def nfe_per_image(self) -> int:

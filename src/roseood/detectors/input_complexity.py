@@ -21,7 +21,7 @@ from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.compression import CODECS, compressed_bits, to_uint8
 from roseood.detectors.nll import model_nll
 from roseood.models.base import RoseModel
-from roseood.validation import check_choice, check_int
+from roseood.validation import check_choice, check_seed
 
 
 class InputComplexity(Detector):
@@ -44,8 +44,8 @@ class InputComplexity(Detector):
         self.model: RoseModel = self._require_model("Input Complexity")
         self._require_images()
         self.compressor = check_choice(compressor, CODECS, "compressor")
-        self.k = check_int(k, "k")
-        self.seed = check_int(seed, "seed", low=0)
+        self.k = self._per_image(k, "k")
+        self.seed = check_seed(seed)
 
     def _fit(self, x: Tensor) -> None:
         """Nothing to learn: the model is trained and the compressor fixed."""

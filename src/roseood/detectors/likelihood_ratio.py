@@ -24,7 +24,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import FINGERPRINT, field, shown
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
-from roseood.validation import check_int
+from roseood.validation import check_seed
 
 
 def _describe(shape: tuple[int, ...] | None) -> str:
@@ -52,8 +52,8 @@ class LikelihoodRatio(Detector):
         super().__init__(model, batch_size=batch_size, progress=progress)
         self.model: RoseModel = self._require_model("the likelihood ratio")
         self._require_images()
-        self.k = check_int(k, "k")
-        self.seed = check_int(seed, "seed", low=0)
+        self.k = self._per_image(k, "k")
+        self.seed = check_seed(seed)
         self.background: RoseModel | None = None
         self._background_fingerprint: str | None = None
         if background is not None:

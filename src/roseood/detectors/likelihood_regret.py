@@ -27,7 +27,7 @@ from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel, is_latent_model
 from roseood.models.vae import VAE
 from roseood.randomness import per_input_seed, randn
-from roseood.validation import check_int
+from roseood.validation import check_float, check_seed
 
 Params = dict[str, Tensor]
 
@@ -116,22 +116,16 @@ class LikelihoodRegret(Detector):
         if not is_latent_model(model):
             found = "no model" if model is None else f"a {getattr(model, 'kind', type(model).__name__)}"
             raise RoseError(f"Likelihood Regret needs a VAE (it fine-tunes the encoder), got {found}")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise RoseError(f"steps must be a non-negative integer, got {steps!r}")
-        if lr <= 0 or weight_decay < 0 or k < 1:
-            raise RoseError(f"need lr > 0, weight_decay ≥ 0 and k ≥ 1, got {lr}, {weight_decay}, {k}")
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        self.steps = self._per_image(steps, "steps", low=0)
+        self.lr = check_float(lr, "lr", low=0.0, low_open=True)
+        self.weight_decay = check_float(weight_decay, "weight_decay", low=0.0)
+        self.k = self._per_image(k, "k")
+        if len(betas) != 2 or not all(0.0 <= check_float(b, "betas") < 1.0 for b in betas):
             raise RoseError(f"betas must be two numbers in [0, 1), got {betas!r}")
-        if batch_size < 1:
-            raise RoseError(f"batch_size must be ≥ 1, got {batch_size}")
         self.model: VAE = cast(VAE, model)  # the IWAE and encoder parts of LatentModel, typed as the VAE
-        self.steps = steps
-        self.lr = lr
         self.betas = [float(betas[0]), float(betas[1])]
-        self.weight_decay = weight_decay
-        self.k = k
         self.sample = sample
-        self.seed = check_int(seed, "seed", low=0)
+        self.seed = check_seed(seed)
 
     def _fit(self, x: Tensor) -> None:
         """Likelihood Regret learns nothing from in-distribution data."""

@@ -12,7 +12,7 @@ from roseood.detectors.base import Detector, register_detector
 from roseood.errors import RoseError
 from roseood.models.base import LatentModel, RoseModel, is_latent_model
 from roseood.randomness import per_input_seed
-from roseood.validation import check_int
+from roseood.validation import check_seed
 
 
 class NLL(Detector):
@@ -33,10 +33,10 @@ class NLL(Detector):
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
         self.model: RoseModel = self._require_model("the NLL score")
-        if k > 1 and not is_latent_model(model):
+        self.k = self._per_image(k, "k")
+        if self.k > 1 and not is_latent_model(model):
             raise RoseError("IWAE (k > 1) applies to latent-variable models (VAEs) only; Glow's is exact")
-        self.k = k
-        self.seed = check_int(seed, "seed", low=0)
+        self.seed = check_seed(seed)
 
     def _fit(self, x: Tensor) -> None:
         """The likelihood needs no fitting."""

@@ -24,6 +24,7 @@ from roseood.detectors.base import register_detector
 from roseood.detectors.diffusion import DiffusionDetector, ddim_step, timestep_batch
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
+from roseood.validation import check_float, check_seed
 
 
 def ssim(a: Tensor, b: Tensor, window: int = 7, sigma: float = 1.5) -> Tensor:
@@ -62,12 +63,11 @@ class Reconstruction(DiffusionDetector):
         progress: bool | None = None,
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
-        self.starts = list(starts) if starts is not None else [0.1, 0.2, 0.3, 0.4, 0.5]
-        if not self.starts or not all(0.0 < s <= 1.0 for s in self.starts) or steps < 1:
-            raise RoseError(
-                f"reconstruction needs starts in (0, 1] and steps ≥ 1, got {self.starts}, {steps}"
-            )
-        self.steps, self.seed = steps, seed
+        starts = list(starts) if starts is not None else [0.1, 0.2, 0.3, 0.4, 0.5]
+        if not starts or len(starts) > self.model.train_timesteps:
+            raise RoseError(f"reconstruction needs 1 to train-timesteps starts, got {len(starts)}")
+        self.starts = [check_float(s, "starts", low=0.0, high=1.0, low_open=True) for s in starts]
+        self.steps, self.seed = self._timesteps(steps, "steps"), check_seed(seed)
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
 

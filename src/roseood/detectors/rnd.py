@@ -25,10 +25,11 @@ from torch import Tensor, nn
 from roseood.data.perturbations import make_perturbation
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
-from roseood.errors import CheckpointError, DataError, RoseError
+from roseood.errors import CheckpointError, DataError
 from roseood.integrity import count, field, tensor
 from roseood.models.base import RoseModel
 from roseood.progress import progress as progress_bar
+from roseood.validation import check_float, check_int, check_memory, check_seed, module_bytes
 
 MAX_CHANNELS, MAX_IMAGE_SIZE = 64, 4096  # a stored net larger than this is a damaged file, not a model
 
@@ -85,19 +86,16 @@ class RND(Detector):
         self._device = super().device
         self.model = None  # the model only chooses the device: RND never reads it
         self._perturb = make_perturbation(perturbation)  # validates the spec
-        sizes = {"epochs": epochs, "width": width, "out_dim": out_dim, "batch_size": batch_size}
-        for name, value in sizes.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise RoseError(f"{name} must be a positive integer, got {value!r}")
-        if lr <= 0 or extra < 0:
-            raise RoseError(f"need lr > 0 and extra ≥ 0, got {lr}, {extra}")
         self.perturbation = perturbation
-        self.epochs = epochs
-        self.lr = lr
-        self.width = width
-        self.out_dim = out_dim
-        self.extra = extra
-        self.seed = seed
+        self.epochs = check_int(epochs, "epochs")
+        self.lr = check_float(lr, "lr", low=0.0, low_open=True)
+        self.width = check_int(width, "width")
+        self.out_dim = check_int(out_dim, "out_dim")
+        self.extra = check_int(extra, "extra", low=0)
+        self.seed = check_seed(seed)
+        nets = module_bytes(lambda: EmbeddingNet(3, self.width, self.out_dim, self.extra))
+        # three nets; the predictor's gradients and Adam's two moments on top
+        check_memory(6 * nets, f"rnd nets of width {width}, out_dim {out_dim}, extra {extra}")
         self.in_channels_: int | None = None
         self.image_size_: int | None = None
         self.predictor_: EmbeddingNet | None = None

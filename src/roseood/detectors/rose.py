@@ -43,7 +43,7 @@ from roseood.integrity import field, same, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.randomness import per_input_seed
-from roseood.validation import check_float, check_int
+from roseood.validation import check_float, check_seed
 
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
@@ -123,7 +123,7 @@ class ROSE(Detector):
         self.trend_ = LikelihoodTrend()
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
-        self.seed = check_int(seed, "seed", low=0)
+        self.seed = check_seed(seed)
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None

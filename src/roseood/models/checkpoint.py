@@ -18,7 +18,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import field, same, shown
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file, verify
-from roseood.validation import check_model_config
+from roseood.validation import check_memory, check_model_config, module_bytes
 
 MODEL_FORMAT = "roseood-model"
 MODEL_VERSION = 1
@@ -46,16 +46,52 @@ def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] |
     save_file(obj, path)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _load_state(model: RoseModel, state: Any, path: str | Path, what: str) -> None:
-    assert isinstance(model, nn.Module)
-    try:
-        model.load_state_dict(state)
-    except (TypeError, KeyError, RuntimeError, AttributeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: weights do not match {what} ({_first_line(exc)})") from None
+SHOWN_KEYS = 3  # tensor names a weight mismatch names before "and N more"
+
+
+def _some(keys: list[str]) -> str:
+    more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
+    return ", ".join(shown(k) for k in keys[:SHOWN_KEYS]) + more
+
+
+def state_mismatch(module: nn.Module, state: Any) -> str | None:
+    """What keeps ``state`` from loading into ``module`` strictly, naming the first few tensors: missing
+    ones, unexpected ones, shape mismatches; None when it fits."""
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()
+    ):
+        return "not a mapping of tensor names to tensors"
+    own = module.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [k for k in own if k in state and state[k].shape != own[k].shape]
+    problems = [f"missing {_some(missing)}"] if missing else []
+    problems += [f"unexpected {_some(unexpected)}"] if unexpected else []
+    if shapes:
+        k = shapes[0]
+        more = f" (and {len(shapes) - 1} more)" if len(shapes) > 1 else ""
+        file_shape, model_shape = tuple(state[k].shape), tuple(own[k].shape)
+        problems.append(f"{shown(k)} has shape {file_shape} in the file, {model_shape} in the model{more}")
+    return "; ".join(problems) or None
+
+
+def load_state(module: RoseModel | nn.Module, state: Any, path: str | Path, what: str) -> None:
+    """Load ``state`` into ``module`` strictly: a missing, unexpected or misshapen tensor is a one-line
+    ``CheckpointError`` naming ``path``, ``what`` it should match, and the first few tensors at fault."""
+    assert isinstance(module, nn.Module)
+    problem = state_mismatch(module, state)
+    if problem is None:
+        try:
+            module.load_state_dict(state)
+        except (TypeError, KeyError, RuntimeError, AttributeError, ValueError) as exc:
+            problem = first_line(exc)
+    if problem is not None:
+        raise CheckpointError(f"{path}: weights do not match {what} ({problem})")
 
 
 def check_model_file(obj: dict[str, Any], path: str | Path) -> None:
@@ -78,6 +114,17 @@ def check_model_file(obj: dict[str, Any], path: str | Path) -> None:
                 field(obj, name, str if name == "factory" else dict)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+
+
+def _build(cls: type[RoseModel], config: dict[str, Any], kind: str) -> RoseModel:
+    """``cls(**config)`` for a config read from a file, refused in one line when its weights cannot fit
+    in memory: measured first by building it on torch's meta device, which allocates nothing."""
+    try:
+        nbytes = module_bytes(lambda: cls(**config))
+    except Exception:  # not buildable on the meta device (diffusion): the real build checks itself
+        nbytes = 0
+    check_memory(nbytes, f"a {kind} of this config", hint="the file's config is too large for this machine")
+    return cls(**config)
 
 
 def _user_model_error(path: str | Path, obj: dict[str, Any]) -> CheckpointError:
@@ -117,16 +164,16 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
             model = load_factory(model_module)
         except RoseError as exc:
             raise CheckpointError(f"{path}: cannot rebuild its {shown(kind)} model ({exc})") from None
-        _load_state(model, obj["state_dict"], path, f"the model of {model_module}")
+        load_state(model, obj["state_dict"], path, f"the model of {model_module}")
     elif kind in FAMILIES:
         try:
             check_model_config(obj["config"], f"{kind} config")
-            model = FAMILIES[str(kind)].cls(**obj["config"])
+            model = _build(FAMILIES[str(kind)].cls, obj["config"], str(kind))
         except (TypeError, KeyError, ValueError, AttributeError, RuntimeError, RoseError) as exc:
             raise CheckpointError(
-                f"{path}: cannot build a {kind} from its stored config ({_first_line(exc)})"
+                f"{path}: cannot build a {kind} from its stored config ({first_line(exc)})"
             ) from None
-        _load_state(model, obj["state_dict"], path, f"the stored {kind} config")
+        load_state(model, obj["state_dict"], path, f"the stored {kind} config")
     else:
         raise _user_model_error(path, obj)
     if obj.get("preprocessing") is not None:
@@ -140,7 +187,7 @@ def _preprocessing(stored: Any, model: RoseModel, path: str | Path) -> Preproces
     try:
         prep = Preprocessing.from_dict(stored)
     except (TypeError, AttributeError, RoseError) as exc:
-        raise CheckpointError(f"{path}: unreadable preprocessing record ({_first_line(exc)})") from None
+        raise CheckpointError(f"{path}: unreadable preprocessing record ({first_line(exc)})") from None
     if model.input_shape not in (None, (prep.channels, prep.size, prep.size)):
         raise CheckpointError(
             f"{path}: preprocessing {prep.describe()} does not fit the model's inputs {model.input_shape}"
@@ -163,7 +210,7 @@ def load_weights(model: RoseModel, path: str | Path) -> RoseModel:
         check_model_file(obj, path)
     state = obj["state_dict"] if ours else obj
     assert isinstance(model, nn.Module)
-    _load_state(model, state, path, f"the {model_name(model)} model")
+    load_state(model, state, path, f"the {model_name(model)} model")
     return model.eval()
 
 
