@@ -97,6 +97,25 @@ def add_model_args(p: argparse.ArgumentParser, several: str = "") -> None:
     p.add_argument("--model-module", metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
 
+def add_report_args(p: argparse.ArgumentParser, what: str) -> None:
+    """``--report DIR`` and ``--gallery K``: the HTML page with ``what`` and the most and least OOD images."""
+    from roseood.evaluation.gallery import GALLERY
+
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help=f"write into this folder {what}, and the most and least OOD images as thumbnails with "
+        "their file names and scores; open DIR/index.html in a browser",
+    )
+    p.add_argument(
+        "--gallery",
+        type=v.non_negative,
+        default=GALLERY,
+        metavar="K",
+        help="images shown at each end (most and least OOD) of every set in the --report page",
+    )
+
+
 def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or progress lines")
 

@@ -13,6 +13,7 @@ from roseood.cli.common import (
     add_model_args,
     add_overwrite,
     add_quiet,
+    add_report_args,
     checked_output,
     load_background_arg,
     load_models_arg,
@@ -38,12 +39,17 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from roseood import distributed
     from roseood.data import open_images
     from roseood.detectors import load_detector
     from roseood.evaluation.evaluate import model_preprocessing
     from roseood.evaluation.scoring import write_scores
 
     out = checked_output(args, args.out, stdout=True)
+    if args.report:
+        checked_output(args, args.report, folder=True, marker="index.html")
     models = load_models_arg(args)
     prep = model_preprocessing(models[0])
     det = load_detector(
@@ -60,8 +66,9 @@ def cmd_score(args: argparse.Namespace) -> None:
         resize=prep.resize,
     )
     data.state_preprocessing()
+    chunks: list[np.ndarray] | None = [] if args.report else None
     threshold = write_scores(
-        det, data, out, threshold=args.threshold, chunk=args.chunk, progress=not args.quiet
+        det, data, out, threshold=args.threshold, chunk=args.chunk, progress=not args.quiet, collect=chunks
     )
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
     where = "standard output" if str(out) == "-" else out
@@ -69,6 +76,23 @@ def cmd_score(args: argparse.Namespace) -> None:
         f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {where}; {cut}",
         file=sys.stderr if str(out) == "-" else sys.stdout,
     )
+    if chunks is not None and distributed.is_main():
+        from roseood.evaluation.gallery import extremes
+        from roseood.evaluation.html_report import write_score_page
+
+        scores = np.concatenate(chunks) if chunks else np.empty(0)
+        shown = extremes(scores, lambda i: data.read(i, i + 1)[0], data.files, args.gallery)
+        page = write_score_page(
+            args.report,
+            scores,
+            shown,
+            method=det.method,
+            data_name=data.name,
+            source=data.source,
+            threshold=threshold,
+            csv=None if str(out) == "-" else str(out),
+        )
+        print(f"wrote {page}", file=sys.stderr if str(out) == "-" else sys.stdout)
 
 
 def register(sub: Any) -> None:
@@ -112,6 +136,7 @@ def register(sub: Any) -> None:
     add_overwrite(p)
     p.add_argument("--background", help="background model, for a saved lratio detector")
     p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
+    add_report_args(p, "an HTML page (index.html) with the histogram of the scores and the threshold")
     add_data_args(p)
     add_quiet(p)
     p.set_defaults(func=cmd_score)

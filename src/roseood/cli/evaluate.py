@@ -13,6 +13,7 @@ from roseood.cli.common import (
     add_eval_args,
     add_overwrite,
     add_quiet,
+    add_report_args,
     checked_output,
     cli_names,
     load_model_arg,
@@ -81,13 +82,19 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         outcome.write_json(args.json)
         print(f"wrote {args.json}")
     if args.report:
-        from roseood.evaluation.report import write_across_report, write_report
+        from roseood.evaluation.html_report import write_evaluation_page
+        from roseood.evaluation.report import safe_name, write_across_report, write_report
         from roseood.evaluation.result import AcrossModels
 
+        report = Path(args.report)
         if isinstance(outcome, AcrossModels):
-            print(f"wrote {write_across_report(outcome, Path(args.report))}")
+            print(f"wrote {write_across_report(outcome, report)}")
+            for name, result in outcome.results.items():  # one page per model, beside its report.md
+                page = write_evaluation_page(result, report / safe_name(name), f"OOD evaluation: {name}")
+                print(f"wrote {page}")
         else:
-            print(f"wrote {write_report(outcome, Path(args.report))}")
+            print(f"wrote {write_report(outcome, report)}")
+            print(f"wrote {write_evaluation_page(outcome, report)}")
 
 
 def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: EvalSpec) -> EvaluationResult:
@@ -98,7 +105,8 @@ def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: Eval
 
     cache = ResultCache(args.cache) if args.cache else None
     model = [load_model_arg(args, p) for p in path] if isinstance(path, list) else load_model_arg(args, path)
-    return evaluate(model, spec, progress=not args.quiet, cache=cache)
+    examples = args.gallery if args.report else 0
+    return evaluate(model, spec, progress=not args.quiet, cache=cache, examples=examples)
 
 
 def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
@@ -178,7 +186,11 @@ def register(sub: Any) -> None:
         "it shows the test-image noise, not that of the Fisher images or of the model's training",
     )
     p.add_argument("--json", help="write settings and metrics as JSON to this file")
-    p.add_argument("--report", help="write a Markdown report with ROC curves and histograms into this folder")
+    add_report_args(
+        p,
+        "a Markdown report (report.md: metrics with intervals, ROC curves, histograms) and an HTML page "
+        "(index.html: AUROCs, ROC curves, each method's histograms with its threshold)",
+    )
     p.add_argument(
         "--cache",
         metavar="DIR",

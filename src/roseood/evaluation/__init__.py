@@ -2,7 +2,9 @@
 
 ``evaluate(model, EvalSpec(...))`` fits every method on in-distribution images and scores the
 in-distribution test set and each OOD set; the ``EvaluationResult`` gives ``metrics()``, JSON, raw
-scores, and ``write_report`` turns it into a Markdown report with ROC curves and histograms.
+scores, and ``write_report`` turns it into a Markdown report with ROC curves and histograms;
+``write_evaluation_page`` (and ``write_score_page`` for one scored set) into an HTML page with the most
+and least OOD images of every set.
 ``ood_metrics`` / ``fpr_at_tpr`` compute AUROC, AUPRC and FPR80/95 for any two score arrays, and
 ``metric_intervals`` their bootstrap intervals. ``AcrossModels`` holds one result per model (e.g.
 per training seed) and every metric's spread across them; ``write_across_report`` reports it.
@@ -26,6 +28,7 @@ from roseood.evaluation.result import AcrossModels, EvaluationResult
 from roseood.evaluation.scoring import score_rows, write_scores
 
 if TYPE_CHECKING:
+    from roseood.evaluation.html_report import write_evaluation_page, write_score_page
     from roseood.evaluation.report import write_across_report, write_index, write_report
 
 
@@ -35,6 +38,10 @@ def __getattr__(name: str) -> Any:
         from roseood.evaluation import report
 
         return getattr(report, name)
+    if name in ("write_evaluation_page", "write_score_page"):
+        from roseood.evaluation import html_report
+
+        return getattr(html_report, name)
     raise AttributeError(f"module 'roseood.evaluation' has no attribute {name!r}")
 
 
@@ -55,7 +62,9 @@ __all__ = [
     "roc_points",
     "score_rows",
     "write_across_report",
+    "write_evaluation_page",
     "write_index",
     "write_report",
+    "write_score_page",
     "write_scores",
 ]

@@ -22,6 +22,7 @@ from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
+from roseood.evaluation.gallery import extremes
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
@@ -312,6 +313,7 @@ def evaluate(
     spec: EvalSpec,
     progress: bool | None = None,
     cache: ResultCache | None = None,
+    examples: int = 0,
 ) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
     every OOD set with the same images and seeds. A list of models: each method as an ``Ensemble`` of
@@ -320,7 +322,8 @@ def evaluate(
     ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress`` True reports
     one bar per stage (fit, each set's scoring) on a terminal, periodic lines in a log. With a ``cache``,
     fitted detectors and scores are stored as they are made and reused, so a re-run after an
-    interruption only computes what is missing.
+    interruption only computes what is missing. ``examples``: keep each set's ``examples`` most and least
+    OOD images per method in ``result.examples`` (for ``write_evaluation_page``).
     """
     if not spec.methods:
         raise RoseError("no methods given")
@@ -378,6 +381,10 @@ def evaluate(
                 scores[name], seconds = run.score(subset.images)
             if name == spec.in_data:
                 result.images_per_second[method] = len(subset) / max(seconds, 1e-9)
+            if examples and not spec.layerwise:
+                result.examples.setdefault(method, {})[name] = extremes(
+                    scores[name], subset.images.__getitem__, subset.files, examples
+                )
         if progress and len(spec.methods) > 1:
             elapsed, left = (
                 time.monotonic() - started,

@@ -133,26 +133,55 @@ def _symlog_ticks(lo: float, hi: float, linthresh: float) -> list[float]:
     return sorted(t for t in ticks if lo <= t <= hi)
 
 
-def plot_histograms(result: EvaluationResult, method: str, path: str | Path) -> Path:
-    """Score histograms of the in-distribution set and every OOD set for one method.
+def plot_histograms(
+    result: EvaluationResult,
+    method: str,
+    path: str | Path,
+    threshold: float | None = None,
+    threshold_label: str = "threshold",
+) -> Path:
+    """Score histograms of the in-distribution set and every OOD set for one method (see
+    ``plot_score_histograms``); each OOD set keeps its colour across methods."""
+    per_set = result.scores.get(method, {})
+    sets = {s: np.asarray(per_set.get(s, ()), float) for s in (result.in_name, *result.ood_sets)}
+    return plot_score_histograms(
+        sets,
+        path,
+        f"{method}: scores on {result.in_name} and OOD sets",
+        reference=result.in_name,
+        threshold=threshold,
+        threshold_label=threshold_label,
+        empty=f"no finite scores for {method}",
+    )
+
+
+def plot_score_histograms(
+    sets: Mapping[str, np.ndarray],
+    path: str | Path,
+    title: str,
+    reference: str | None = None,
+    threshold: float | None = None,
+    threshold_label: str = "threshold",
+    empty: str = "no finite scores",
+) -> Path:
+    """Histograms of the scores of each set, the ``reference`` (in-distribution) set filled in grey,
+    the others outlined in colour ``C0, C1, ...`` in their order; ``threshold`` a dashed red line.
 
     All sets share one set of bins, equal-width on the displayed (linear, log or symlog) axis and
     spanning the robust range; values outside it are counted in the edge bins. Bar heights are the
     fraction of each set's images per bin, so sets of different sizes compare directly.
     Non-finite scores are dropped and counted in the legend.
     """
-    per_set = result.scores.get(method, {})
-    ood_sets = result.ood_sets
-    names = [s for s in (result.in_name, *ood_sets) if s in per_set]
     fig, ax = _figure()
-    ax.set_title(f"{method}: scores on {result.in_name} and OOD sets")
+    ax.set_title(title)
     ax.set_xlabel("score (higher = more OOD)")
     ax.set_ylabel("fraction of images per bin")
-    raw = {s: np.asarray(per_set[s], float).ravel() for s in names}
+    raw = {s: np.asarray(v, float).ravel() for s, v in sets.items()}
+    colours = {s: f"C{i}" for i, s in enumerate(s for s in raw if s != reference)}
     finite = {s: v[np.isfinite(v)] for s, v in raw.items()}
     finite = {s: v for s, v in finite.items() if v.size}
     if not finite:
-        _no_data(ax, f"no finite scores for {method}")
+        _no_data(ax, empty)
         return _save(fig, path)
 
     scale, linthresh = histogram_scale(list(finite.values()))
@@ -170,21 +199,22 @@ def plot_histograms(result: EvaluationResult, method: str, path: str | Path) -> 
     bins: list[float] = to_axis.inverted().transform(np.linspace(axis_lo, axis_hi, HIST_BINS + 1)).tolist()
 
     for name, values in finite.items():
-        is_in = name == result.in_name
-        label = f"{name} ({'in-distribution, ' if is_in else ''}n={values.size}"
+        is_ref = name == reference
+        label = f"{name} ({'in-distribution, ' if is_ref else ''}n={values.size}"
         dropped = raw[name].size - values.size
         label += f", {dropped} non-finite dropped)" if dropped else ")"
-        color = "0.25" if is_in else f"C{ood_sets.index(name)}"
         ax.hist(
             np.clip(values, bins[0], bins[-1]),
             bins=bins,
             weights=np.full(values.size, 1 / values.size),
-            histtype="stepfilled" if is_in else "step",
-            alpha=0.35 if is_in else 1.0,
+            histtype="stepfilled" if is_ref else "step",
+            alpha=0.35 if is_ref else 1.0,
             lw=1.6,
-            color=color,
+            color="0.25" if is_ref else colours[name],
             label=label,
         )
+    if threshold is not None and math.isfinite(threshold) and (scale != "log" or threshold > 0):
+        ax.axvline(threshold, color="red", ls="--", lw=1.6, label=f"{threshold_label}: {threshold:.4g}")
     ax.legend(fontsize=8, title="edge bins include outliers", title_fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, path)

@@ -231,14 +231,15 @@ def markdown_to_html(markdown: str, title: str) -> str:
             body.append("<ul>\n" + "\n".join(f"<li>{_inline(line[2:])}</li>" for line in lines) + "\n</ul>")
         else:
             body.append(f"<p>{_inline(' '.join(lines))}</p>")
-    return _page(title, "\n".join(body))
+    return html_page(title, "\n".join(body))
 
 
-def _page(title: str, body: str) -> str:
+def html_page(title: str, body: str, css: str = "") -> str:
+    """A complete HTML page: ``title`` (escaped here), the reports' style sheet plus ``css``, ``body``."""
     return (
         f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n"
-        f"<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+        f"<style>{_CSS}{css}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
 
 
@@ -276,5 +277,5 @@ def write_index(results_dir: str | Path) -> Path:
     else:
         body = "<p>No reports found.</p>"
     index = root / "index.html"
-    write_text(index, _page("Evaluation reports", f"<h1>Evaluation reports</h1>\n{body}"))
+    write_text(index, html_page("Evaluation reports", f"<h1>Evaluation reports</h1>\n{body}"))
     return index

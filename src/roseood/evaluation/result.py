@@ -11,6 +11,7 @@ import numpy as np
 from scipy import stats
 
 from roseood.errors import RoseError
+from roseood.evaluation.gallery import Extremes
 from roseood.evaluation.metrics import INTERVAL_MIN_SCORES, metric_intervals, ood_metrics
 from roseood.serialization import save_npz, write_json
 
@@ -23,7 +24,8 @@ def metric_text(value: str, interval: tuple[float, float] | None, bold: bool = F
 
 @dataclass
 class EvaluationResult:
-    """``scores[method][set]``: per-image scores; the in-distribution set is keyed ``in_name``."""
+    """``scores[method][set]``: per-image scores; the in-distribution set is keyed ``in_name``;
+    ``examples[method][set]``: the most and least OOD images, for the HTML page (not saved)."""
 
     in_name: str
     settings: dict[str, Any]
@@ -32,6 +34,7 @@ class EvaluationResult:
     missing: dict[str, str] = field(default_factory=dict)  # OOD set -> why it was not evaluated
     bootstrap: int = 0  # resamples for metric intervals (0: none); see add_intervals
     bootstrap_seed: int = 0
+    examples: dict[str, dict[str, Extremes]] = field(default_factory=dict, repr=False)
     _intervals: dict[tuple[str, str], dict[str, tuple[float, float]]] = field(
         default_factory=dict, repr=False
     )
