@@ -88,6 +88,10 @@ def add_data_args(p: argparse.ArgumentParser, seed: int = 2021) -> None:
     p.add_argument("--seed", type=v.seed, default=seed, help="seed (0 ≤ seed < 2**32) for subsets and noise")
     add_device(p)
     p.add_argument("--batch-size", type=v.count, default=64, help="images per forward/backward pass")
+
+
+def add_memory(p: argparse.ArgumentParser) -> None:
+    """``--memory``: the budget of the commands that fit or score detectors."""
     p.add_argument(
         "--memory",
         type=v.cli_type(_memory_size, str),
@@ -228,6 +232,7 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
     )
     add_data_args(p)
+    add_memory(p)
 
 
 def _aggregations() -> str:
