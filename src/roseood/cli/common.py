@@ -222,7 +222,7 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         "--max-size",
         metavar="SIZE",
         help="largest saved ROSE Fisher, e.g. 150M: the layers with the largest eigenbases fall back to "
-        "diagonal Fishers until it fits; auto (default): the layers' own weights or 64 MiB, whichever is "
+        "diagonal Fishers until it fits; auto (default): the layers' own weights or 128 MiB, whichever is "
         "more; none: no bound",
     )
     p.add_argument(

@@ -77,7 +77,7 @@ class ROSE(Detector):
     ``roseood.curvature.memory``) bounds the peak memory of fitting and scoring: batches shrink to fit
     it, and a run that cannot fit is refused before it starts. ``max_size`` bounds the saved Fishers
     (bytes or a size): layers whose Fisher would not fit fall back to ``diag``, those with the largest
-    eigenbases first; ``"auto"``: the chosen layers' own weights (float32) or 64 MiB, whichever is more;
+    eigenbases first; ``"auto"``: the chosen layers' own weights (float32) or 128 MiB, whichever is more;
     None (or ``"none"``): no bound. The choice per layer is in ``fishers_kinds_`` and the saved file.
     """
 
@@ -218,7 +218,7 @@ class ROSE(Detector):
             return kinds
         diag = FISHERS.get("diag")
         limit = (
-            max(sum(diag.file_bytes(s) for s in shapes.values()), 2**26)
+            max(sum(diag.file_bytes(s) for s in shapes.values()), 2**27)
             if self.max_size == "auto"
             else parse_size(self.max_size)
         )
