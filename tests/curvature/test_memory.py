@@ -31,7 +31,7 @@ def test_bad_sizes_are_one_line_errors(text):
 
 
 def test_format_size_reads_back():
-    assert format_size(3.1 * 2**30) == "3.1 GB" and format_size(540 * 2**20) == "540 MB"
+    assert format_size(3.1 * 2**30) == "3.1 GiB" and format_size(540 * 2**20) == "540 MiB"
 
 
 def plan(budget: int | None, wanted: int = 64) -> MemoryPlan:

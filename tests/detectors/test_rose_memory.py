@@ -66,7 +66,7 @@ def test_an_impossible_budget_is_refused_before_any_batch(tiny_vae, images, monk
     calls = []
     real = det._stream
     monkeypatch.setattr(det, "_stream", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
-    expected = r"ROSE-ekfac needs ≈ .* for one image per batch .* budget is 1\.0 MB"
+    expected = r"ROSE-ekfac needs ≈ .* for one image per batch .* budget is 1\.0 MiB"
     with pytest.raises(RoseError, match=expected):
         det.fit(images[:12], held_out=images[12:])
     assert calls == [1]  # the one-image probe, no batch
@@ -123,11 +123,11 @@ def test_cli_memory_and_max_size(cli_data, capsys):
     fit += ["--stats-samples", "8"]
     assert main([*fit, "--out", "d.pt", "--memory", "1M"]) == 2
     last = capsys.readouterr().err.splitlines()[-1]
-    assert last.startswith("error: ROSE-ekfac needs ≈") and "budget is 1.0 MB" in last
+    assert last.startswith("error: ROSE-ekfac needs ≈") and "budget is 1.0 MiB" in last
     assert main([*fit, "--out", "d.pt", "--memory", "lots"]) == 2
     assert "memory must be a size" in capsys.readouterr().err
     assert main([*fit, "--out", "d.pt", "--memory", "16G", "--max-size", "20K"]) == 0
-    assert "budget 16 GB" in capsys.readouterr().err
+    assert "budget 16 GiB" in capsys.readouterr().err
     assert memory.budget(torch.device("cpu"), None) != 16 * 2**30  # the command's budget ends with it
     det = torch.load(cli_data / "d.pt", weights_only=True)
     assert det["params"]["max_size"] == "20K" and "diag" in det["state"]["kinds"].values()

@@ -46,8 +46,8 @@ def parse_size(value: int | float | str) -> int:
 
 
 def format_size(n: float) -> str:
-    """``3.1 GB``, ``540 MB``: sizes as the plan line shows them (powers of 1024)."""
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+    """``3.1 GiB``, ``540 MiB``: sizes as the plan line shows them."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
     return f"{int(n)} B"
@@ -150,7 +150,7 @@ class MemoryPlan:
 
     def line(self) -> str:
         """The plan in one line, e.g. ``ROSE: 35.7 M parameters in 220 layers (one at a time), 1 image
-        (8 rows) per batch, ≈ 3.1 GB peak (budget 4.0 GB)``."""
+        (8 rows) per batch, ≈ 3.1 GiB peak (budget 4.0 GiB)``."""
         rows = f" ({self.images * self.rows} rows)" if self.rows > 1 else ""
         images = f"{self.images} image{'s' if self.images != 1 else ''}{rows} per batch"
         limit = f"budget {format_size(self.budget)}" if self.budget is not None else "no budget"
