@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 from torch import nn
 
-from roseood.curvature import GradientStore, LayerGradients, full_float32
+from roseood.curvature import GradientStore, LayerGrad, LayerGradients, full_float32
+from roseood.curvature.grads import _nbytes
 from roseood.errors import RoseError
 from roseood.models import Glow
 
@@ -128,22 +131,35 @@ def test_with_loss_returns_the_per_sample_loss_it_differentiated(names):
 
 
 def test_gradient_store_keeps_first_pass_batches_within_its_budget(tiny_vae, images):
-    lg = LayerGradients(tiny_vae, ["encoder.conv0"])
-    calls: list[int] = []
+    names = ["encoder.conv0", "encoder.conv1"]
+    lg = LayerGradients(tiny_vae, names)
+    batches = [lg(tiny_vae.rose_loss, images[8 * i : 8 * i + 8]) for i in range(3)]
+    one = sum(_nbytes(g) for g in batches[0].values())
+    store = GradientStore(budget=2 * one + _nbytes(batches[2][names[0]]))  # two batches and one layer
+    for i, grads in enumerate(batches):
+        for name, g in grads.items():
+            store.keep(i, name, g)
+    assert store.kept(0) == batches[0] and store.kept(1) == batches[1]
+    assert store.kept(2) is None  # outgrew the budget half-way: dropped whole, computed again later
 
-    def compute(batch: torch.Tensor) -> dict:
-        calls.append(batch.shape[0])
-        return lg(tiny_vae.rose_loss, batch)
 
-    g = compute(images[:8])["encoder.conv0"]
-    one = g.a.untyped_storage().nbytes() + g.d.untyped_storage().nbytes()
-    calls.clear()
-    store = GradientStore(budget=2 * one)  # room for two of the three batches
-    first = [store.get(i, 0, images[8 * i : 8 * i + 8], compute) for i in range(3)]
-    second = [store.get(i, 1, images[8 * i : 8 * i + 8], compute) for i in range(3)]
-    assert calls == [8, 8, 8, 8]  # the third batch did not fit: computed again in the second pass
-    assert second[0] is first[0] and second[1] is first[1] and second[2] is not first[2]
-    torch.testing.assert_close(second[2]["encoder.conv0"].d, first[2]["encoder.conv0"].d)
+def test_streaming_holds_one_layer_at_a_time_and_equals_the_dict(tiny_vae, images):
+    names = tiny_vae.rose_layers("all")
+    lg = LayerGradients(tiny_vae, names)
+    seen: list[str] = []
+    alive: list[int] = []
+
+    def consume(name: str, g: LayerGrad) -> None:
+        seen.append(name)
+        alive.append(sum(1 for o in gc.get_objects() if isinstance(o, LayerGrad)))
+        torch.testing.assert_close(g.matrix(), whole[name].matrix())
+
+    whole = lg(tiny_vae.rose_loss, images[:4])
+    gc.collect()
+    before = sum(1 for o in gc.get_objects() if isinstance(o, LayerGrad))
+    loss = lg.stream(tiny_vae.rose_loss, images[:4], consume)
+    assert sorted(seen) == sorted(names) and loss.shape == (4,)
+    assert max(alive) <= before + 1  # the one being read (the dict's own are ``before``)
 
 
 def test_full_float32_leaves_cpu_settings_alone():

@@ -52,14 +52,14 @@ def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, mo
         monkeypatch.setattr(ROSE, "grad_cache_bytes", budget)
         det = ROSE(tiny_vae, fisher="ekfac", batch_size=8, stochastic=stochastic)
         calls = []
-        real = det._layer_grads
-        monkeypatch.setattr(det, "_layer_grads", lambda x: calls.append(1) or real(x))
+        real = det._stream
+        monkeypatch.setattr(det, "_stream", lambda *a, **k: calls.append(1) or real(*a, **k))
         det.fit_fisher(images[:16])
         return det, len(calls)
 
     (recomputed, n_recomputed), (reused, n_reused) = fit(0), fit(2**30)
-    assert (n_recomputed, n_reused) == (4, 2)
-    assert fit(2**30, stochastic=True)[1] == 4  # a user's sampled loss may draw new noise in each pass
+    assert (n_recomputed, n_reused) == (1 + 4, 1 + 2)  # the one-image memory probe, then the batches
+    assert fit(2**30, stochastic=True)[1] == 1 + 4  # a user's sampled loss may draw new noise in each pass
     for name, f in recomputed.fishers_.items():
         for key in ("scale", "u_in", "u_out"):
             assert torch.equal(getattr(f, key), getattr(reused.fishers_[name], key)), (name, key)

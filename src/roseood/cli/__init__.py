@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
         return exc.code if isinstance(exc.code, int) else 2
     from roseood import distributed
+    from roseood.curvature.memory import set_memory
     from roseood.progress import show_warnings_as_notes
 
     show_warnings_as_notes()
@@ -55,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = f" (rank {distributed.rank()})" if distributed.launched() else ""
     joined = not distributed.active()  # leave at the end only a process group this call joined
     try:
+        set_memory(getattr(args, "memory", None))
         distributed.init()
         where = f" (rank {distributed.rank()})" if distributed.active() else ""
         with contextlib.ExitStack() as stack:
@@ -73,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _quiet_stdout()
         return 141
     finally:
+        set_memory(None)  # the budget is this command's, never a later call's in the same process
         if joined:
             distributed.shutdown()
     return 0

@@ -90,6 +90,23 @@ def add_data_args(p: argparse.ArgumentParser, seed: int = 2021) -> None:
     p.add_argument("--batch-size", type=v.count, default=64, help="images per forward/backward pass")
 
 
+def add_memory(p: argparse.ArgumentParser) -> None:
+    """``--memory``: the budget of the commands that fit or score detectors."""
+    p.add_argument(
+        "--memory",
+        type=v.cli_type(_memory_size, str),
+        metavar="SIZE",
+        help="peak memory ROSE may use, e.g. 4G or 500M: smaller batches, or a one-line refusal when one "
+        "image does not fit (default: what is in use plus half of the free RAM, or of the GPU's memory)",
+    )
+
+
+def _memory_size(text: str, _name: str) -> int:
+    from roseood.curvature.memory import parse_size
+
+    return parse_size(text)
+
+
 def add_model_args(p: argparse.ArgumentParser, several: str = "") -> None:
     """``--model`` (repeatable when ``several`` says what a repeat means) and ``--model-module``."""
     text = "roseood model checkpoint (with --model-module: its weights)"
@@ -221,12 +238,20 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         help=f"how ROSE combines layer scores: {_aggregations()}; e.g. relu-norm:beta=3 or gmm:k=4",
     )
     p.add_argument(
+        "--max-size",
+        metavar="SIZE",
+        help="largest saved ROSE Fisher, e.g. 150M: the layers with the largest eigenbases fall back to "
+        "diagonal Fishers until it fits; auto (default): the layers' own weights or 128 MiB, whichever is "
+        "more; none: no bound",
+    )
+    p.add_argument(
         "--adjust",
         choices=ADJUSTMENTS,
         help="beyond the paper: nll divides each ROSE layer score by its in-distribution trend in the "
         "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
     )
     add_data_args(p)
+    add_memory(p)
 
 
 def _aggregations() -> str:
@@ -240,7 +265,8 @@ def _aggregations() -> str:
     return ", ".join(one(name) for name in AGGREGATIONS)
 
 
-DETECTOR_OPTIONS = ("layers", "aggregate", "adjust")  # given to every method whose detector takes them
+# given to every method whose detector takes them
+DETECTOR_OPTIONS = ("layers", "aggregate", "adjust", "max_size")
 
 
 def spec_from_args(args: argparse.Namespace, methods: list[str]) -> Any:

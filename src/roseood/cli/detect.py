@@ -10,6 +10,7 @@ from roseood import validation as v
 from roseood.cli.common import (
     add_data_args,
     add_eval_args,
+    add_memory,
     add_model_args,
     add_overwrite,
     add_quiet,
@@ -138,5 +139,6 @@ def register(sub: Any) -> None:
     p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
     add_report_args(p, "an HTML page (index.html) with the histogram of the scores and the threshold")
     add_data_args(p)
+    add_memory(p)
     add_quiet(p)
     p.set_defaults(func=cmd_score)

@@ -13,6 +13,7 @@ from roseood.curvature.fisher import (
     DiagFisher,
     FactorCache,
     Fisher,
+    LayerShape,
     make_fisher,
 )
 from roseood.curvature.grads import GradientStore, LayerGrad, LayerGradients, full_float32, supports
@@ -48,6 +49,7 @@ __all__ = [
     "LayerGradients",
     "LayerHandler",
     "LayerReport",
+    "LayerShape",
     "check_layers",
     "declare_mask",
     "format_layer_report",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -32,6 +33,29 @@ from roseood.integrity import count, field, tensor
 from roseood.registry import Registry
 
 DENSE_MAX_PARAMS = 4096
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """A layer's gradient matrix as the Fishers see it: ``groups`` blocks of (d_out, d_in) each."""
+
+    d_in: int
+    d_out: int
+    groups: int = 1
+
+    @classmethod
+    def of(cls, g: LayerGrad) -> LayerShape:
+        return cls(g.a.shape[2] // g.groups, g.d.shape[2] // g.groups, g.groups)
+
+    @property
+    def params(self) -> int:
+        """Entries of the gradient matrix (the layer's parameters, the bias as a column)."""
+        return self.groups * self.d_in * self.d_out
+
+    @property
+    def factors(self) -> int:
+        """Entries of the Kronecker factors (one d_in² and one d_out² matrix per group)."""
+        return self.groups * (self.d_in**2 + self.d_out**2)
 
 
 def pack_tril(m: Tensor, offset: int = 0) -> Tensor:
@@ -175,6 +199,16 @@ class Fisher(ABC):
         if self.count == 0:
             raise RoseError("the Fisher was fitted on no samples")
 
+    @classmethod
+    @abstractmethod
+    def file_bytes(cls, shape: LayerShape) -> int:
+        """Bytes its saved state takes for a layer of this shape."""
+
+    @classmethod
+    @abstractmethod
+    def work_bytes(cls, shape: LayerShape) -> int:
+        """Bytes it holds while fitting or scoring such a layer (float64 sums, unpacked bases), at most."""
+
 
 class DiagFisher(Fisher):
     name = "diag"
@@ -201,10 +235,18 @@ class DiagFisher(Fisher):
         return g.flat().double().pow(2) @ inverse
 
     def state(self) -> dict[str, Any]:
-        return {"sq": self.sq, "count": self.count}
+        return {"sq": self.sq.float() if self.sq is not None else None, "count": self.count}
+
+    @classmethod
+    def file_bytes(cls, shape: LayerShape) -> int:
+        return 4 * shape.params
+
+    @classmethod
+    def work_bytes(cls, shape: LayerShape) -> int:
+        return 3 * 8 * shape.params  # the sums, one batch's sums and the inverse, float64
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.sq = tensor(field(state, "sq", Tensor), "sq", nonnegative=True)
+        self.sq = tensor(field(state, "sq", Tensor), "sq", nonnegative=True).double()
         self.count = count(state, "count")
 
 
@@ -245,6 +287,14 @@ class DenseFisher(Fisher):
     def state(self) -> dict[str, Any]:
         assert self.chol is not None
         return {"chol": pack_tril(self.chol), "size": self.chol.shape[0], "count": self.count}
+
+    @classmethod
+    def file_bytes(cls, shape: LayerShape) -> int:
+        return 8 * shape.params * (shape.params + 1) // 2
+
+    @classmethod
+    def work_bytes(cls, shape: LayerShape) -> int:
+        return 3 * 8 * shape.params**2
 
     def load_state(self, state: dict[str, Any]) -> None:
         size = count(state, "size")
@@ -335,6 +385,21 @@ class KFAC(Fisher):
         """The eigenvalues scoring needs, by attribute name."""
         return {"eig_in": self.eig_in, "eig_out": self.eig_out}
 
+    @classmethod
+    def file_bytes(cls, shape: LayerShape) -> int:
+        # Householder reflectors and tau: n(n+1)/2 float32 numbers per basis, plus the eigenvalues
+        bases = shape.groups * (shape.d_in * (shape.d_in + 1) + shape.d_out * (shape.d_out + 1)) // 2
+        return 4 * (bases + cls._eigenvalue_count(shape))
+
+    @classmethod
+    def _eigenvalue_count(cls, shape: LayerShape) -> int:
+        return shape.groups * (shape.d_in + shape.d_out)
+
+    @classmethod
+    def work_bytes(cls, shape: LayerShape) -> int:
+        # float64 factors, a batch's factors, their bases (and eigh's copy), the float32 cast of the bases
+        return 4 * 8 * shape.factors + 4 * shape.factors + 2 * 8 * cls._eigenvalue_count(shape)
+
     def state(self) -> dict[str, Any]:
         values = {k: v.float() for k, v in self._values().items() if v is not None}
         if self._packed is not None:
@@ -387,6 +452,10 @@ class EKFAC(KFAC):
 
     def _values(self) -> dict[str, Tensor | None]:
         return {"scale": self.scale}
+
+    @classmethod
+    def _eigenvalue_count(cls, shape: LayerShape) -> int:
+        return shape.params
 
     def state(self) -> dict[str, Any]:
         return super().state() | {"scale_count": self.scale_count}

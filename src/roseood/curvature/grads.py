@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -31,7 +31,7 @@ from roseood.curvature.handlers import LayerHandler, attribute_mask, parametrize
 from roseood.curvature.layergrad import LayerGrad
 from roseood.errors import RoseError
 
-__all__ = ["GradientStore", "LayerGrad", "LayerGradients", "full_float32", "supports"]
+__all__ = ["GradientStore", "LayerGrad", "LayerGradients", "full_float32", "layer_bytes", "supports"]
 
 
 def supports(module: nn.Module) -> bool:
@@ -66,6 +66,13 @@ def _nbytes(g: LayerGrad) -> int:
     return sum(t.untyped_storage().nbytes() for t in tensors if t is not None)
 
 
+def layer_bytes(g: LayerGrad) -> int:
+    """Memory one layer's gradients take while a Fisher reads them, at most: their factors and three
+    products the size of the per-sample gradient matrices (formed, squared, rotated)."""
+    params = g.n * g.d.shape[2] * g.a.shape[2] // g.groups
+    return _nbytes(g) + 3 * params * g.a.element_size()
+
+
 class GradientStore:
     """The first pass's layer gradients, batch by batch up to ``budget`` bytes, for later passes over the
     same images (EKFAC's eigenvalue pass) to reuse instead of running the model again. Only valid for a
@@ -77,21 +84,24 @@ class GradientStore:
         self._used = 0
         self._full = budget <= 0
 
-    def get(
-        self, index: int, pass_index: int, batch: Tensor, compute: Callable[[Tensor], dict[str, LayerGrad]]
-    ) -> dict[str, LayerGrad]:
-        """Batch ``index``'s gradients in pass ``pass_index``: kept ones after the first pass, else
-        ``compute(batch)`` (kept in the first pass while the budget lasts; batches are kept in order)."""
-        if pass_index > 0 and index < len(self._kept):
-            return self._kept[index]
-        grads = compute(batch)
-        if pass_index == 0 and not self._full:
-            size = sum(_nbytes(g) for g in grads.values())
-            self._full = self._used + size > self.budget
-            if not self._full:
-                self._kept.append(grads)
-                self._used += size
-        return grads
+    def kept(self, index: int) -> dict[str, LayerGrad] | None:
+        """Batch ``index``'s kept gradients, by layer; None when that batch was not kept."""
+        return self._kept[index] if index < len(self._kept) else None
+
+    def keep(self, index: int, name: str, g: LayerGrad) -> None:
+        """Offer layer ``name``'s gradients of batch ``index`` during the first pass: kept while the budget
+        lasts (batches whole and in order; a batch that outgrows it is dropped and nothing more is kept)."""
+        if self._full:
+            return
+        if index == len(self._kept):
+            self._kept.append({})
+        size = _nbytes(g)
+        self._full = self._used + size > self.budget
+        if self._full:
+            self._used -= sum(_nbytes(k) for k in self._kept.pop().values())
+            return
+        self._kept[index][name] = g
+        self._used += size
 
 
 class _Call(nn.Module):
@@ -227,84 +237,121 @@ class LayerGradients:
         return masks[0] * masks[1] if len(masks) == 2 else (masks[0].detach() if masks else None)
 
     def _hooked(
-        self, loss_fn: Callable[[Tensor], Tensor], x: Tensor, layers: list[int]
-    ) -> tuple[dict[int, LayerGrad], Tensor]:
-        """One forward and backward pass with hooks on the layers that have handlers; also returns the
-        per-sample loss of that pass. A layer may run several times (shared weights) and on a batch
-        expanded inside the loss (rows a multiple of the samples): see :func:`_per_sample`."""
-        inputs: dict[int, list[Tensor]] = {i: [] for i in layers}
-        outputs: dict[int, list[Tensor]] = {i: [] for i in layers}
+        self,
+        loss_fn: Callable[[Tensor], Tensor],
+        x: Tensor,
+        layers: list[int],
+        consume: Callable[[int, LayerGrad], None],
+    ) -> Tensor:
+        """One forward and backward pass with hooks on the layers that have handlers, handing each
+        layer's gradients to ``consume`` as soon as the backward pass has reached all its calls (then
+        dropped: one layer's per-sample gradients are alive at a time, whatever the number of layers);
+        returns the per-sample loss of that pass. A layer may run several times (shared weights) and on a
+        batch expanded inside the loss (rows a multiple of the samples): see :func:`_per_sample`.
 
-        def hook(i: int) -> Callable[[nn.Module, tuple[Tensor, ...], Tensor], None]:
-            def store(_m: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> None:
+        Each hooked output ``y`` is passed on as ``y + z`` with a zero scalar leaf ``z`` (exactly the
+        same values); differentiating w.r.t. the ``z`` runs the backward pass through every layer while tensor
+        hooks read each ``∂loss/∂y`` in flight, so no output gradient outlives its layer."""
+        n = x.shape[0]
+        zeros: list[Tensor] = []
+        inputs: dict[int, list[Tensor | None]] = {i: [] for i in layers}
+        shapes: dict[int, list[torch.Size]] = {i: [] for i in layers}
+        arrived: dict[int, dict[int, LayerGrad]] = {i: {} for i in layers}
+        reached: dict[tuple[int, int, int, int], Tensor] = {}  # rows the first sample's loss reaches
+        probing = False
+
+        def layer_grad(i: int, c: int, gy: Tensor) -> None:
+            handler = self.handlers[i]
+            assert handler is not None
+            inp = inputs[i][c]
+            assert inp is not None
+            g = handler.grad(self.modules[i], inp, gy, self._mask(i))
+            arrived[i][c] = _per_sample(g, self._orders.get((i, c, gy.shape[0], n)), n, self.names[i])
+            inputs[i][c] = None
+            if len(arrived[i]) == len(shapes[i]):
+                done = _concat_calls([arrived[i].pop(k) for k in sorted(arrived[i])])
+                done.coords = self._coords.get(i)
+                consume(i, done)
+
+        def grad_hook(i: int, c: int) -> Callable[[Tensor], None]:
+            def read(gy: Tensor) -> None:
+                if probing:
+                    reached[(i, c, gy.shape[0], n)] = gy.detach().flatten(1).ne(0).any(1)
+                else:
+                    layer_grad(i, c, gy.detach())
+
+            return read
+
+        def hook(i: int) -> Callable[[nn.Module, tuple[Tensor, ...], Tensor], Tensor]:
+            def store(_m: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> Tensor:
                 inputs[i].append(inp[0].detach())
-                outputs[i].append(out)
+                shapes[i].append(out.shape)
+                zeros.append(out.new_zeros((), requires_grad=True))
+                passed = out + zeros[-1]
+                passed.register_hook(grad_hook(i, len(shapes[i]) - 1))
+                return passed
 
             return store
 
-        n = x.shape[0]
         handles = [self.modules[i].register_forward_hook(hook(i)) for i in layers]
         try:
             with torch.enable_grad():
                 loss = loss_fn(x)
                 check_loss_rows(loss, n)
-                missing = [self.names[i] for i in layers if not outputs[i]]
+                missing = [self.names[i] for i in layers if not shapes[i]]
                 if missing:
                     raise RoseError(f"layers {missing} were not used by the model's forward pass")
-                flat = [((i, c, y.shape[0], n), y) for i in layers for c, y in enumerate(outputs[i])]
-                probe = [(key, y) for key, y in flat if y.shape[0] != n and key not in self._orders]
-                grads = torch.autograd.grad(loss.sum(), [y for _, y in flat], retain_graph=bool(probe))
-                self._orders |= self._owners(loss, probe)
+                keys = [(i, c, s[0], n) for i in layers for c, s in enumerate(shapes[i])]
+                probe = [k for k in keys if k[2] != n and k not in self._orders]
+                if probe:
+                    probing = True
+                    first = torch.zeros_like(loss)
+                    first[0] = 1.0
+                    torch.autograd.grad(loss, zeros, first, retain_graph=True, allow_unused=True)
+                    probing = False
+                    self._orders |= self._owners(probe, reached, x.device)
+                torch.autograd.grad(loss.sum(), zeros, allow_unused=True)
         finally:
             for h in handles:
                 h.remove()
-        result: dict[int, LayerGrad] = {}
-        k = 0
-        for i in layers:
-            handler = self.handlers[i]
-            assert handler is not None
-            calls = []
-            for c, inp in enumerate(inputs[i]):
-                g = handler.grad(self.modules[i], inp, grads[k].detach(), self._mask(i))
-                calls.append(_per_sample(g, self._orders.get((i, c, g.a.shape[0], n)), n, self.names[i]))
-                k += 1
-            result[i] = _concat_calls(calls)
-            result[i].coords = self._coords.get(i)
-        return result, loss.detach()
+        for i in layers:  # calls whose output the loss never reached: a zero gradient
+            for c, shape in enumerate(shapes[i]):
+                if inputs[i][c] is not None:
+                    layer_grad(i, c, x.new_zeros(shape))
+        return loss.detach()
 
     def _owners(
-        self, loss: Tensor, expanded: list[tuple[tuple[int, int, int, int], Tensor]]
+        self,
+        expanded: list[tuple[int, int, int, int]],
+        reached: dict[tuple[int, int, int, int], Tensor],
+        device: torch.device,
     ) -> dict[tuple[int, int, int, int], Tensor | None]:
         """For each (layer, call, rows, samples) whose rows are not the samples: the row order grouping
         each sample's rows, None when they already are (cached: the loss expands every batch of that size
         the same way).
 
-        Found by one more backward pass of the first sample's loss alone: gradients are exactly zero on
-        the rows it does not reach (no rounding: autograd propagates exact zeros), so its rows tell
-        whether the batch was expanded image-major (``repeat_interleave``) or copy-major (``repeat``). A
-        layer whose rows follow neither (e.g. mix samples) is a ``RoseError``."""
-        if not expanded:
-            return {}
-        n = loss.shape[0]
-        first = torch.zeros_like(loss)
-        first[0] = 1.0
-        probes = torch.autograd.grad(loss, [y for _, y in expanded], grad_outputs=first)
+        Read off one more backward pass of the first sample's loss alone (``reached``: the rows it
+        reaches): gradients are exactly zero on the rows it does not reach (no rounding: autograd
+        propagates exact zeros), so its rows tell whether the batch was expanded image-major
+        (``repeat_interleave``) or copy-major (``repeat``). A layer whose rows follow neither (e.g. mix
+        samples) is a ``RoseError``."""
         owners: dict[tuple[int, int, int, int], Tensor | None] = {}
-        for (key, y), probe in zip(expanded, probes, strict=True):
-            rows = y.shape[0]
-            reached = probe.detach().flatten(1).ne(0).any(1)
-            layouts = [
-                torch.arange(rows, device=y.device) // max(rows // n, 1),
-                torch.arange(rows, device=y.device) % n,
+        for key in expanded:
+            rows, n = key[2], key[3]
+            hit = reached.get(key)
+            layouts = [torch.arange(rows) // max(rows // n, 1), torch.arange(rows) % n]
+            fits = [
+                lay
+                for lay in layouts
+                if rows % n == 0 and (hit is None or not bool(hit.cpu()[lay != 0].any()))
             ]
-            fits = [lay for lay in layouts if rows % n == 0 and not bool(reached[lay != 0].any())]
             if not fits:
                 raise RoseError(
                     f"layer {self.names[key[0]]} runs on {rows} rows for {n} samples, neither as K copies "
                     "per sample (x.repeat_interleave(K, 0)) nor as K copies of the batch (x.repeat(K, ...)): "
                     "per-sample gradients cannot be read off its outputs"
                 )
-            owners[key] = None if fits[0] is layouts[0] else torch.argsort(fits[0], stable=True)
+            owners[key] = None if fits[0] is layouts[0] else torch.argsort(fits[0], stable=True).to(device)
         return owners
 
     def _vmapped(
@@ -343,15 +390,30 @@ class LayerGradients:
         self, loss_fn: Callable[[Tensor], Tensor], x: Tensor
     ) -> tuple[dict[str, LayerGrad], Tensor]:
         """The layers' per-sample gradients and the per-sample loss (N,) they are gradients of."""
-        fast = [i for i, h in enumerate(self.handlers) if h is not None]
-        slow = [i for i, h in enumerate(self.handlers) if h is None]
+        result: dict[str, LayerGrad] = {}
+        loss = self.stream(loss_fn, x, result.__setitem__)
+        return {n: result[n] for n in self.names}, loss
+
+    def stream(
+        self,
+        loss_fn: Callable[[Tensor], Tensor],
+        x: Tensor,
+        consume: Callable[[str, LayerGrad], None],
+        only: Collection[str] | None = None,
+    ) -> Tensor:
+        """Hand each layer's per-sample gradients to ``consume(name, grads)`` as soon as they are formed,
+        keeping none of them (the memory of one layer at a time); returns the per-sample loss (N,).
+        ``only``: just these layers (the others are not hooked)."""
+        chosen = [i for i, n in enumerate(self.names) if only is None or n in only]
+        fast = [i for i in chosen if self.handlers[i] is not None]
+        slow = [i for i in chosen if self.handlers[i] is None]
         with full_float32(x.device):
             if fast:
-                result, loss = self._hooked(loss_fn, x, fast)
+                loss = self._hooked(loss_fn, x, fast, lambda i, g: consume(self.names[i], g))
             else:
-                result = {}
                 with torch.no_grad():
                     loss = loss_fn(x)
             if slow:
-                result |= self._vmapped(loss_fn, x, slow)
-        return {n: result[i] for i, n in enumerate(self.names)}, loss
+                for i, g in self._vmapped(loss_fn, x, slow).items():
+                    consume(self.names[i], g)
+        return loss

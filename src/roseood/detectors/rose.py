@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any, Self
 
 import numpy as np
@@ -23,11 +24,15 @@ from roseood.curvature import (
     FactorCache,
     Fisher,
     GradientStore,
+    LayerGrad,
     LayerGradients,
     LayerReport,
+    LayerShape,
     check_layers,
     make_fisher,
 )
+from roseood.curvature.grads import layer_bytes
+from roseood.curvature.memory import MemoryPlan, budget, format_size, in_use, parse_size, saved_bytes
 from roseood.data.tensors import iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
@@ -42,6 +47,7 @@ from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, Ros
 from roseood.integrity import field, same, shown, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
+from roseood.progress import note
 from roseood.randomness import per_input_seed
 from roseood.validation import check_float, check_seed
 
@@ -67,14 +73,19 @@ class ROSE(Detector):
     scores) raise a ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
     ``batch_size`` counts rows of the model's loss: a model whose loss runs each image several times
     (a diffusion model's K pairs, ``rows_per_input``) gets ``batch_size // K`` images per batch, so
-    memory does not grow with K.
+    memory does not grow with K. ``memory`` (bytes or a size such as ``"4G"``; default: see
+    ``roseood.curvature.memory``) bounds the peak memory of fitting and scoring: batches shrink to fit
+    it, and a run that cannot fit is refused before it starts. ``max_size`` bounds the saved Fishers
+    (bytes or a size): layers whose Fisher would not fit fall back to ``diag``, those with the largest
+    eigenbases first; ``"auto"``: the chosen layers' own weights (float32) or 128 MiB, whichever is more;
+    None (or ``"none"``): no bound. The choice per layer is in ``fishers_kinds_`` and the saved file.
     """
 
     method = "rose"
     keeps_held_out = True  # layer statistics come from the held-out images
     layerwise = True
     reports_fit_warnings = True
-    runtime_params = ("progress", "loss_fn")
+    runtime_params = ("progress", "loss_fn", "memory")
     grad_cache_bytes: int = 2**29
     """Memory the first Fisher pass may keep its layer gradients in for EKFAC's second pass, which then
     skips the model for those batches (0: always recompute; the kept gradients add to the peak memory)."""
@@ -95,6 +106,8 @@ class ROSE(Detector):
         aggregate: str = DEFAULT_AGGREGATION,
         adjust: str = "none",
         batch_size: int = 64,
+        max_size: int | str | None = "auto",
+        memory: int | str | None = None,
         progress: bool | None = None,
     ) -> None:
         if loss_fn is not None and isinstance(model, torch.nn.Module):
@@ -124,6 +137,15 @@ class ROSE(Detector):
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
         self.seed = check_seed(seed)
+        if isinstance(max_size, str) and max_size.lower() in ("auto", "none"):
+            max_size = None if max_size.lower() == "none" else "auto"
+        elif max_size is not None:
+            parse_size(max_size)
+        self.max_size = max_size
+        self.memory = memory if memory is None else parse_size(memory)
+        self.fisher_kinds_: dict[str, str] = {}
+        self._probed: dict[torch.device, tuple[dict[str, LayerShape], int]] = {}
+        self._stated: set[str] = set()
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
@@ -134,13 +156,85 @@ class ROSE(Detector):
         """Images per batch: ``batch_size`` rows of the loss over the rows each image becomes (≥ 1)."""
         return max(1, self.batch_size // getattr(self.model, "rows_per_input", 1))
 
-    def _layer_grads(self, x: Tensor) -> tuple[dict[str, Any], Tensor]:
-        """Per-sample gradients of the chosen layers and the per-sample loss they differentiate."""
+    def _stream(
+        self, x: Tensor, consume: Callable[[str, LayerGrad], None], only: set[str] | None = None
+    ) -> Tensor:
+        """Hand each chosen layer's per-sample gradients (one layer at a time) to ``consume``; returns
+        the per-sample loss they differentiate."""
         self.model.eval()
         with per_input_seed(self.seed):
-            return self._grads.with_loss(
-                lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x.to(self.device)
+            loss = lambda b: self.model.rose_loss(b, stochastic=self.stochastic)  # noqa: E731
+            return self._grads.stream(loss, x.to(self.device), consume, only)
+
+    def _probe(self, x: Tensor) -> tuple[dict[str, LayerShape], int]:
+        """The layers' shapes and the bytes one image adds to a batch (the activations the backward pass
+        keeps, the largest layer's per-sample gradients and their products), from one image; measured once
+        per device, without moving any random number generator."""
+        if self.device not in self._probed:
+            shapes: dict[str, LayerShape] = {}
+            largest = [0]
+
+            def measure(name: str, g: LayerGrad) -> None:
+                shapes[name] = LayerShape.of(g)
+                largest[0] = max(largest[0], layer_bytes(g))
+
+            held = (*self._grads.model.parameters(), *self._grads.model.buffers())
+            weights = {t.untyped_storage().data_ptr() for t in held}
+            devices = [self.device] if self.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices), saved_bytes(weights) as saved:
+                self._stream(x[:1], measure)
+            self._probed[self.device] = shapes, int(1.25 * (saved() + largest[0]))
+        return self._probed[self.device]
+
+    def _plan(self, x: Tensor, kinds: dict[str, str], extra: int = 0) -> MemoryPlan:
+        """Images per batch within the memory budget for these layers' Fishers (``extra``: more bytes held,
+        e.g. kept gradients), stated once on the progress output; refused in one line if even one image
+        does not fit, before any batch runs."""
+        limit = budget(self.device, self.memory)
+        known = limit is None and self.device in self._probed
+        shapes, per_image = self._probed[self.device] if known else self._probe(x)
+        fishers = sum(FISHERS.get(kinds[n]).work_bytes(shapes[n]) for n in kinds)
+        plan = MemoryPlan(
+            params=sum(s.params for s in shapes.values()),
+            layers=len(shapes),
+            rows=getattr(self.model, "rows_per_input", 1),
+            fixed=in_use(self.device) + fishers + extra,
+            per_image=per_image,
+            wanted=self.images_per_batch,
+            budget=limit,
+            what=f"ROSE-{self.fisher}",
+        )
+        plan.check()
+        if self.progress and plan.line() not in self._stated:
+            self._stated.add(plan.line())
+            note(plan.line())
+        return plan
+
+    def choose_fishers(self, shapes: dict[str, LayerShape]) -> dict[str, str]:
+        """The Fisher of each layer: ``fisher``, except that while the saved Fishers would exceed
+        ``max_size`` the layers whose Fisher outgrows a diagonal one the most become ``diag``."""
+        kinds = dict.fromkeys(self.layers, self.fisher)
+        if self.max_size is None:
+            return kinds
+        diag = FISHERS.get("diag")
+        limit = (
+            max(sum(diag.file_bytes(s) for s in shapes.values()), 2**27)
+            if self.max_size == "auto"
+            else parse_size(self.max_size)
+        )
+        size = {n: FISHERS.get(self.fisher).file_bytes(shapes[n]) for n in self.layers}
+        total = sum(size.values())
+        for n in sorted(self.layers, key=lambda n: size[n] - diag.file_bytes(shapes[n]), reverse=True):
+            if total <= limit:
+                break
+            total += diag.file_bytes(shapes[n]) - size[n]
+            kinds[n] = "diag"
+        if total > limit:
+            raise RoseError(
+                f"even a diagonal Fisher of these layers takes {format_size(total)}, more than max_size "
+                f"{format_size(limit)}: raise max_size or choose fewer layers"
             )
+        return kinds
 
     def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
         """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
@@ -178,19 +272,34 @@ class ROSE(Detector):
         before each pass ends, and rank 0's eigendecompositions are shared with every process. With a
         deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
         instead of running the model again."""
-        self.fishers_ = {name: make_fisher(self.fisher, self.damping) for name in self.layers}
-        passes = next(iter(self.fishers_.values())).passes
         distributed.check_enough(x.shape[0], "Fisher images")
         x = x[distributed.shard(x.shape[0])]
-        store = GradientStore(self.grad_cache_bytes if passes > 1 and not self.stochastic else 0)
+        self.fisher_kinds_ = self.choose_fishers(self._probe(x)[0])
+        self.fishers_ = {n: make_fisher(kind, self.damping) for n, kind in self.fisher_kinds_.items()}
+        passes = max(f.passes for f in self.fishers_.values())
+        plan = self._plan(x, self.fisher_kinds_)
+        room = plan.budget - plan.peak if plan.budget is not None else self.grad_cache_bytes
+        store = GradientStore(min(self.grad_cache_bytes, room) if passes > 1 and not self.stochastic else 0)
         for pass_index in range(passes):
+            fishers = {n: f for n, f in self.fishers_.items() if pass_index < f.passes}
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
-            for i, batch in enumerate(iter_batches(x, self.images_per_batch, desc)):
-                grads = store.get(i, pass_index, batch, lambda b: self._layer_grads(b)[0])
-                for name, g in grads.items():
-                    self.fishers_[name].update(g, pass_index)
+            for i, batch in enumerate(iter_batches(x, plan.images, desc)):
+                kept = store.kept(i) if pass_index > 0 else None
+                if kept is not None:
+                    for name, g in kept.items():
+                        fishers[name].update(g, pass_index)
+                    continue
+
+                def update(
+                    name: str, g: LayerGrad, i: int = i, p: int = pass_index, fs: dict[str, Fisher] = fishers
+                ) -> None:
+                    fs[name].update(g, p)
+                    if p == 0 and fs[name].passes > 1:
+                        store.keep(i, name, g)
+
+                self._stream(batch, update, only=set(fishers) if pass_index > 0 else None)
             factors = FactorCache()
-            for f in self.fishers_.values():
+            for f in fishers.values():
                 if distributed.active():
                     f.reduce_sums(pass_index, distributed.all_reduce)
                 f.end_pass(pass_index, factors)
@@ -235,10 +344,16 @@ class ROSE(Detector):
         """Raw layer scores (N, layers) and the per-sample loss (N,), both float64 on the CPU."""
         if not self.fishers_:
             raise RoseError("ROSE detector is not fitted: call fit() or load() first")
+        plan = self._plan(x, self.fisher_kinds_)
         scores, losses = [], []
-        for batch in iter_batches(x, self.images_per_batch, desc if self.progress else None):
-            grads, loss = self._layer_grads(batch)
-            scores.append(torch.stack([self.fishers_[n].quad(grads[n]) for n in self.layers], 1))
+        for batch in iter_batches(x, plan.images, desc if self.progress else None):
+            layer: dict[str, Tensor] = {}
+
+            def quad(name: str, g: LayerGrad, layer: dict[str, Tensor] = layer) -> None:
+                layer[name] = self.fishers_[name].quad(g)
+
+            loss = self._stream(batch, quad)
+            scores.append(torch.stack([layer[n] for n in self.layers], 1))
             losses.append(loss.double())
         return torch.cat(scores).cpu(), torch.cat(losses).cpu()
 
@@ -259,6 +374,7 @@ class ROSE(Detector):
         return {
             "version": STATE_VERSION,
             "fishers": {n: f.state() for n, f in self.fishers_.items()},
+            "kinds": dict(self.fisher_kinds_),
             "mean": self.mean_,
             "std": self.std_,
             "aggregation": self.aggregation_.state(),
@@ -277,13 +393,22 @@ class ROSE(Detector):
                 f"field 'state.fishers' must hold one Fisher per layer of the detector "
                 f"({len(self.layers)}), found {shown(list(fishers))}"
             )
+        # files from before per-layer choices hold one Fisher kind for all layers
+        one = dict.fromkeys(fishers, self.fisher)
+        kinds = field(state, "kinds", dict, "state.") if "kinds" in state else one
+        if list(kinds) != self.layers or any(k not in FISHERS.names() for k in kinds.values()):
+            raise CheckpointError(
+                f"field 'state.kinds' must name a Fisher for each layer of the detector, found {shown(kinds)}"
+            )
+        self.fisher_kinds_ = {str(n): str(k) for n, k in kinds.items()}
         self.fishers_ = {}
         for name in fishers:
-            f = make_fisher(self.fisher, self.damping)
+            f = make_fisher(self.fisher_kinds_[name], self.damping)
             try:
                 f.load_state(field(fishers, name, dict, "state.fishers."))
             except CheckpointError as exc:
-                raise CheckpointError(f"the {self.fisher} Fisher of layer {name}: {exc}") from None
+                kind = self.fisher_kinds_[name]
+                raise CheckpointError(f"the {kind} Fisher of layer {name}: {exc}") from None
             self.fishers_[name] = f
         n = (len(self.layers),)
         self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()

@@ -1,0 +1,204 @@
+"""ROSE and the diffusion baselines on Ho et al.'s 35.7 M-parameter CIFAR-10 DDPM architecture, with random
+weights (cost and memory only): fit, save, load and score per method, each in its own process, with its
+peak resident memory, wall time and detector size, and ROSE's scoring time over the forward + backward
+pass of its own K-pair loss on the same images and batches. Run:
+
+    nice -n 10 python benchmarks/scale.py --memory 6G [--fit 16 --stats 8 --test 8] [--json out.json]
+
+The diffusers folder (random weights, seed 0) is written to ``--folder`` first if it is not there. A
+method whose process grows past ``--kill`` resident memory is stopped and reported as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from roseood.curvature.memory import format_size, parse_size, set_memory
+from roseood.detectors import ROSE, Detector, make_detector
+from roseood.evaluation.evaluate import machine_description
+from roseood.models.diffusion import DiffusionModel, export_diffusers, is_diffusers_folder, load_diffusers
+
+# Ho et al. (2020)'s CIFAR-10 UNet as a diffusers UNet2DModel: 35.7 M parameters
+CIFAR10_DDPM = {
+    "sample_size": 32,
+    "in_channels": 3,
+    "out_channels": 3,
+    "layers_per_block": 2,
+    "block_out_channels": [128, 256, 256, 256],
+    "down_block_types": ["DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"],
+}
+METHODS = ("denoising", "diffpath", "msma", "rose-diag", "rose-ekfac")
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory (VmHWM), bytes."""
+    text = Path("/proc/self/status").read_text()
+    return int(next(line for line in text.splitlines() if line.startswith("VmHWM:")).split()[1]) * 1024
+
+
+def rss(pid: int) -> int:
+    """A process's resident memory now (0 once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    line = next((x for x in text.splitlines() if x.startswith("VmRSS:")), "VmRSS: 0 kB")
+    return int(line.split()[1]) * 1024
+
+
+def images(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fit, statistics and test images: CIFAR-10 training and test images from $ROSEOOD_DATA, in [0, 1]."""
+    data = Path(os.environ.get("ROSEOOD_DATA", "../shared/data"))
+
+    def read(split: str, n: int) -> torch.Tensor:
+        x = np.load(data / f"cifar10_{split}.npz")["images"][:n]
+        return torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255
+
+    train = read("train", args.fit + args.stats)
+    return train[: args.fit], train[args.fit :], read("test", args.test)
+
+
+def loss_backward_seconds(model: DiffusionModel, x: torch.Tensor, per_batch: int) -> float:
+    """Wall time of the forward and backward pass of the K-pair loss over ``x`` in batches of ``per_batch``
+    images, w.r.t. every parameter: the floor a gradient-based score cannot go below."""
+    params = [p for p in model.unet.parameters() if p.requires_grad]
+    start = time.perf_counter()
+    for i in range(0, x.shape[0], per_batch):
+        torch.autograd.grad(model.rose_loss(x[i : i + per_batch]).sum(), params)
+    return time.perf_counter() - start
+
+
+def one(method: str, args: argparse.Namespace) -> dict[str, object]:
+    """Fit, save, load and score one method in this process; its numbers."""
+    torch.manual_seed(0)
+    set_memory(args.memory)
+    model = load_diffusers(args.folder)
+    fit, stats, test = images(args)
+    start = time.perf_counter()
+    det = make_detector(method, model, batch_size=args.batch_size, progress=True)
+    det.fit(fit, held_out=stats)
+    fit_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "detector.pt"
+        det.save(path)
+        size = path.stat().st_size
+        start = time.perf_counter()
+        loaded = Detector.load(path, model)
+        load_s = time.perf_counter() - start
+    start = time.perf_counter()
+    scores = loaded.score(test)
+    score_s = time.perf_counter() - start
+    row: dict[str, object] = {
+        "method": method,
+        "fit_s": fit_s,
+        "load_s": load_s,
+        "score_s": score_s,
+        "score_s_per_image": score_s / args.test,
+        "detector_bytes": size,
+        "finite_scores": bool(np.isfinite(scores).all()),
+    }
+    if isinstance(loaded, ROSE):
+        per_batch = loaded._plan(test, loaded.fisher_kinds_).images
+        floor = loss_backward_seconds(model, test, per_batch)
+        kinds = list(loaded.fisher_kinds_.values())
+        row |= {
+            "images_per_batch": per_batch,
+            "loss_fwd_bwd_s": floor,
+            "cost_ratio": score_s / floor,
+            "fisher_kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
+        }
+    row["peak_rss_bytes"] = peak_rss()
+    return row
+
+
+def run(method: str, args: argparse.Namespace) -> dict[str, object]:
+    """``one(method)`` in a child process, stopped if its resident memory passes ``--kill``."""
+    cmd = [sys.executable, __file__, "--one", method, *sys.argv[1:]]
+    start = time.perf_counter()
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    peak = 0
+    while child.poll() is None:
+        peak = max(peak, rss(child.pid))
+        if peak > args.kill:
+            child.kill()
+            child.wait()
+            return {"method": method, "killed_at_bytes": peak, "wall_s": time.perf_counter() - start}
+        time.sleep(0.2)
+    out = child.stdout.read() if child.stdout else ""
+    if child.returncode != 0 or not out.strip():
+        return {"method": method, "failed": child.returncode, "wall_s": time.perf_counter() - start}
+    return json.loads(out.strip().splitlines()[-1]) | {"wall_s": time.perf_counter() - start}
+
+
+def table(rows: list[dict[str, object]], weights: int) -> str:
+    """The results as a Markdown table."""
+    lines = [
+        "| method | fit | score, per image | peak RSS | detector file | ROSE score / loss fwd+bwd |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "killed_at_bytes" in r or "failed" in r:
+            what = f"stopped at {format_size(r['killed_at_bytes'])}" if "killed_at_bytes" in r else "failed"
+            lines.append(f"| {r['method']} | {what} | | | | |")
+            continue
+        ratio = f"{r['cost_ratio']:.2f}×" if "cost_ratio" in r else ""
+        size = r["detector_bytes"]
+        assert isinstance(size, int)
+        lines.append(
+            f"| {r['method']} | {r['fit_s']:.0f} s | {r['score_s_per_image']:.1f} s | "
+            f"{format_size(r['peak_rss_bytes'])} | {format_size(size)} ({size / weights:.2f}× weights) "
+            f"| {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--folder", default="runs/ddpm-cifar10-random", help="diffusers folder (made if absent)")
+    p.add_argument("--memory", default="6G", help="ROSE's memory budget (--memory of the CLI)")
+    p.add_argument("--kill", type=parse_size, default=parse_size("8G"), help="stop a method past this RSS")
+    p.add_argument("--fit", type=int, default=16)
+    p.add_argument("--stats", type=int, default=8)
+    p.add_argument("--test", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=64, help="rows per batch (ROSE: before its budget)")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--json", help="write the rows and settings here")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args)))
+        return
+    if not is_diffusers_folder(args.folder):
+        torch.manual_seed(0)
+        export_diffusers(DiffusionModel(unet=CIFAR10_DDPM), args.folder)
+    model = load_diffusers(args.folder)
+    params = sum(p.numel() for p in model.unet.parameters())
+    weights = 4 * params
+    settings = {k: v for k, v in vars(args).items() if k != "one"} | {
+        "parameters": params,
+        "k": model.k,
+        "threads": torch.get_num_threads(),
+    }
+    print("settings:", settings | machine_description(), flush=True)
+    rows = []
+    for method in args.methods.split(","):
+        rows.append(run(method, args))
+        print(json.dumps(rows[-1]), flush=True)
+    print(table(rows, weights))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"settings": settings, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
