@@ -76,7 +76,7 @@ def test_state_round_trip_and_mismatch():
     raw, loss = np.array([[1.0, 2.0], [3.0, 5.0], [2.0, 2.0]]), np.array([1.0, 2.0, 3.0])
     trend, other = _trend(raw, loss), LikelihoodTrend()
     other.load_state(trend.state(), layers=2)
-    np.testing.assert_array_equal(other.ratio(raw, loss), trend.ratio(raw, loss))
+    np.testing.assert_array_equal(other.ratio(raw, loss), trend.ratio(raw, loss))  # same numpy arrays: exact
     with pytest.raises(CheckpointError, match="likelihood trend"):
         other.load_state(trend.state(), layers=3)
     with pytest.raises(CheckpointError, match="likelihood trend"):

@@ -52,7 +52,7 @@ def test_evaluate_resumes_from_the_cache_without_refitting(
     assert fits == []
     for method in spec.methods:
         for name, values in first.scores[method].items():
-            np.testing.assert_array_equal(again.scores[method][name], values)
+            np.testing.assert_array_equal(again.scores[method][name], values)  # read back, not recomputed
     # A lost score file is recomputed from the stored detector, still without refitting.
     next((tmp_path / "cache" / "scores").glob("*.pt")).unlink()
     evaluate(tiny_vae, spec, progress=False, cache=cache)
