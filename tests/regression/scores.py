@@ -41,25 +41,28 @@ QUICK = {
 # How far a key may move, as max |got − recorded| / max |recorded|: relative to the largest score of the
 # key, because what a detector is for is the order of images, and a z-scored aggregate (rose-*) has scores
 # near 0 whose own relative error means nothing. Each is 4× the largest distance measured between CPUs
-# and CPU code paths, rounded up to one digit: the record (made on another machine), a 2-core AMD EPYC
-# (AVX2) under default, MKL_CBWR=COMPATIBLE, MKL_CBWR=AVX2, ATEN_CPU_CAPABILITY=default and =avx2, and an
-# Intel AVX-512 machine (issue 34: rose-ekfac 2.5e-4, lr 5e-5). The measured spread is the comment. A real
-# change is far larger: a new draw of the VAE's latent moved nll by 28-75 nats, 2e-2 of its largest score.
+# and CPU code paths, rounded up to one digit: the record (made on another machine) against a 2-core AMD
+# EPYC (AVX2) under default, MKL_CBWR=COMPATIBLE, MKL_CBWR=AVX2, ATEN_CPU_CAPABILITY=default and =avx2,
+# and an Intel AVX-512 machine (issue 34: rose-ekfac 2.5e-4, lr 5e-5). The comment is that largest distance.
+# A real change is far larger: a new draw of the VAE's latent moved nll by 28-75 nats, 2e-2 of its largest.
 TOLERANCE = {
-    "nll": 1e-6,  # 2.2e-7: float32 sums of the ELBO, a few ulps
-    "nll-iwae": 1e-6,  # 1.8e-7
-    "ic-png": 2e-6,  # 3.6e-7
-    "ic-jp2": 1e-6,  # 1.8e-7
-    "lratio": 5e-6,  # 1.1e-6: a difference of two models' nll
+    "nll": 2e-6,  # 2.7e-7: float32 sums of the ELBO, a few ulps
+    "nll-iwae": 2e-6,  # 2.7e-7
+    "ic-png": 3e-6,  # 5.3e-7
+    "ic-jp2": 2e-6,  # 2.8e-7
+    "lratio": 7e-6,  # 1.6e-6: a difference of two models' nll
     "lr": 2e-4,  # 5e-5 (AVX-512), 1.5e-5 here: three optimiser steps amplify the first rounding
-    "rnd-svd": 1e-6,  # 2.0e-7: two float32 ulps
-    "rnd-dct": 1e-6,  # 1.0e-7
-    "rnd-gb": 1e-6,  # 2.0e-7
-    "rnd-random": 1e-6,  # 2.0e-7
-    "rose-diag": 3e-3,  # 7.5e-4: damping 1e-8 divides by near-zero Fisher entries of unused weights
-    "rose-kfac": 2e-5,  # 4.3e-6
-    "rose-ekfac": 2e-3,  # 3.8e-4 (MKL_CBWR=COMPATIBLE): eigenvalues corrected in a near-degenerate basis
-    "rose-dense": 2e-6,  # 4.6e-7 on encoder.bn0 (full rank)
+    **dict.fromkeys(["rnd-svd", "rnd-dct", "rnd-gb", "rnd-random"], 8e-7),  # 2.0e-7: two float32 ulps
+    # 9.6e-4: damping 1e-8 divides by Fisher entries at or near 0 (seed1: 6436 of encoder.mu's 102500 lie
+    # below 1e-6 of the largest), where a test image's rounding is magnified
+    "rose-diag": 4e-3,
+    "rose-kfac": 5e-5,  # 1.2e-5
+    # 3.8e-4 (MKL_CBWR=COMPATIBLE): encoder.mu/logvar take 1025 inputs from 96 images, so 929 eigenvalues of
+    # the input factor are ~0 and rounding picks the eigenbasis there (seed1)
+    "rose-ekfac": 2e-3,
+    # 2.2e-5 (ATen's default against its AVX2 kernels; 0 between MKL's paths), with a condition number of
+    # 2e6; recorded on the AMD machine, so no second machine is in this one yet
+    "rose-dense": 9e-5,
 }
 
 
