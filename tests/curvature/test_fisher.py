@@ -11,6 +11,8 @@ from roseood.curvature.fisher import pack_orthogonal, unpack_orthogonal
 from roseood.curvature.handlers import declare_mask
 from roseood.errors import RoseError
 
+pytestmark = pytest.mark.float_sensitive  # Fisher quadratic forms against dense oracles
+
 
 def fitted(kind: str, grads, damping: float = 1e-3):
     f = make_fisher(kind, damping)

@@ -29,6 +29,8 @@ from roseood.detectors.rose import ROSE
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
 
+pytestmark = pytest.mark.float_sensitive  # per-sample gradients and quadratic forms against oracles
+
 
 class Net(nn.Module):
     """``layer`` (named "layer") inside a small nonlinear per-sample loss."""

@@ -19,6 +19,8 @@ from roseood.detectors import (
 )
 from roseood.models import VAE, Glow
 
+pytestmark = pytest.mark.float_sensitive  # scores across batch sizes, chunks and orders, whose kernels differ
+
 SAMPLED = ["nll", "iwae", "lratio", "ic", "lr", "rose stochastic"]
 
 

@@ -38,6 +38,7 @@ def test_layer_statistics_are_standardised(fitted_rose, images):
     torch.testing.assert_close(z.std(0), torch.ones(z.shape[1], dtype=z.dtype), atol=1e-9, rtol=0)
 
 
+@pytest.mark.float_sensitive
 def test_batching_does_not_change_scores(fitted_rose, images):
     one = fitted_rose.score(images)
     fitted_rose.batch_size = 5
@@ -66,6 +67,7 @@ def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, mo
             assert torch.equal(getattr(f, key), getattr(reused.fishers_[name], key)), (name, key)
 
 
+@pytest.mark.float_sensitive
 @pytest.mark.parametrize("fisher", ["diag", "kfac", "ekfac"])
 @pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWarning")
 def test_float32_scores_are_within_1e_4_of_a_float64_run(tiny_vae, images, fisher):
@@ -86,6 +88,7 @@ def test_fit_holds_out_statistics_images_by_default(tiny_vae, images):
     assert det.score(images).shape == (24,)
 
 
+@pytest.mark.float_sensitive
 def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
     path = tmp_path / "rose.pt"
     fitted_rose.save(path)
@@ -149,6 +152,7 @@ def test_uint8_and_float_inputs_agree(fitted_rose):
     np.testing.assert_allclose(fitted_rose.score(u8), fitted_rose.score(torch.from_numpy(u8).float() / 255))
 
 
+@pytest.mark.float_sensitive
 def test_nll_detector_matches_model(tiny_vae, images):
     det = NLL(tiny_vae).fit(images)
     torch.manual_seed(0)

@@ -11,6 +11,8 @@ from roseood.errors import CheckpointError
 from roseood.integrity import seal
 from roseood.serialization import atomic_save
 
+pytestmark = pytest.mark.float_sensitive  # a loaded compact file against the float64 fit
+
 
 @pytest.mark.parametrize("fisher", ["ekfac", "kfac", "diag", "dense"])
 def test_compact_file_scores_like_the_float64_fit(fisher, tiny_vae, images, tmp_path):

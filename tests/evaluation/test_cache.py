@@ -144,6 +144,7 @@ def test_non_finite_scores_are_never_stored(tmp_path: Path) -> None:
     assert np.isnan(cache.scores("k", lambda: nan, 2)[1]) and not cache.has_scores("k")
 
 
+@pytest.mark.float_sensitive
 def test_swapped_and_damaged_detector_entries_are_refitted_never_used(
     tiny_vae: VAE, spec: EvalSpec, tmp_path: Path
 ) -> None:
