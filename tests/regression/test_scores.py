@@ -30,11 +30,12 @@ def test_every_method_has_a_tolerance():
 
 
 def test_a_moved_key_is_reported_with_its_distances():
+    tol, diag_tol = TOLERANCE["nll"], TOLERANCE["rose-diag"]
     expected = {"demo/nll": np.array([100.0, -200.0]), "demo/rose-diag": np.array([0.0, 2.0])}
-    got = {"demo/nll": np.array([100.0, -200.0 + 4e-4]), "demo/rose-diag": np.array([1e-3, 2.0])}
+    got = {"demo/nll": expected["demo/nll"] + [0.0, 400 * tol], "demo/rose-diag": np.array([diag_tol, 2.0])}
     rows = distances(got, expected)
-    assert rows[0] == ("demo/nll", "0.0004", "2e-06", "2e-06", "1e-06", "")  # 2e-6 of 200 > 1e-6
-    assert rows[1][-1] == "ok"  # 1e-3 off a score of 0 is 5e-4 of the largest score, within 3e-3
-    assert table(rows).splitlines()[1].split() == ["demo/nll", "0.0004", "2e-06", "2e-06", "1e-06"]
+    assert rows[0] == ("demo/nll", f"{400 * tol:.3g}", f"{2 * tol:.3g}", f"{2 * tol:.3g}", f"{tol:g}", "")
+    assert rows[1][2] == "inf" and rows[1][-1] == "ok"  # off a score of 0, but by half the tolerance of 2
+    assert table(rows).splitlines()[1].split() == list(rows[0][:-1])
     got["demo/rose-diag"][0] = np.nan
     assert distances(got, expected)[1][-1] == ""
