@@ -34,6 +34,7 @@ def test_p_norm_and_beta(tiny_vae, images):
 
 def test_layer_statistics_are_standardised(fitted_rose, images):
     z = fitted_rose.normalized_layer_scores(images[16:])
+    # float64 standardisation: its rounding, on any CPU, is ~1e-15 of the scores, far inside 1e-9
     torch.testing.assert_close(z.mean(0), torch.zeros(z.shape[1], dtype=z.dtype), atol=1e-9, rtol=0)
     torch.testing.assert_close(z.std(0), torch.ones(z.shape[1], dtype=z.dtype), atol=1e-9, rtol=0)
 
@@ -159,7 +160,9 @@ def test_nll_detector_matches_model(tiny_vae, images):
     s = det.score(images[:4])
     torch.manual_seed(0)
     with torch.no_grad():
-        np.testing.assert_allclose(s, tiny_vae.nll(images[:4]).double().numpy(), rtol=1e-6)
+        # a batch of 24 against one of 4 (other conv kernels): measured 3.4e-7 (AMD AVX2, default and
+        # MKL_CBWR=COMPATIBLE); 4× that, rounded up, as in tests/regression/scores.py
+        np.testing.assert_allclose(s, tiny_vae.nll(images[:4]).double().numpy(), rtol=2e-6)
 
 
 def test_rose_on_the_authors_vae_separates_mnist_where_the_likelihood_fails():

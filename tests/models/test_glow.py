@@ -63,6 +63,7 @@ def test_logdet_matches_bruteforce_jacobian(lu: bool, channels: int, size: int) 
 
         jac = torch.autograd.functional.jacobian(flat_latents, y[i].flatten(), vectorize=True)
         assert jac.shape == (channels * size * size,) * 2
+        # float64 (as below): rounding (2⁻⁵³ an operation, on any CPU) stays far inside 1e-8
         assert torch.linalg.slogdet(jac)[1].item() == pytest.approx(logdet[i].item(), abs=1e-8)
 
 
