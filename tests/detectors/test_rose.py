@@ -43,7 +43,10 @@ def test_layer_statistics_are_standardised(fitted_rose, images):
 def test_batching_does_not_change_scores(fitted_rose, images):
     one = fitted_rose.score(images)
     fitted_rose.batch_size = 5
-    np.testing.assert_allclose(fitted_rose.score(images), one, rtol=1e-5)
+    # other batches run other conv kernels: measured 8.6e-7 at 5.6e-6 relative (AMD AVX2 under
+    # MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default); a ROSE score near 0 has no relative precision, so the
+    # tolerance is also relative to the largest score
+    np.testing.assert_allclose(fitted_rose.score(images), one, rtol=1e-5, atol=1e-5 * np.abs(one).max())
 
 
 def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, monkeypatch):
@@ -95,7 +98,10 @@ def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
     fitted_rose.save(path)
     loaded = Detector.load(path, tiny_vae)
     assert isinstance(loaded, ROSE) and loaded.fisher == "ekfac" and loaded.p == math.inf
-    np.testing.assert_allclose(loaded.score(images), fitted_rose.score(images), rtol=1e-5)  # float32 bases
+    # float32 bases in the file: measured 1.2e-6 at 5.6e-6 relative (AMD AVX2, ATEN_CPU_CAPABILITY=default);
+    # relative to the largest score too, as in test_batching_does_not_change_scores
+    scores = fitted_rose.score(images)
+    np.testing.assert_allclose(loaded.score(images), scores, rtol=1e-5, atol=1e-5 * np.abs(scores).max())
 
 
 def test_loading_against_another_model_is_refused(fitted_rose, tmp_path):
