@@ -15,6 +15,7 @@ def test_an_inputs_noise_is_the_same_in_any_batch_and_run() -> None:
         torch.manual_seed(2)  # the global generator plays no part
         parts = torch.cat([randn(x[4:], 5, stream="s"), randn(x[:4], 5, stream="s")])
         other_stream, other_kind = randn(x, 5, stream="t"), rand(x, 5, stream="s")
+    # exact: one input's noise comes from its own generator through the same kernel in any batch
     assert torch.equal(whole, torch.cat([parts[2:], parts[:2]]))
     assert not torch.equal(whole, other_stream) and bool((other_kind >= 0).all())
     with per_input_seed(4):

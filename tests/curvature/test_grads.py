@@ -13,6 +13,8 @@ from roseood.curvature.grads import _nbytes
 from roseood.errors import RoseError
 from roseood.models import Glow
 
+pytestmark = pytest.mark.float_sensitive  # batched per-sample gradients against an autograd oracle
+
 
 def loop_grads(model: nn.Module, loss_fn, x: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
     """The authors' way: a backward pass per sample. The oracle for the batched hooks."""

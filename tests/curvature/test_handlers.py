@@ -29,6 +29,8 @@ from roseood.detectors.rose import ROSE
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
 
+pytestmark = pytest.mark.float_sensitive  # per-sample gradients and quadratic forms against oracles
+
 
 class Net(nn.Module):
     """``layer`` (named "layer") inside a small nonlinear per-sample loss."""
@@ -189,12 +191,14 @@ def test_handler_matches_per_sample_loop(case):
     expected = conv_transpose_matrix(m, oracle) if case == "conv-transpose1d-bias" else as_matrix(m, oracle)
     if hasattr(m, "rose_mask"):  # a declared mask: the masked entries are simply not parameters
         expected = expected * g.mask
-    torch.testing.assert_close(g.matrix(), expected, rtol=1e-4, atol=1e-5)
+    # float32 sums in another order than the loop's: measured up to 0.42 of rtol=1e-4, atol=1e-5
+    # (declared-mask-conv, |diff| 1.5e-5; AMD AVX2, default and MKL_CBWR=COMPATIBLE), so twice that
+    torch.testing.assert_close(g.matrix(), expected, rtol=2e-4, atol=2e-5)
     # flat() holds exactly the free parameters: masked entries are no coordinates at all
     assert g.flat().shape[1] == sum(p.numel() for p in own_parameters(m).values()) - fixed_entries(m)
     if g.mask is not None:
         torch.testing.assert_close(
-            g.flat(), expected.flatten(1)[:, g.mask.flatten() != 0], rtol=1e-4, atol=1e-5
+            g.flat(), expected.flatten(1)[:, g.mask.flatten() != 0], rtol=2e-4, atol=2e-5
         )
 
 

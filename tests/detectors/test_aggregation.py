@@ -48,7 +48,7 @@ def test_ties_max_orders_the_images_at_zero_and_keeps_the_rest(raw, p):
     kept, new = paper(raw), ordered(raw)
     zero = kept == 0
     assert zero.sum() > 10  # most images lie below every mean somewhere: the paper's score ties them
-    np.testing.assert_array_equal(new[~zero], kept[~zero])  # every positive score is unchanged
+    np.testing.assert_array_equal(new[~zero], kept[~zero])  # every positive score is unchanged (same code)
     z = (raw - raw.mean(0)) / raw.std(0, ddof=1)
     np.testing.assert_allclose(new[zero], z[zero].max(1))
     assert (new[zero] <= 0).all() and tie_share(new) == 0.0

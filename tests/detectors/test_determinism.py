@@ -19,6 +19,8 @@ from roseood.detectors import (
 )
 from roseood.models import VAE, Glow
 
+pytestmark = pytest.mark.float_sensitive  # scores across batch sizes, chunks and orders, whose kernels differ
+
 SAMPLED = ["nll", "iwae", "lratio", "ic", "lr", "rose stochastic"]
 
 
@@ -58,15 +60,23 @@ def test_sampled_scores_repeat_across_runs_batches_and_chunks(
     first = _detector(name, tiny_vae, 8).fit(fit[:12], held_out=fit[12:]).score(test)
     torch.manual_seed(1)  # another run: the global generator differs
     det = _detector(name, tiny_vae, 3).fit(fit[:12], held_out=fit[12:])
-    np.testing.assert_allclose(det.score(test), first, rtol=1e-6)
+    _assert_same_draws(det.score(test), first)
     u8 = (test * 255).round().to(torch.uint8).numpy()
     stream = ImageStream("t", "test", np.zeros(len(u8), np.int64), lambda lo, hi: u8[lo:hi])
     chunked = np.concatenate([s for _, s in det.score_stream(stream, chunk=3)])
-    np.testing.assert_allclose(chunked, det.score(u8), rtol=1e-6)
-    np.testing.assert_allclose(det.score(u8[::-1].copy())[::-1], det.score(u8), rtol=1e-6)  # order
+    _assert_same_draws(chunked, det.score(u8))
+    _assert_same_draws(det.score(u8[::-1].copy())[::-1], det.score(u8))  # order
     if name != "rose stochastic":  # the seed is what draws the noise
         other = type(det)(tiny_vae, **(det.get_params() | {"seed": 1}) | _extra(det))
         assert not np.allclose(other.fit(fit).score(test), first, rtol=1e-4)
+
+
+def _assert_same_draws(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal but for float rounding, which other batch sizes (other conv kernels) and CPUs change: measured
+    up to 7e-7 of a score (stochastic ROSE, batches of 3 against 8, AMD AVX2 under default and
+    MKL_CBWR=COMPATIBLE), and relative to the largest score, as ROSE's scores near 0 have no relative
+    precision. Other noise moves a score by more than 1e-4 (the check below), ten times the tolerance."""
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def _extra(det: Detector) -> dict[str, object]:

@@ -34,14 +34,19 @@ def test_p_norm_and_beta(tiny_vae, images):
 
 def test_layer_statistics_are_standardised(fitted_rose, images):
     z = fitted_rose.normalized_layer_scores(images[16:])
+    # float64 standardisation: its rounding (2⁻⁵³ an operation, on any CPU) stays far inside 1e-9
     torch.testing.assert_close(z.mean(0), torch.zeros(z.shape[1], dtype=z.dtype), atol=1e-9, rtol=0)
     torch.testing.assert_close(z.std(0), torch.ones(z.shape[1], dtype=z.dtype), atol=1e-9, rtol=0)
 
 
+@pytest.mark.float_sensitive
 def test_batching_does_not_change_scores(fitted_rose, images):
     one = fitted_rose.score(images)
     fitted_rose.batch_size = 5
-    np.testing.assert_allclose(fitted_rose.score(images), one, rtol=1e-5)
+    # other batches run other conv kernels: measured 8.6e-7 at 5.6e-6 relative (AMD AVX2 under
+    # MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default); a ROSE score near 0 has no relative precision, so the
+    # tolerance is also relative to the largest score
+    np.testing.assert_allclose(fitted_rose.score(images), one, rtol=1e-5, atol=1e-5 * np.abs(one).max())
 
 
 def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, monkeypatch):
@@ -60,11 +65,13 @@ def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, mo
     (recomputed, n_recomputed), (reused, n_reused) = fit(0), fit(2**30)
     assert (n_recomputed, n_reused) == (1 + 4, 1 + 2)  # the one-image memory probe, then the batches
     assert fit(2**30, stochastic=True)[1] == 1 + 4  # a user's sampled loss may draw new noise in each pass
+    # exact: the kept gradients are the ones the model gives again for the same batch of 8 (same kernels)
     for name, f in recomputed.fishers_.items():
         for key in ("scale", "u_in", "u_out"):
             assert torch.equal(getattr(f, key), getattr(reused.fishers_[name], key)), (name, key)
 
 
+@pytest.mark.float_sensitive
 @pytest.mark.parametrize("fisher", ["diag", "kfac", "ekfac"])
 @pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWarning")
 def test_float32_scores_are_within_1e_4_of_a_float64_run(tiny_vae, images, fisher):
@@ -85,12 +92,16 @@ def test_fit_holds_out_statistics_images_by_default(tiny_vae, images):
     assert det.score(images).shape == (24,)
 
 
+@pytest.mark.float_sensitive
 def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
     path = tmp_path / "rose.pt"
     fitted_rose.save(path)
     loaded = Detector.load(path, tiny_vae)
     assert isinstance(loaded, ROSE) and loaded.fisher == "ekfac" and loaded.p == math.inf
-    np.testing.assert_allclose(loaded.score(images), fitted_rose.score(images), rtol=1e-5)  # float32 bases
+    # float32 bases in the file: measured 1.2e-6 at 5.6e-6 relative (AMD AVX2, ATEN_CPU_CAPABILITY=default);
+    # relative to the largest score too, as in test_batching_does_not_change_scores
+    scores = fitted_rose.score(images)
+    np.testing.assert_allclose(loaded.score(images), scores, rtol=1e-5, atol=1e-5 * np.abs(scores).max())
 
 
 def test_loading_against_another_model_is_refused(fitted_rose, tmp_path):
@@ -148,13 +159,16 @@ def test_uint8_and_float_inputs_agree(fitted_rose):
     np.testing.assert_allclose(fitted_rose.score(u8), fitted_rose.score(torch.from_numpy(u8).float() / 255))
 
 
+@pytest.mark.float_sensitive
 def test_nll_detector_matches_model(tiny_vae, images):
     det = NLL(tiny_vae).fit(images)
     torch.manual_seed(0)
     s = det.score(images[:4])
     torch.manual_seed(0)
     with torch.no_grad():
-        np.testing.assert_allclose(s, tiny_vae.nll(images[:4]).double().numpy(), rtol=1e-6)
+        # a batch of 24 against one of 4 (other conv kernels): measured 3.4e-7 (AMD AVX2, default and
+        # MKL_CBWR=COMPATIBLE); 4× that, rounded up, as in tests/regression/scores.py
+        np.testing.assert_allclose(s, tiny_vae.nll(images[:4]).double().numpy(), rtol=2e-6)
 
 
 def test_rose_on_the_authors_vae_separates_mnist_where_the_likelihood_fails():

@@ -11,6 +11,8 @@ from roseood.errors import CheckpointError
 from roseood.integrity import seal
 from roseood.serialization import atomic_save
 
+pytestmark = pytest.mark.float_sensitive  # a loaded compact file against the float64 fit
+
 
 @pytest.mark.parametrize("fisher", ["ekfac", "kfac", "diag", "dense"])
 def test_compact_file_scores_like_the_float64_fit(fisher, tiny_vae, images, tmp_path):
@@ -71,4 +73,6 @@ def test_grouped_layer_file_scores_like_the_fit(fisher, tmp_path):
     det = ROSE(model, fisher=fisher, batch_size=8).fit(x[:16], held_out=x[16:])
     det.save(tmp_path / "rose.pt")
     loaded = Detector.load(tmp_path / "rose.pt", model)
-    np.testing.assert_allclose(loaded.score(x), det.score(x), rtol=1e-5, atol=1e-9)
+    # the file keeps float32 eigenbases: measured 3.3e-6 (ekfac; AMD AVX2, default and MKL_CBWR=COMPATIBLE),
+    # so 4× that, rounded up
+    np.testing.assert_allclose(loaded.score(x), det.score(x), rtol=2e-5, atol=1e-9)

@@ -52,7 +52,7 @@ def test_evaluate_resumes_from_the_cache_without_refitting(
     assert fits == []
     for method in spec.methods:
         for name, values in first.scores[method].items():
-            np.testing.assert_array_equal(again.scores[method][name], values)
+            np.testing.assert_array_equal(again.scores[method][name], values)  # read back, not recomputed
     # A lost score file is recomputed from the stored detector, still without refitting.
     next((tmp_path / "cache" / "scores").glob("*.pt")).unlink()
     evaluate(tiny_vae, spec, progress=False, cache=cache)
@@ -144,6 +144,7 @@ def test_non_finite_scores_are_never_stored(tmp_path: Path) -> None:
     assert np.isnan(cache.scores("k", lambda: nan, 2)[1]) and not cache.has_scores("k")
 
 
+@pytest.mark.float_sensitive
 def test_swapped_and_damaged_detector_entries_are_refitted_never_used(
     tiny_vae: VAE, spec: EvalSpec, tmp_path: Path
 ) -> None:
@@ -160,6 +161,7 @@ def test_swapped_and_damaged_detector_entries_are_refitted_never_used(
         again = evaluate(tiny_vae, spec, progress=False, cache=cache)
     for method in spec.methods:
         for name, values in first.scores[method].items():
+            # refitted on the same images in this process: measured 0 (AMD AVX2, default, MKL_CBWR=COMPATIBLE)
             np.testing.assert_allclose(again.scores[method][name], values, rtol=1e-6)
     for scores in (tmp_path / "cache" / "scores").glob("*.pt"):
         scores.unlink()

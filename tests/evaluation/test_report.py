@@ -132,7 +132,7 @@ def test_results_json_and_scores(report_dir: tuple[Path, EvaluationResult]) -> N
         result.metrics()["rose fine"]["svhn"]["auroc"]
     )
     with np.load(out / "scores.npz") as scores:
-        np.testing.assert_array_equal(scores["nll/cifar10"], result.scores["nll"]["cifar10"])
+        np.testing.assert_array_equal(scores["nll/cifar10"], result.scores["nll"]["cifar10"])  # written as is
 
 
 def test_index_links_every_report(tmp_path: Path) -> None:

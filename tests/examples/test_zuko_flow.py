@@ -31,7 +31,7 @@ def test_build_fit_and_score(example):
     assert len(bpd) == 2 and bpd[1] < bpd[0]
     x = torch.from_numpy(images[:4]).float() / 255
     nll = model.nll(x)
-    assert nll.shape == (4,) and torch.equal(model.rose_loss(x).detach(), nll)
+    assert nll.shape == (4,) and torch.equal(model.rose_loss(x).detach(), nll)  # one code path: exact
     assert 0 < example.bits_per_dim(model, nll).mean().item() < 16
     ood = 255 - images[64:80]
     result = example.evaluate(model, images[:48], images[48:64], images[64:80], ood, adjust="both")

@@ -63,6 +63,7 @@ def test_logdet_matches_bruteforce_jacobian(lu: bool, channels: int, size: int) 
 
         jac = torch.autograd.functional.jacobian(flat_latents, y[i].flatten(), vectorize=True)
         assert jac.shape == (channels * size * size,) * 2
+        # float64 (as below): rounding (2⁻⁵³ an operation, on any CPU) stays far inside 1e-8
         assert torch.linalg.slogdet(jac)[1].item() == pytest.approx(logdet[i].item(), abs=1e-8)
 
 
@@ -97,7 +98,7 @@ def test_invconv_forward_is_conv_and_logdet_is_slogdet(lu: bool) -> None:
     w = inv.weight_matrix()
     assert w.shape == (6, 6)
     x = torch.randn(2, 6, 3, 5, dtype=torch.float64)
-    assert torch.equal(inv(x), F.conv2d(x, w[:, :, None, None]))
+    assert torch.equal(inv(x), F.conv2d(x, w[:, :, None, None]))  # the same call inside: exact on any CPU
     assert inv.log_det(3, 5).item() == pytest.approx(15 * torch.linalg.slogdet(w)[1].item(), abs=1e-10)
     jac = torch.autograd.functional.jacobian(lambda v: inv(v.view(1, 6, 3, 5)).flatten(), x[0].flatten())
     assert torch.linalg.slogdet(jac)[1].item() == pytest.approx(inv.log_det(3, 5).item(), abs=1e-8)
@@ -124,7 +125,7 @@ def test_nll_is_deterministic_finite_and_near_eight_bits_per_dim() -> None:
     nll = model.nll(x)
     assert nll.shape == (16,)
     assert torch.all(torch.isfinite(nll))
-    assert torch.equal(nll, model.nll(x))
+    assert torch.equal(nll, model.nll(x))  # the same tensors through the same kernels: exact on any CPU
     assert torch.equal(nll, model.rose_loss(x).detach())
     bpd = model.bits_per_dim(nll)
     assert torch.all((bpd > 7.5) & (bpd < 9.5))
@@ -221,7 +222,7 @@ def test_config_round_trip() -> None:
     clone = Glow(**config)
     clone.load_state_dict(model.state_dict())
     clone.eval()
-    assert torch.equal(clone.nll(x), model.nll(x))
+    assert torch.equal(clone.nll(x), model.nll(x))  # same class, so same parameter layouts and kernels
     assert model.bits_per_dim(model.nll(x)).max() < 7  # 5-bit data
 
 
@@ -266,7 +267,7 @@ def test_invconv_hook_sees_linear_input_and_output() -> None:
     model.rose_loss(torch.rand(2, 1, 8, 8))
     handle.remove()
     expected = F.conv2d(captured["in"], inv.weight_matrix()[:, :, None, None])
-    assert torch.equal(captured["out"], expected)
+    assert torch.equal(captured["out"], expected)  # the layer's own call, repeated: exact on any CPU
 
 
 def test_default_size_32_and_sampling() -> None:

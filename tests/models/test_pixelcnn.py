@@ -70,7 +70,7 @@ def test_nll_is_per_sample_finite_deterministic_and_near_8_bits_untrained(gated)
     x = torch.rand(5, 3, 8, 8)
     nll = model.nll(x)
     assert nll.shape == (5,) and torch.isfinite(nll).all()
-    assert torch.equal(model.rose_loss(x).detach(), nll)
+    assert torch.equal(model.rose_loss(x).detach(), nll)  # one code path: exact on any CPU
     assert torch.equal(model.rose_loss(x, stochastic=True).detach(), nll)
     # an untrained softmax over 256 values is close to uniform: about 8 bits per dimension
     assert 7.0 < model.bits_per_dim(nll).mean().item() < 9.0
