@@ -46,4 +46,8 @@ def test_rose_runs_on_glow_and_round_trips(tiny_glow, tmp_path, fisher, layers):
     s = det.score(x[:5])
     assert s.shape == (5,) and np.isfinite(s).all()
     det.save(tmp_path / "d.pt")
-    np.testing.assert_allclose(Detector.load(tmp_path / "d.pt", tiny_glow).score(x[:5]), s, rtol=1e-5)
+    # the file keeps the Fisher compactly (float32 eigenvalues): a score near 0 moves by ~1e-4 of itself
+    # but by < 1e-5 of the largest score, so the tolerance is also relative to the largest score, as in
+    # tests/detectors/test_rose.py's save-load test
+    loaded = Detector.load(tmp_path / "d.pt", tiny_glow).score(x[:5])
+    np.testing.assert_allclose(loaded, s, rtol=1e-5, atol=1e-5 * np.abs(s).max())
