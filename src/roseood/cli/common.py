@@ -29,6 +29,11 @@ INPUT_OPTIONS = (
     "fit_data",
     "ood",
 )
+# ``--in`` / ``--fit-data`` help: what they accept, and how a set without a training split is used
+SPLIT_HELP = (
+    "a dataset name, .npz file or image folder; one without a training split (and no --fit-data) is "
+    "split at random (--seed) into fit, held-out statistics and test images"
+)
 
 
 def csv_list(text: str) -> list[str]:
@@ -95,6 +100,15 @@ def add_model_args(p: argparse.ArgumentParser, several: str = "") -> None:
     text = "roseood model checkpoint (with --model-module: its weights)"
     p.add_argument("--model", action="append" if several else "store", help=f"{text}{several}")
     p.add_argument("--model-module", metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
+
+
+def add_tpr(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tpr",
+        type=v.rate,
+        default=0.95,
+        help="decision threshold: this fraction of the held-out in-distribution images counts as in",
+    )
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
@@ -180,8 +194,12 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
     from roseood.detectors.adjustment import ADJUSTMENTS
 
     add_model_args(p, several)
-    p.add_argument("--in", dest="in_data", default="fashion_mnist", help=in_help)
-    p.add_argument("--fit-data", help="images to fit detectors on (unset: training split of --in)")
+    p.add_argument("--in", dest="in_data", default="fashion_mnist", help=f"{in_help}; {SPLIT_HELP}")
+    p.add_argument(
+        "--fit-data",
+        help="images to fit detectors on: a dataset name, .npz file or image folder (unset: the training "
+        "split of --in, or a random part of --in)",
+    )
     p.add_argument("--fit-samples", type=v.count, default=10000, help="images for the Fisher / detector fit")
     p.add_argument(
         "--stats-samples",

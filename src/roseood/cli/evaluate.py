@@ -13,6 +13,7 @@ from roseood.cli.common import (
     add_eval_args,
     add_overwrite,
     add_quiet,
+    add_tpr,
     checked_output,
     cli_names,
     load_model_arg,
@@ -67,7 +68,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         checked_output(args, args.report, folder=True, marker="report.md")
     if args.cache:
         checked_output(args, args.cache, folder=True)  # an existing cache is the point: only writable
+    for option in ("scores", "save_detector"):
+        if getattr(args, option):
+            checked_output(args, getattr(args, option))
     paths = args.model or [None]
+    if (args.scores or args.save_detector) and len(paths) > 1 and not args.ensemble:
+        raise RoseError("--scores and --save-detector take one model (or --ensemble): evaluate one at a time")
+    if args.save_detector and len(args.methods) != 1:
+        raise RoseError(f"--save-detector saves one detector: name one --methods, not {len(args.methods)}")
     if args.ensemble:
         if len(paths) < 2:
             raise RoseError("--ensemble needs two or more --model")
@@ -77,17 +85,35 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         outcome = _evaluate_one(args, paths[0]) if len(paths) == 1 else _evaluate_models(args, paths)
     if not distributed.is_main():
         return
+    from roseood.evaluation.result import AcrossModels
+
     if args.json:
         outcome.write_json(args.json)
         print(f"wrote {args.json}")
+    if args.scores or args.save_detector:
+        assert not isinstance(outcome, AcrossModels)  # refused above
+        _write_decisions(args, outcome)
     if args.report:
         from roseood.evaluation.report import write_across_report, write_report
-        from roseood.evaluation.result import AcrossModels
 
         if isinstance(outcome, AcrossModels):
             print(f"wrote {write_across_report(outcome, Path(args.report))}")
         else:
             print(f"wrote {write_report(outcome, Path(args.report))}")
+
+
+def _write_decisions(args: argparse.Namespace, result: EvaluationResult) -> None:
+    """``--scores``: every test image's score and decision; ``--save-detector``: the fitted detector."""
+    from roseood.evaluation.scoring import write_decisions
+
+    cuts = ", ".join(f"{m} above {t:.6g}" for m, t in result.thresholds.items())
+    if args.scores:
+        write_decisions(result, args.scores)
+        print(f"wrote {args.scores}: each test image's score and decision (OOD: {cuts})")
+    if args.save_detector:
+        (method,) = result.methods
+        result.detectors[method].save(args.save_detector)
+        print(f"wrote {args.save_detector}: the fitted {method} detector (OOD: {cuts}), for `rose score`")
 
 
 def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: EvalSpec) -> EvaluationResult:
@@ -98,7 +124,8 @@ def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: Eval
 
     cache = ResultCache(args.cache) if args.cache else None
     model = [load_model_arg(args, p) for p in path] if isinstance(path, list) else load_model_arg(args, path)
-    return evaluate(model, spec, progress=not args.quiet, cache=cache)
+    tpr = args.tpr if args.scores or args.save_detector else None
+    return evaluate(model, spec, progress=not args.quiet, cache=cache, tpr=tpr)
 
 
 def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
@@ -145,7 +172,7 @@ def register(sub: Any) -> None:
     several = "; give it again for more models, e.g. one per training seed: each is evaluated alike, then "
     add_eval_args(
         p,
-        "in-distribution set: its test split is scored, its training split fitted on",
+        "in-distribution set (its test split is scored, its training split fitted on)",
         several + "every metric's spread",
     )
     p.add_argument(
@@ -179,6 +206,18 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", help="write settings and metrics as JSON to this file")
     p.add_argument("--report", help="write a Markdown report with ROC curves and histograms into this folder")
+    p.add_argument(
+        "--scores",
+        metavar="CSV",
+        help="write every test image's score and OOD decision here: method, set, index, file, label, "
+        "score, ood (the threshold calibrated as `rose fit` does, see --tpr)",
+    )
+    p.add_argument(
+        "--save-detector",
+        metavar="FILE",
+        help="save the fitted, calibrated detector (one method) for `rose score`",
+    )
+    add_tpr(p)
     p.add_argument(
         "--cache",
         metavar="DIR",

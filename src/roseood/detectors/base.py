@@ -181,8 +181,7 @@ class Detector(ABC):
     def calibrate(self, images: Tensor | np.ndarray, tpr: float = 0.95) -> Self:
         """Set ``threshold_`` so that a fraction ``tpr`` of these held-out in-distribution inputs (not
         the ones fitted on) score at or below it; ``decide`` then calls higher scores OOD."""
-        tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
-        self.threshold_ = float(np.quantile(self.score(images), tpr, method="higher"))
+        self.threshold_ = threshold_at(self.score(images), tpr)
         return self
 
     def decide(self, scores: np.ndarray, threshold: float | None = None) -> np.ndarray:
@@ -344,6 +343,13 @@ def built_from_file(path: str | Path, cls: type[D], *args: Any, **params: Any) -
         return cls(*args, **params)
     except (RoseError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: its settings do not build a detector ({_line(exc)})") from None
+
+
+def threshold_at(held_out_scores: np.ndarray, tpr: float = 0.95) -> float:
+    """The decision threshold that calls a fraction ``tpr`` of these held-out in-distribution scores
+    in-distribution (at or below it): what ``Detector.calibrate`` sets."""
+    tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
+    return float(np.quantile(held_out_scores, tpr, method="higher"))
 
 
 def held_out_count(n: int, held_out: int | float) -> int:

@@ -17,21 +17,24 @@ import torch
 
 from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images, take
+from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
 from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method_params
-from roseood.detectors.base import held_out_count
+from roseood.detectors.base import held_out_count, threshold_at
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
-from roseood.progress import duration, eta, note, stage
+from roseood.progress import duration, eta, note, stage, state
 from roseood.validation import check_float, check_int, check_seed
 
 
 @dataclass
 class EvalSpec:
-    """What to evaluate. ``fit_data`` defaults to the training split of the in-distribution set.
+    """What to evaluate. ``fit_data`` defaults to the training split of the in-distribution set; a set
+    without one (a folder, an ``.npz`` file) is split at random into fit, statistics and test images
+    (``split_in_data``).
 
     ``layerwise``: ROSE methods return raw per-layer scores ``(N, layers)`` instead of one score per image
     (the paper's Figure 6). ``fit_draw``: the Fisher gets ``fit_samples`` images drawn at random (draw
@@ -80,17 +83,24 @@ def machine_description() -> dict[str, Any]:
     }
 
 
+def splits_in_data(spec: EvalSpec) -> bool:
+    """Whether the fit images come out of the in-distribution set itself: no ``fit_data`` and no
+    training split to fit on (a folder, an ``.npz`` file, a named set with a test split only)."""
+    if spec.fit_data:
+        return False
+    name = spec.in_data.split(":")[0].lower().replace("-", "_")
+    return not (name in DATASETS and "train" in DATASETS[name].splits)
+
+
 def fit_source(spec: EvalSpec) -> str:
     """Where detectors are fitted: ``--fit-data``, else the training split of the in-distribution set."""
     if spec.fit_data:
         return spec.fit_data
-    name = spec.in_data.split(":")[0].lower().replace("-", "_")
-    if name in DATASETS and "train" in DATASETS[name].splits:
-        return f"{name}:train"
-    raise DataError(
-        f"{spec.in_data!r} is not a named dataset with a training split: "
-        "name the images to fit on with --fit-data"
-    )
+    if splits_in_data(spec):
+        raise DataError(
+            f"{spec.in_data!r} has no training split to draw fit images from: name them with --fit-data"
+        )
+    return f"{spec.in_data.split(':')[0].lower().replace('-', '_')}:train"
 
 
 def model_preprocessing(model: RoseModel) -> Preprocessing:
@@ -140,8 +150,48 @@ def derived_seed(spec: EvalSpec, name: str) -> int:
     return spec.seed + 1 + zlib.crc32(name.encode()) % 100_000
 
 
+def split_in_data(spec: EvalSpec, model: RoseModel, test: bool) -> tuple[ImageSet | None, ImageSet]:
+    """The in-distribution set split at random (``derived_seed(spec, "split")``) into test images (with
+    ``test``; ``test_samples``, at most a fifth) and fit images: Fisher images followed by the held-out
+    statistics images, as ``fisher_count`` splits them. States the split in one line; each part keeps
+    the set's file order."""
+    n_test = spec.test_samples if test else 0
+    pool = _load(spec.in_data, n_test + spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+    n = len(pool)
+    if test:
+        n_test = min(n_test, n // 5)
+        if n_test < 2:
+            raise DataError(f"{pool.name} has {n} images: too few to split into fit and test images")
+    order = np.random.default_rng(derived_seed(spec, "split")).permutation(n)
+    n_fit = n - n_test
+    n_stats = held_out_count(n_fit, spec.stats_samples)
+    n_fisher = n_fit - n_stats
+    parts = np.split(order, [n_test, n_test + n_fisher])
+    test_set = select(pool, np.sort(parts[0]), f"{n_test} of {pool.source}") if test else None
+    keep = np.concatenate([np.sort(parts[1]), np.sort(parts[2])])
+    fit = select(pool, keep, f"{n_fit} of {pool.source}")
+    tested = f", {n_test} to test" if test else ""
+    state(
+        f"{pool.name}: {n} images split at random (seed {spec.seed}): {n_fisher} to fit, {n_stats} held "
+        f"out for statistics and the threshold{tested}"
+    )
+    return test_set, fit
+
+
+def load_test_and_fit(spec: EvalSpec, model: RoseModel) -> tuple[ImageSet, ImageSet]:
+    """The in-distribution test images and the fit images of an evaluation (see ``load_fit_images``)."""
+    if splits_in_data(spec) and spec.fit_draw is None:
+        test, fit = split_in_data(spec, model, test=True)
+        assert test is not None
+        return test, fit
+    return _load(spec.in_data, spec.test_samples, spec.seed, model, spec), load_fit_images(spec, model)
+
+
 def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
-    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples)."""
+    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples): from
+    ``fit_data``, the in-distribution set's training split, or else all of the set, split at random."""
+    if splits_in_data(spec) and spec.fit_draw is None:
+        return split_in_data(spec, model, test=False)[1]
     if spec.fit_draw is None:
         return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
     pool = _load(fit_source(spec), None, spec.seed, model, spec)
@@ -312,10 +362,15 @@ def evaluate(
     spec: EvalSpec,
     progress: bool | None = None,
     cache: ResultCache | None = None,
+    tpr: float | None = None,
 ) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
     every OOD set with the same images and seeds. A list of models: each method as an ``Ensemble`` of
     its detector on every model (e.g. one model per training seed).
+
+    ``tpr``: also calibrate each detector as ``rose fit`` does (a fraction ``tpr`` of the held-out
+    statistics images at or below its threshold) and keep it in ``result.detectors``, its threshold in
+    ``result.thresholds``: per-image decisions (``write_decisions``) and a detector to save.
 
     ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress`` True reports
     one bar per stage (fit, each set's scoring) on a terminal, periodic lines in a log. With a ``cache``,
@@ -334,9 +389,10 @@ def evaluate(
         raise RoseError("no model given")
     if len(models) > 1 and spec.layerwise:
         raise RoseError("an ensemble has no layer-wise scores")
+    if tpr is not None and spec.layerwise:
+        raise RoseError("a decision threshold is for one score per image, not layer-wise scores")
     first = models[0]  # the members take the same inputs (Ensemble checks): one set of images for all
-    test = _load(spec.in_data, spec.test_samples, spec.seed, first, spec)
-    fit = load_fit_images(spec, first)
+    test, fit = load_test_and_fit(spec, first)
     ood, missing = load_ood_sets(spec, first)
     ood_sets = {k: f"{len(v)} images from {v.source}" for k, v in ood.items()}
     if OVERALL in spec.ood:
@@ -362,6 +418,8 @@ def evaluate(
     if spec.test_limits:
         settings["test_limits"] = {m: f"at most {n} images per set" for m, n in spec.test_limits.items()}
     result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=missing)
+    for name, images in {spec.in_data: test, **ood}.items():
+        result.files[name], result.labels[name] = images.files, images.labels
     # what determines a fitted detector, for the cache (hashing the fit images only when there is one)
     fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
     if cache is not None:
@@ -378,6 +436,14 @@ def evaluate(
                 scores[name], seconds = run.score(subset.images)
             if name == spec.in_data:
                 result.images_per_second[method] = len(subset) / max(seconds, 1e-9)
+        if tpr is not None:
+            held_out = fit.images[fisher_count(spec, len(fit)) :]
+            if not len(held_out):
+                raise DataError(f"{fit.name}: no held-out images to set a decision threshold on")
+            with stage(f"{method} threshold"):
+                det, (held_scores, _) = run.detector(), run.score(held_out)
+            det.threshold_ = result.thresholds[method] = threshold_at(held_scores, tpr)
+            result.detectors[method] = det
         if progress and len(spec.methods) > 1:
             elapsed, left = (
                 time.monotonic() - started,
