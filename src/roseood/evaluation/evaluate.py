@@ -26,7 +26,7 @@ from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
-from roseood.progress import duration, eta, note, stage, state
+from roseood.progress import duration, eta, note, resolve, stage, state
 from roseood.validation import check_float, check_int, check_seed
 
 
@@ -279,7 +279,11 @@ class FittedDetector:
 
 
 def fit_calibrated(
-    method: str, model: RoseModel | list[RoseModel], spec: EvalSpec, tpr: float = 0.95, progress: bool = False
+    method: str,
+    model: RoseModel | list[RoseModel],
+    spec: EvalSpec,
+    tpr: float = 0.95,
+    progress: bool | None = None,
 ) -> FittedDetector:
     """Fit ``method`` on the spec's fit images (``fit_samples`` + ``stats_samples``) and set its
     threshold so that a fraction ``tpr`` of the held-out images counts as in-distribution: what
@@ -372,10 +376,10 @@ def evaluate(
     statistics images at or below its threshold) and keep it in ``result.detectors``, its threshold in
     ``result.thresholds``: per-image decisions (``write_decisions``) and a detector to save.
 
-    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress`` True reports
-    one bar per stage (fit, each set's scoring) on a terminal, periodic lines in a log. With a ``cache``,
-    fitted detectors and scores are stored as they are made and reused, so a re-run after an
-    interruption only computes what is missing.
+    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress`` reports one
+    bar per stage (fit, each set's scoring) on a terminal, periodic lines in a log (unset: on a
+    terminal). With a ``cache``, fitted detectors and scores are stored as they are made and reused, so
+    a re-run after an interruption only computes what is missing.
     """
     if not spec.methods:
         raise RoseError("no methods given")
@@ -387,6 +391,7 @@ def evaluate(
     models = model if isinstance(model, list) else [model]
     if not models:
         raise RoseError("no model given")
+    progress = resolve(progress)
     if len(models) > 1 and spec.layerwise:
         raise RoseError("an ensemble has no layer-wise scores")
     if tpr is not None and spec.layerwise:

@@ -12,6 +12,7 @@ from roseood.detectors.base import Detector
 from roseood.errors import RoseError
 from roseood.evaluation.result import EvaluationResult
 from roseood.progress import progress as progress_bar
+from roseood.progress import resolve
 from roseood.serialization import write_csv
 
 SCORE_COLUMNS = ("index", "file", "label", "score", "ood")
@@ -28,12 +29,12 @@ def score_rows(
     stream: ImageStream,
     threshold: float | None = None,
     chunk: int = 2048,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Iterator[list[Any]]:
     """One row per image (``SCORE_COLUMNS``), read and scored ``chunk`` images per process at a time, so
     memory stays bounded however many images there are; ``ood`` is empty without a threshold.
-    ``progress``: one bar (or log lines) for the whole stream, from rank 0."""
-    shown = progress and distributed.is_main()
+    ``progress``: one bar (or log lines) for the whole stream, from rank 0 (unset: on a terminal)."""
+    shown = resolve(progress) and distributed.is_main()
     bar = progress_bar(None, "scoring", total=len(stream), unit="image", enabled=shown)
     for lo, scores in detector.score_stream(stream, chunk=chunk * distributed.world()):
         decisions = detector.decide(scores, threshold) if threshold is not None else [None] * len(scores)
@@ -49,7 +50,7 @@ def write_scores(
     out: str | Path,
     threshold: float | None = None,
     chunk: int = 2048,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> float | None:
     """Write ``score_rows`` to the CSV file ``out`` (atomically; under torchrun rank 0 writes while every
     process scores its share). ``threshold`` defaults to the detector's calibrated one; returns the

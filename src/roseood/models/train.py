@@ -27,7 +27,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import same
 from roseood.models.base import RoseModel, input_dims, model_config, model_name
 from roseood.models.checkpoint import MODEL_FORMAT, save_model
-from roseood.progress import duration, eta, note
+from roseood.progress import duration, eta, note, resolve
 from roseood.progress import progress as progress_bar
 from roseood.serialization import array_digest, safe_load
 from roseood.validation import check_float, check_int, check_seed
@@ -197,7 +197,7 @@ def run_epochs(
     batches: Callable[[Tensor], list[Tensor]] | None = None,
     batch_size: int = 64,
     grad_clip: float = 0.0,
-    progress: bool | None = False,
+    progress: bool | None = None,
     postfix: Callable[[float], str] = "loss={:.3f}".format,
 ) -> list[dict[str, float]]:
     """The one training loop: every epoch shuffles with ``gen``, and for each batch of indices calls the
@@ -211,7 +211,7 @@ def run_epochs(
     history: list[dict[str, float]] = state["history"]
     world = distributed.world()
     distributed.share_module(model)  # rank 0's weights everywhere
-    progress = progress if distributed.is_main() else False
+    progress = resolve(progress) and distributed.is_main()
     first, started = state["epoch"], time.monotonic()
     for epoch in range(state["epoch"], epochs):
         model.train()
@@ -273,19 +273,20 @@ def train(
     cfg: TrainConfig,
     checkpoint: str | Path,
     resume: bool = False,
-    progress: bool | None = False,
+    progress: bool | None = None,
     device: str | torch.device = "cpu",
     overwrite: bool = False,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
     """Train ``model`` on its inputs (uint8/float images, tensors, tokens), writing ``checkpoint`` after
-    every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
+        every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
 
-    Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
-    in every checkpoint with the data-order generator, so a run resumed with ``resume`` (weights,
-    optimiser, RNG states and history restored; same config and data required) ends exactly as an
-    uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``. ``device``: cpu,
-    cuda[:i], mps or auto (see ``roseood.distributed.device``); ``progress`` True reports each epoch.
-    Returns the model (eval mode) and the per-epoch history.
+        Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
+        in every checkpoint with the data-order generator, so a run resumed with ``resume`` (weights,
+        optimiser, RNG states and history restored; same config and data required) ends exactly as an
+        uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``. ``device``: cpu,
+        cuda[:i], mps or auto (see ``roseood.distributed.device``); ``progress`` reports each epoch (unset:
+    when stderr is a terminal).
+        Returns the model (eval mode) and the per-epoch history.
     """
     train_loss = getattr(model, "train_loss", None)
     if not callable(train_loss):
