@@ -75,7 +75,8 @@ def test_evaluate_writes_json_and_report(workdir, capsys):
     assert out["settings"]["seed"] == 2021
     report = (workdir / "rep" / "report.md").read_text()
     assert "no data" in report and "roc_mnist.png" in report
-    assert "no data" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "no data" in printed and '"machine"' not in printed  # the settings JSON only with -v
 
 
 def test_fit_then_score_writes_csv(workdir):
@@ -449,8 +450,9 @@ def test_evaluate_on_own_folders_writes_decisions_and_a_detector_for_score(workd
     mine, other = _folder(workdir / "mine", 40, 90), _folder(workdir / "other", 10, 200)
     sizes = ["--fit-samples", "20", "--stats-samples", "10", "--test-samples", "10", "--bootstrap", "0"]
     args = ["evaluate", "--model", "model.pt", "--in", mine, "--ood", other, "--methods", "rose-diag", *sizes]
-    assert run(*args, "-q", "--scores", "d.csv", "--save-detector", "det.pt") == 0
-    err = capsys.readouterr().err
+    assert run(*args, "-q", "-v", "--scores", "d.csv", "--save-detector", "det.pt") == 0
+    out, err = capsys.readouterr()
+    assert '"in_distribution"' in out  # -v: every setting
     # 40 images: a fifth (8) to test, then half of the other 32 at most (10) held out
     assert "40 images split at random (seed 2021): 22 to fit, 10 held out" in err and "8 to test" in err
     rows = list(csv.DictReader((workdir / "d.csv").open()))

@@ -130,7 +130,9 @@ def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: Eval
 
 def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
     result = _evaluate(args, path, spec_from_args(args, list(args.methods)))
-    print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
+    if args.verbose:
+        settings = {k: v for k, v in result.settings.items() if k != "model_config"}
+        print(json.dumps(settings, indent=1, ensure_ascii=False))
     print_table(result)
     return result
 
@@ -152,7 +154,8 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
             AcrossModels(results).write_json(args.json)
     across = AcrossModels(results)
     spread, first = across.spread(), across.first
-    print(json.dumps(across.shared_settings(), indent=1))
+    if args.verbose:
+        print(json.dumps(across.shared_settings(), indent=1, ensure_ascii=False))
     width = max(30, *(len(m) for m in first.methods))
     for metric in METRICS:
 
@@ -226,4 +229,7 @@ def register(sub: Any) -> None:
     )
     add_overwrite(p)
     add_quiet(p)
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="print every setting (as JSON) before the metrics"
+    )
     p.set_defaults(func=cmd_evaluate)

@@ -15,9 +15,11 @@ diffusers is an optional dependency (``pip install roseood[diffusion]``); import
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,19 @@ def diffusers_module() -> Any:
 
         import_utils._torchvision_available = False
     return diffusers
+
+
+@contextlib.contextmanager
+def quiet_diffusers() -> Iterator[None]:
+    """diffusers' logger at error level inside the block (its notices, e.g. "install accelerate for faster
+    loading", are no news to a roseood user); the caller's level after it."""
+    logging = diffusers_module().utils.logging
+    before = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(before)
 
 
 def unet_config(
@@ -84,6 +99,7 @@ class DiffusionModel(GenerativeModel):
     """
 
     kind = "diffusion"
+    train_objective = "eps_mse"  # train_loss is DDPM's ε-MSE, not a likelihood
     alphas_cumprod: Tensor
     ema_steps: Tensor
     loss_timesteps: Tensor
@@ -337,7 +353,8 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
         None,
     )
     try:
-        unet = d.UNet2DModel.from_pretrained(unet_dir)
+        with quiet_diffusers():
+            unet = d.UNet2DModel.from_pretrained(unet_dir)
         scheduler = d.DDPMScheduler.from_pretrained(sched_dir) if sched_dir is not None else d.DDPMScheduler()
     except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

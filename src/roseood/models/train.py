@@ -292,7 +292,10 @@ def train(
     if not callable(train_loss):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
     x = check_model_input(images, model)
-    nats_per_bit = input_dims(model) * math.log(2)
+    dims = input_dims(model)
+    objective = getattr(model, "train_objective", "nll")
+    # the per-dimension figure a person reads: bits per dimension of an NLL, else the objective per dimension
+    per_dim, unit = (dims * math.log(2), "bpd") if objective == "nll" else (dims, objective)
     flips = cfg.hflip and model.input_kind == "image"
     if cfg.perturb and model.input_kind != "image":
         raise RoseError(
@@ -325,8 +328,10 @@ def train(
         return train_loss(batch.to(device)).mean(), {}
 
     def record(sums: dict[str, float]) -> dict[str, float]:
-        nats = sums["loss"] / sums["seen"]
-        return {"loss_nats": nats, "bits_per_dim": nats / nats_per_bit}
+        mean = sums["loss"] / sums["seen"]
+        if objective == "nll":
+            return {"loss_nats": mean, "bits_per_dim": mean / per_dim}
+        return {"loss": mean, objective: mean / per_dim}
 
     history = run_epochs(
         model,
@@ -341,6 +346,6 @@ def train(
         batch_size=cfg.batch_size,
         grad_clip=cfg.grad_clip,
         progress=progress,
-        postfix=lambda loss: f"bpd={loss / nats_per_bit:.3f}",
+        postfix=lambda loss: f"{unit}={loss / per_dim:.4g}",
     )
     return model.eval(), history
