@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -109,6 +109,40 @@ def add_tpr(p: argparse.ArgumentParser) -> None:
         default=0.95,
         help="decision threshold: this fraction of the held-out in-distribution images counts as in",
     )
+
+
+# Sizes that finish in minutes on a 2-core CPU: option defaults a command takes with --preset NAME
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": {
+        "fit_samples": 1000,
+        "stats_samples": 250,
+        "test_samples": 500,
+        "bootstrap": 200,
+        "subset": 2000,
+        "epochs": 10,
+    },
+}
+
+
+def add_preset(p: argparse.ArgumentParser) -> None:
+    """``--preset NAME``: the command's options of ``PRESETS[NAME]`` as defaults (options given win)."""
+    dests = {a.dest for a in p._actions}
+    presets = {name: {k: v for k, v in values.items() if k in dests} for name, values in PRESETS.items()}
+    text = "; ".join(
+        f"{name}: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in values.items())
+        for name, values in presets.items()
+    )
+    p.add_argument("--preset", choices=presets, help=f"sizes for a short run ({text}); options given win")
+    p.set_defaults(preset_defaults=(p, presets))
+
+
+def apply_preset(parser: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> Any:
+    """``args`` parsed again with the ``--preset``'s values as the command's defaults (unchanged without)."""
+    if not getattr(args, "preset", None):
+        return args
+    command, presets = args.preset_defaults
+    command.set_defaults(**presets[args.preset])
+    return parser.parse_args(argv)
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:

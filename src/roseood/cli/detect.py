@@ -12,6 +12,7 @@ from roseood.cli.common import (
     add_eval_args,
     add_model_args,
     add_overwrite,
+    add_preset,
     add_quiet,
     add_tpr,
     checked_output,
@@ -89,6 +90,7 @@ def register(sub: Any) -> None:
     add_tpr(p)
     p.add_argument("--out", required=True, help="detector file to write")
     add_overwrite(p)
+    add_preset(p)
     add_quiet(p)
     p.set_defaults(func=cmd_fit)
 

@@ -12,6 +12,7 @@ from roseood import validation as v
 from roseood.cli.common import (
     add_eval_args,
     add_overwrite,
+    add_preset,
     add_quiet,
     add_tpr,
     checked_output,
@@ -228,6 +229,7 @@ def register(sub: Any) -> None:
         "a re-run after an interruption computes only what is missing",
     )
     add_overwrite(p)
+    add_preset(p)
     add_quiet(p)
     p.add_argument(
         "-v", "--verbose", action="store_true", help="print every setting (as JSON) before the metrics"

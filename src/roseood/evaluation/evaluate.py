@@ -19,6 +19,7 @@ from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images, take
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
+from roseood.data.tensors import check_model_input
 from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method_params
 from roseood.detectors.base import held_out_count, threshold_at
 from roseood.errors import DataError, RoseError
@@ -26,7 +27,7 @@ from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
-from roseood.progress import duration, eta, note, resolve, stage, state
+from roseood.progress import duration, eta, forecast, note, resolve, stage, state
 from roseood.validation import check_float, check_int, check_seed
 
 
@@ -249,6 +250,33 @@ def fisher_count(spec: EvalSpec, n_fit: int) -> int:
     return n_fit - held_out_count(n_fit, spec.stats_samples)
 
 
+def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str, models: int = 1) -> None:
+    """State what ``passes`` image passes (each image fitted on or scored, per method) will take here: one
+    forward and backward pass of the model's per-image loss timed on a batch of ``images`` (after an
+    untimed one), times ``passes`` and the ``models`` of an ensemble. A rough guide (methods differ:
+    a likelihood needs no backward pass, ROSE's EKFAC fits in two passes); the global RNG is left as it was.
+    """
+    loss = getattr(model, "rose_loss", None)
+    if not callable(loss) or not len(images):
+        return
+    device = next(model.parameters(), torch.empty(0)).device
+    x = check_model_input(images, model).to(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        try:
+            for batch in (x[:1], x):
+                t0 = time.perf_counter()
+                loss(batch).sum().backward()
+                seconds = time.perf_counter() - t0
+        except RuntimeError:  # no gradient to time (frozen weights): the run itself will say what is wrong
+            return
+        finally:
+            for p in model.parameters():
+                p.grad = None
+    per_image = seconds / len(x)
+    basis = f"{per_image * 1000:.3g} ms per image pass, timed on {len(x)}"
+    forecast(what, per_image * passes * models, basis)
+
+
 def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool | None) -> Detector:
     kwargs = spec.detector_kwargs.get(method, {})
     return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
@@ -290,6 +318,11 @@ def fit_calibrated(
     ``rose fit`` saves. A list of models: an ensemble of the method on each."""
     models = model if isinstance(model, list) else [model]
     fit = load_fit_images(spec, models[0])
+    if resolve(progress):
+        images = f"{len(fit)} images"
+        sample = fit.images[: spec.batch_size]
+        passes = 2 * len(fit) - fisher_count(spec, len(fit))  # fit, then score the held-out images
+        forecast_images(models[0], sample, passes, f"fitting {method} on {images}", len(models))
     det = fit_detector(method, model, fit, spec, progress=progress)
     held_out = fit.images[fisher_count(spec, len(fit)) :]
     det.calibrate(held_out, tpr=tpr)
@@ -429,6 +462,14 @@ def evaluate(
     fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
     if cache is not None:
         fit_key["fit_images"] = array_digest(fit.images)
+    if progress:
+        limits = [spec.test_limits.get(m) for m in spec.methods]
+        sets = [len(s) for s in (test, *ood.values())]
+        scored = sum(sum(min(n, lim or n) for n in sets) for lim in limits)
+        passes = len(spec.methods) * len(fit) + scored
+        each = f"fitted on {len(fit)} images, {scored // len(limits)} scored"
+        what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
+        forecast_images(first, fit.images[: spec.batch_size], passes, what, len(models))
     started = time.monotonic()
     for i, method in enumerate(spec.methods):
         key = fit_key | {"method": method, "params": detectors[method]}
