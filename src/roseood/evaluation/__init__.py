@@ -2,7 +2,9 @@
 
 ``evaluate(model, EvalSpec(...))`` fits every method on in-distribution images and scores the
 in-distribution test set and each OOD set; the ``EvaluationResult`` gives ``metrics()``, JSON, raw
-scores, and ``write_report`` turns it into a Markdown report with ROC curves and histograms.
+scores, and ``write_report`` turns it into a Markdown report with ROC curves and histograms;
+``evaluate(..., tpr=0.95)`` also calibrates each detector, and ``write_decisions`` writes every test image's
+score and decision.
 ``ood_metrics`` / ``fpr_at_tpr`` compute AUROC, AUPRC and FPR80/95 for any two score arrays, and
 ``metric_intervals`` their bootstrap intervals. ``AcrossModels`` holds one result per model (e.g.
 per training seed) and every metric's spread across them; ``write_across_report`` reports it.
@@ -23,7 +25,7 @@ from roseood.evaluation.evaluate import (
 )
 from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
-from roseood.evaluation.scoring import score_rows, write_scores
+from roseood.evaluation.scoring import decision_rows, score_rows, write_decisions, write_scores
 
 if TYPE_CHECKING:
     from roseood.evaluation.report import write_across_report, write_index, write_report
@@ -45,6 +47,7 @@ __all__ = [
     "EvaluationResult",
     "FittedDetector",
     "ResultCache",
+    "decision_rows",
     "evaluate",
     "fit_calibrated",
     "fit_detector",
@@ -55,6 +58,7 @@ __all__ = [
     "roc_points",
     "score_rows",
     "write_across_report",
+    "write_decisions",
     "write_index",
     "write_report",
     "write_scores",
