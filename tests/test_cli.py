@@ -75,7 +75,8 @@ def test_evaluate_writes_json_and_report(workdir, capsys):
     assert out["settings"]["seed"] == 2021
     report = (workdir / "rep" / "report.md").read_text()
     assert "no data" in report and "roc_mnist.png" in report
-    assert "no data" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "no data" in printed and '"machine"' not in printed  # the settings JSON only with -v
 
 
 def test_fit_then_score_writes_csv(workdir):
@@ -177,7 +178,7 @@ def test_fit_with_an_aggregation_and_an_adjustment_saves_them(workdir):
     [
         (("evaluate", "--model", "missing.pt"), "no such file"),
         (("evaluate", "--model", "model.pt", "--in", "imagenet"), "neither a known dataset"),
-        (("fit", "--model", "model.pt", "--in", "imagenet", "--out", "d.pt"), "--fit-data"),
+        (("fit", "--model", "model.pt", "--in", "imagenet", "--out", "d.pt"), "neither a known dataset"),
         (("evaluate", "--model", "model.pt", "--methods", "magic"), "unknown method"),
         (("evaluate", "--model", "model.pt", "--cache", "model.pt"), "is also an input"),
         (("fit", "--model", "model.pt", "--aggregate", "median", "--out", "d.pt"), "unknown aggregation"),
@@ -428,3 +429,47 @@ def test_nll_fit_and_score_repeat_run_to_run(workdir):
     thresholds = [torch.load(f"nll{i}.pt", weights_only=True)["threshold"] for i in (0, 1)]
     assert thresholds[0] is not None and thresholds[0] == thresholds[1]
     assert (workdir / "s0.csv").read_text() == (workdir / "s1.csv").read_text()
+
+
+def _folder(path, count: int, shade: int) -> str:
+    """A folder of ``count`` small colour PNGs around ``shade``, named 00.png, 01.png, ..."""
+    from PIL import Image
+
+    path.mkdir()
+    rng = np.random.default_rng(shade)
+    for i in range(count):
+        pixels = np.clip(shade + rng.integers(-30, 30, (24, 24, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(path / f"{i:02d}.png")
+    return str(path)
+
+
+def test_evaluate_on_own_folders_writes_decisions_and_a_detector_for_score(workdir, capsys):
+    """One command from folders to decisions: --in a folder is split at random (stated in one line), every
+    test image gets its score and decision at the calibrated threshold, and the saved detector scores
+    as evaluate did."""
+    mine, other = _folder(workdir / "mine", 40, 90), _folder(workdir / "other", 10, 200)
+    sizes = ["--fit-samples", "20", "--stats-samples", "10", "--test-samples", "10", "--bootstrap", "0"]
+    args = ["evaluate", "--model", "model.pt", "--in", mine, "--ood", other, "--methods", "rose-diag", *sizes]
+    assert run(*args, "-q", "-v", "--scores", "d.csv", "--save-detector", "det.pt") == 0
+    out, err = capsys.readouterr()
+    assert '"in_distribution"' in out  # -v: every setting
+    # 40 images: a fifth (8) to test, then half of the other 32 at most (10) held out
+    assert "40 images split at random (seed 2021): 22 to fit, 10 held out" in err and "8 to test" in err
+    rows = list(csv.DictReader((workdir / "d.csv").open()))
+    assert list(rows[0]) == ["method", "set", "index", "file", "label", "score", "ood"]
+    test_rows, ood_rows = [r for r in rows if r["set"] == mine], [r for r in rows if r["set"] == other]
+    assert len(test_rows) == 8 and [r["file"] for r in ood_rows] == [f"{i:02d}.png" for i in range(10)]
+    det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
+    assert det.threshold_ is not None
+    assert all((r["ood"] == "true") == (float(r["score"]) > det.threshold_) for r in rows)
+    assert run("score", "--model", "model.pt", "--detector", "det.pt", "--data", other, "--out", "s.csv") == 0
+    scored = list(csv.DictReader((workdir / "s.csv").open()))
+    assert [(r["file"], r["score"], r["ood"]) for r in scored] == [
+        (r["file"], r["score"], r["ood"]) for r in ood_rows
+    ]
+    # rose fit takes the folder too (30 of its images, none to test); two methods are not one detector
+    fit = ["fit", "--model", "model.pt", "--in", mine, *sizes[:4], "--method", "nll"]
+    assert run(*fit, "--out", "n.pt") == 0
+    assert "30 images split at random (seed 2021): 20 to fit, 10 held out" in capsys.readouterr().err
+    assert run(*args, "--methods", "rose-diag,nll", "--save-detector", "two.pt") == 2
+    assert "--save-detector saves one detector" in capsys.readouterr().err

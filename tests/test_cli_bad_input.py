@@ -260,7 +260,15 @@ CASES = [
     _c("fit --tpr 1.5", "must be in (0", *FIT, "--tpr", "1.5", "--out", "{d}/d.pt"),
     _c("fit --tpr nan", "finite", *FIT, "--tpr", "nan", "--out", "{d}/d.pt"),
     _c("fit --method magic", "unknown method", *FIT, "--method", "magic", "--out", "{d}/d.pt"),
-    _c("fit --in without training split", "--fit-data", *FIT, "--in", "{d}/victim.npz", "--out", "{d}/d.pt"),
+    _c(
+        "evaluate --save-detector two methods",
+        "saves one detector",
+        *EVAL,
+        "--methods",
+        "nll,rose-diag",
+        "--save-detector",
+        "{d}/d.pt",
+    ),
     # score
     _c(
         "score --out = --data",

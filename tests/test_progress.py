@@ -62,3 +62,17 @@ def test_detectors_report_progress_only_when_asked(capsys: pytest.CaptureFixture
     assert capsys.readouterr().err == ""
     NLL(tiny_vae, batch_size=2, progress=True).fit(x).score(x)
     assert "NLL: 3/3 (100 %)" in capsys.readouterr().err
+
+
+def test_progress_is_on_by_default_on_a_terminal_only(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tiny_vae
+) -> None:
+    """Python like the ecosystem: unset progress shows bars where a person watches (stderr a terminal),
+    nothing in logs, pipes and tests; True or False decides."""
+    assert not NLL(tiny_vae).progress and not p.resolve(None)  # pytest's stderr is no terminal
+    monkeypatch.setattr(p, "on_terminal", lambda: True)
+    assert p.resolve(None) and not p.resolve(False)
+    assert NLL(tiny_vae).progress and not NLL(tiny_vae, progress=False).progress
+    x = torch.rand(4, 1, 32, 32)
+    NLL(tiny_vae, batch_size=2).fit(x).score(x)
+    assert "NLL" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from roseood.cli import build_parser, main
 
@@ -74,6 +75,11 @@ def readme_dir(tmp_path, monkeypatch):
     np.savez(
         data / "mnist_test.npz", images=(255 - shirts[:20]).astype(np.uint8), labels=np.zeros(20, np.int64)
     )
+    for folder, shade in (("my_photos", 60), ("other_photos", 200)):
+        (tmp_path / folder).mkdir()
+        for i in range(12):
+            pixels = np.clip(shade + rng.integers(-40, 40, (20, 20, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(tmp_path / folder / f"{i}.png")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.setenv("ROSEOOD_DATA", str(data))
     monkeypatch.chdir(tmp_path)
@@ -91,6 +97,8 @@ def test_command_line_and_python_examples_run(readme_dir, capsys):
     scores = (readme_dir / "my_scores.csv").read_text().splitlines()
     assert scores[0] == "index,file,label,score,ood" and len(scores) == 11
     assert (readme_dir / "my_report" / "report.md").exists()
+    decisions = (readme_dir / "my_decisions.csv").read_text().splitlines()
+    assert decisions[0] == "method,set,index,file,label,score,ood" and len(decisions) == 1 + 2 + 12
     namespace: dict[str, object] = {}
     exec(compile(_tiny(python), "README.md", "exec"), namespace)
     assert np.asarray(namespace["scores_out"]).shape == (10,)

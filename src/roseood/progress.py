@@ -5,8 +5,9 @@ while another bar is shown (a detector's batches inside an evaluation's stage, a
 the ensemble) shows none of its own, so bars never nest or redraw over each other. ``stage(label)`` names
 the stage the next bar belongs to ("rose-ekfac fit", "nll score mnist"). Off a terminal (logs,
 pipes, CI) a bar is a plain line every ``LINE_INTERVAL_S`` seconds and one when it ends, each with the
-elapsed time and ETA, so redirected output holds no ``\\r`` redraws. ``enabled=None`` means "on a
-terminal"; the library's own defaults are off (progress is opt-in from Python).
+elapsed time and ETA, so redirected output holds no ``\\r`` redraws. ``enabled=None`` (every default,
+in Python too) means "on a terminal" (``resolve``): bars where a person watches, silence in logs, pipes and
+tests unless asked for.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def on_terminal() -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced or closed stream
         return False
+
+
+def resolve(enabled: bool | None) -> bool:
+    """The one reading of a ``progress`` argument: None is "when stderr is a terminal"."""
+    return on_terminal() if enabled is None else bool(enabled)
 
 
 def duration(seconds: float) -> str:
@@ -156,11 +162,9 @@ def progress(
     on a terminal, periodic lines otherwise, nothing when ``enabled`` is False, another bar is shown
     (its stage is this loop's) or this is not torchrun's rank 0."""
     global _open_bars
-    if enabled is None:
-        enabled = on_terminal()
     from roseood.distributed import is_main
 
-    if not enabled or _open_bars or not is_main():  # under torchrun only rank 0 reports
+    if not resolve(enabled) or _open_bars or not is_main():  # under torchrun only rank 0 reports
         return tqdm(iterable, total=total, disable=True)
     if _stages:
         desc = f"{_stages[-1]}: {desc}" if desc else _stages[-1]
@@ -181,6 +185,15 @@ def _width() -> int:
         return os.get_terminal_size(sys.stderr.fileno()).columns
     except (AttributeError, ValueError, OSError):
         return 0
+
+
+def forecast(what: str, seconds: float, basis: str = "") -> None:
+    """State before a long run what it will take here, in one line from the main process (shown even
+    when progress is quiet): ``training: ≈ 4 min 10 s on this machine (2 threads; from 3 timed batches)``."""
+    import torch
+
+    why = f"; {basis}" if basis else ""
+    state(f"{what}: ≈ {duration(seconds)} on this machine ({torch.get_num_threads()} threads{why})")
 
 
 def show_warnings_as_notes() -> None:

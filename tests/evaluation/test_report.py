@@ -25,7 +25,7 @@ def synthetic_result() -> EvaluationResult:
     rng = np.random.default_rng(0)
     return EvaluationResult(
         in_name="cifar10",
-        settings={"model": "glow", "fisher_samples": 16, "sets": ["svhn", "lsun"]},
+        settings={"model": "glow", "fisher_samples": 16, "sets": ["svhn", "lsun"], "score": {"z": "z − β"}},
         scores={
             "nll": {
                 "cifar10": rng.normal(0, 1, 100),
@@ -86,6 +86,7 @@ def test_report_has_settings_metrics_throughput_and_notes(report_dir: tuple[Path
     settings = section(report, "Settings")
     assert row(settings, "model") == ["glow"] and row(settings, "fisher_samples") == ["16"]
     assert row(settings, "sets") == ['["svhn", "lsun"]']
+    assert row(settings, "score") == ['{"z": "z − β"}']  # characters, not \u escapes
 
     metrics = result.metrics()
     for heading, metric, best in [

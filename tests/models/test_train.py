@@ -68,3 +68,17 @@ def test_glow_trains_with_adamax_warmup_and_clipping(data, tmp_path):
     glow = Glow(in_channels=1, image_size=32, levels=2, steps=2, hidden=8)
     _, history = train(glow, data, cfg, tmp_path / "g.pt", progress=False)
     assert history[-1]["bits_per_dim"] < history[0]["bits_per_dim"]
+
+
+def test_training_forecasts_its_time_and_stops_within_a_budget(data, tmp_path, capsys):
+    """The first batches are timed and extrapolated to the run (one line before it is far along); a
+    budget stops after the last epoch that fits, at least one, and --resume continues from there."""
+    torch.manual_seed(0)
+    cfg = TrainConfig(epochs=5, batch_size=8)
+    _, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", progress=True, budget=1e-6)
+    err = capsys.readouterr().err
+    assert "training 5 epochs: ≈ " in err and "on this machine (" in err and "from 3 timed batches" in err
+    assert len(history) == 1 and "stopping after 1 of 5 epochs" in err
+    torch.manual_seed(0)
+    _, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", resume=True, progress=False)
+    assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]

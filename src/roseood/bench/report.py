@@ -154,11 +154,11 @@ class BenchReport:
                     ["bootstrap resamples for our intervals", str(p.bootstrap) if p.bootstrap else "none"],
                     [
                         "detector settings changed by the profile",
-                        json.dumps(p.detector_kwargs) if p.detector_kwargs else "none",
+                        json.dumps(p.detector_kwargs, ensure_ascii=False) if p.detector_kwargs else "none",
                     ],
                     [
                         "this experiment's own overrides",
-                        json.dumps(own) if own else "none",
+                        json.dumps(own, ensure_ascii=False) if own else "none",
                     ],
                     [
                         "seeds",

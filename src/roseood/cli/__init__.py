@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from roseood.cli import bench, detect, evaluate, info, models
-from roseood.cli.common import Parser
+from roseood.cli.common import Parser, apply_preset
 from roseood.errors import RoseError
 from roseood.serialization import NAME_ERRORS
 
@@ -42,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (``torchrun --nproc-per-node N -m roseood ...``) every process runs it on its share of the work and only
     rank 0 prints and writes files."""
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = apply_preset(parser, argv, parser.parse_args(argv))
     except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
         return exc.code if isinstance(exc.code, int) else 2
     from roseood import distributed

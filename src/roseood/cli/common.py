@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -28,6 +28,11 @@ INPUT_OPTIONS = (
     "in_data",
     "fit_data",
     "ood",
+)
+# ``--in`` / ``--fit-data`` help: what they accept, and how a set without a training split is used
+SPLIT_HELP = (
+    "a dataset name, .npz file or image folder; one without a training split (and no --fit-data) is "
+    "split at random (--seed) into fit, held-out statistics and test images"
 )
 
 
@@ -133,6 +138,49 @@ def add_report_args(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def add_tpr(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tpr",
+        type=v.rate,
+        default=0.95,
+        help="decision threshold: this fraction of the held-out in-distribution images counts as in",
+    )
+
+
+# Sizes that finish in minutes on a 2-core CPU: option defaults a command takes with --preset NAME
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": {
+        "fit_samples": 1000,
+        "stats_samples": 250,
+        "test_samples": 500,
+        "bootstrap": 200,
+        "subset": 2000,
+        "epochs": 10,
+    },
+}
+
+
+def add_preset(p: argparse.ArgumentParser) -> None:
+    """``--preset NAME``: the command's options of ``PRESETS[NAME]`` as defaults (options given win)."""
+    dests = {a.dest for a in p._actions}
+    presets = {name: {k: v for k, v in values.items() if k in dests} for name, values in PRESETS.items()}
+    text = "; ".join(
+        f"{name}: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in values.items())
+        for name, values in presets.items()
+    )
+    p.add_argument("--preset", choices=presets, help=f"sizes for a short run ({text}); options given win")
+    p.set_defaults(preset_defaults=(p, presets))
+
+
+def apply_preset(parser: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> Any:
+    """``args`` parsed again with the ``--preset``'s values as the command's defaults (unchanged without)."""
+    if not getattr(args, "preset", None):
+        return args
+    command, presets = args.preset_defaults
+    command.set_defaults(**presets[args.preset])
+    return parser.parse_args(argv)
+
+
 def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or progress lines")
 
@@ -216,8 +264,12 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
     from roseood.detectors.adjustment import ADJUSTMENTS
 
     add_model_args(p, several)
-    p.add_argument("--in", dest="in_data", default="fashion_mnist", help=in_help)
-    p.add_argument("--fit-data", help="images to fit detectors on (unset: training split of --in)")
+    p.add_argument("--in", dest="in_data", default="fashion_mnist", help=f"{in_help}; {SPLIT_HELP}")
+    p.add_argument(
+        "--fit-data",
+        help="images to fit detectors on: a dataset name, .npz file or image folder (unset: the training "
+        "split of --in, or a random part of --in)",
+    )
     p.add_argument("--fit-samples", type=v.count, default=10000, help="images for the Fisher / detector fit")
     p.add_argument(
         "--stats-samples",

@@ -13,8 +13,10 @@ from roseood.cli.common import (
     add_memory,
     add_model_args,
     add_overwrite,
+    add_preset,
     add_quiet,
     add_report_args,
+    add_tpr,
     checked_output,
     load_background_arg,
     load_models_arg,
@@ -103,21 +105,17 @@ def register(sub: Any) -> None:
     methods = ", ".join(METHODS)
     p = sub.add_parser("fit", help="fit one detector, calibrate its threshold and save it to a file")
     ensemble = "; give it again for an ensemble (one detector per model, their z-scores averaged)"
-    add_eval_args(p, "in-distribution set: detectors are fitted on its training split", ensemble)
+    add_eval_args(p, "in-distribution set (detectors are fitted on its training split)", ensemble)
     p.add_argument(
         "--method",
         type=v.cli_type(lambda text, _: v.check_choice(text, list(METHODS), "method"), str),
         default="rose-ekfac",
         help=f"one of: {methods}",
     )
-    p.add_argument(
-        "--tpr",
-        type=v.rate,
-        default=0.95,
-        help="decision threshold: this fraction of the held-out in-distribution images counts as in",
-    )
+    add_tpr(p)
     p.add_argument("--out", required=True, help="detector file to write")
     add_overwrite(p)
+    add_preset(p)
     add_quiet(p)
     p.set_defaults(func=cmd_fit)
 

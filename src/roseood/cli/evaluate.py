@@ -12,8 +12,10 @@ from roseood import validation as v
 from roseood.cli.common import (
     add_eval_args,
     add_overwrite,
+    add_preset,
     add_quiet,
     add_report_args,
+    add_tpr,
     checked_output,
     cli_names,
     load_model_arg,
@@ -68,7 +70,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         checked_output(args, args.report, folder=True, marker="report.md")
     if args.cache:
         checked_output(args, args.cache, folder=True)  # an existing cache is the point: only writable
+    for option in ("scores", "save_detector"):
+        if getattr(args, option):
+            checked_output(args, getattr(args, option))
     paths = args.model or [None]
+    if (args.scores or args.save_detector) and len(paths) > 1 and not args.ensemble:
+        raise RoseError("--scores and --save-detector take one model (or --ensemble): evaluate one at a time")
+    if args.save_detector and len(args.methods) != 1:
+        raise RoseError(f"--save-detector saves one detector: name one --methods, not {len(args.methods)}")
     if args.ensemble:
         if len(paths) < 2:
             raise RoseError("--ensemble needs two or more --model")
@@ -78,9 +87,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         outcome = _evaluate_one(args, paths[0]) if len(paths) == 1 else _evaluate_models(args, paths)
     if not distributed.is_main():
         return
+    from roseood.evaluation.result import AcrossModels
+
     if args.json:
         outcome.write_json(args.json)
         print(f"wrote {args.json}")
+    if args.scores or args.save_detector:
+        assert not isinstance(outcome, AcrossModels)  # refused above
+        _write_decisions(args, outcome)
     if args.report:
         from roseood.evaluation.html_report import write_evaluation_page
         from roseood.evaluation.report import safe_name, write_across_report, write_report
@@ -90,11 +104,27 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         if isinstance(outcome, AcrossModels):
             print(f"wrote {write_across_report(outcome, report)}")
             for name, result in outcome.results.items():  # one page per model, beside its report.md
-                page = write_evaluation_page(result, report / safe_name(name), f"OOD evaluation: {name}")
+                page = write_evaluation_page(
+                    result, report / safe_name(name), f"OOD evaluation: {name}", result.thresholds or None
+                )
                 print(f"wrote {page}")
         else:
             print(f"wrote {write_report(outcome, report)}")
-            print(f"wrote {write_evaluation_page(outcome, report)}")
+            print(f"wrote {write_evaluation_page(outcome, report, thresholds=outcome.thresholds or None)}")
+
+
+def _write_decisions(args: argparse.Namespace, result: EvaluationResult) -> None:
+    """``--scores``: every test image's score and decision; ``--save-detector``: the fitted detector."""
+    from roseood.evaluation.scoring import write_decisions
+
+    cuts = ", ".join(f"{m} above {t:.6g}" for m, t in result.thresholds.items())
+    if args.scores:
+        write_decisions(result, args.scores)
+        print(f"wrote {args.scores}: each test image's score and decision (OOD: {cuts})")
+    if args.save_detector:
+        (method,) = result.methods
+        result.detectors[method].save(args.save_detector)
+        print(f"wrote {args.save_detector}: the fitted {method} detector (OOD: {cuts}), for `rose score`")
 
 
 def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: EvalSpec) -> EvaluationResult:
@@ -106,12 +136,15 @@ def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: Eval
     cache = ResultCache(args.cache) if args.cache else None
     model = [load_model_arg(args, p) for p in path] if isinstance(path, list) else load_model_arg(args, path)
     examples = args.gallery if args.report else 0
-    return evaluate(model, spec, progress=not args.quiet, cache=cache, examples=examples)
+    tpr = args.tpr if args.scores or args.save_detector or args.report else None  # the page draws it
+    return evaluate(model, spec, progress=not args.quiet, cache=cache, examples=examples, tpr=tpr)
 
 
 def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
     result = _evaluate(args, path, spec_from_args(args, list(args.methods)))
-    print(json.dumps({k: v for k, v in result.settings.items() if k != "model_config"}, indent=1))
+    if args.verbose:
+        settings = {k: v for k, v in result.settings.items() if k != "model_config"}
+        print(json.dumps(settings, indent=1, ensure_ascii=False))
     print_table(result)
     return result
 
@@ -133,7 +166,8 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
             AcrossModels(results).write_json(args.json)
     across = AcrossModels(results)
     spread, first = across.spread(), across.first
-    print(json.dumps(across.shared_settings(), indent=1))
+    if args.verbose:
+        print(json.dumps(across.shared_settings(), indent=1, ensure_ascii=False))
     width = max(30, *(len(m) for m in first.methods))
     for metric in METRICS:
 
@@ -153,7 +187,7 @@ def register(sub: Any) -> None:
     several = "; give it again for more models, e.g. one per training seed: each is evaluated alike, then "
     add_eval_args(
         p,
-        "in-distribution set: its test split is scored, its training split fitted on",
+        "in-distribution set (its test split is scored, its training split fitted on)",
         several + "every metric's spread",
     )
     p.add_argument(
@@ -192,11 +226,27 @@ def register(sub: Any) -> None:
         "(index.html: AUROCs, ROC curves, each method's histograms with its threshold)",
     )
     p.add_argument(
+        "--scores",
+        metavar="CSV",
+        help="write every test image's score and OOD decision here: method, set, index, file, label, "
+        "score, ood (the threshold calibrated as `rose fit` does, see --tpr)",
+    )
+    p.add_argument(
+        "--save-detector",
+        metavar="FILE",
+        help="save the fitted, calibrated detector (one method) for `rose score`",
+    )
+    add_tpr(p)
+    p.add_argument(
         "--cache",
         metavar="DIR",
         help="keep fitted detectors and per-image scores here, keyed by everything that defines them: "
         "a re-run after an interruption computes only what is missing",
     )
     add_overwrite(p)
+    add_preset(p)
     add_quiet(p)
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="print every setting (as JSON) before the metrics"
+    )
     p.set_defaults(func=cmd_evaluate)

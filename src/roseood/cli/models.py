@@ -14,6 +14,7 @@ from roseood.cli.common import (
     add_device,
     add_model_args,
     add_overwrite,
+    add_preset,
     add_quiet,
     checked_output,
     load_model_arg,
@@ -85,6 +86,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             device=distributed.device(args.device),
             overwrite=args.overwrite,
             progress=not args.quiet,
+            budget=args.budget * 60 if args.budget else None,
         )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
@@ -131,7 +133,15 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
         "--perturb", help="train on perturbed inputs, e.g. random:0.3 (Likelihood-Ratio background)"
     )
     p.add_argument("--no-flip", action="store_true", help="disable random horizontal flips")
+    p.add_argument(
+        "--budget",
+        type=v.positive_float,
+        metavar="MINUTES",
+        help="train at most this long: stop after the last epoch that fits (at least one; --resume "
+        "continues)",
+    )
     add_data_args(p, seed=0)
+    add_preset(p)
     add_quiet(p)
     p.set_defaults(func=cmd_train)
 

@@ -397,8 +397,10 @@ def _read_files(files: list[Path], prep: Preprocessing, brightness: float, scale
 def take(images: ImageSet, n: int, seed: int) -> ImageSet:
     """A seeded random subset of ``n`` images (all of them when ``n >= len``), in the set's order."""
     keep = _subsample(len(images), n, seed)
-    if keep is None:
-        return images
+    return images if keep is None else select(images, keep, f"{n} of {images.source}")
+
+
+def select(images: ImageSet, keep: npt.NDArray[np.intp], source: str) -> ImageSet:
+    """The images at indices ``keep`` (with their labels and file names), described as ``source``."""
     files = tuple(images.files[i] for i in keep) if images.files is not None else None
-    source = f"{n} of {images.source}"
     return replace(images, images=images.images[keep], labels=images.labels[keep], source=source, files=files)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from roseood.errors import DataError
 from roseood.progress import progress
+
+# What ``fit`` and ``score`` take: inputs in memory, or a torch Dataset / DataLoader of them
+ImageData: TypeAlias = Tensor | np.ndarray | DataLoader[Any] | Dataset[Any]
+# the keys a dict item or batch may hold its images under (Hugging Face datasets: "image", "pixel_values")
+IMAGE_KEYS = ("image", "images", "pixel_values", "img", "input", "inputs", "x")
 
 
 def _as_tensor(data: Tensor | np.ndarray, what: str) -> Tensor:
@@ -39,6 +46,11 @@ def as_image_tensor(
     if 0 in images.shape[1:]:
         raise DataError(f"images need at least one channel and pixel, got shape {tuple(images.shape)}")
     if channels is not None and images.shape[1] != channels:
+        if images.shape[-1] == channels:
+            raise DataError(
+                f"images of shape {tuple(images.shape)} look channel-last (N, H, W, C); the model takes "
+                "(N, C, H, W): x.permute(0, 3, 1, 2)"
+            )
         raise DataError(f"model expects {channels}-channel images, got {images.shape[1]} channels")
     hw = (size, size) if isinstance(size, int) else size
     if hw is not None and tuple(images.shape[2:]) != tuple(hw):
@@ -97,3 +109,85 @@ def iter_batches(x: Tensor, batch_size: int, desc: str | None = None) -> Iterato
     starts = range(0, x.shape[0], batch_size)
     for i in progress(starts, desc, enabled=desc is not None, leave=False, unit="batch"):
         yield x[i : i + batch_size]
+
+
+def loader_batches(data: DataLoader[Any] | Dataset[Any], batch_size: int) -> Iterator[Tensor]:
+    """The input batches of a ``DataLoader`` (as it batches them) or a ``Dataset`` (in order, ``batch_size``
+    items at a time): each batch a tensor, the first element of an (image, label) tuple, or a dict's
+    image (``IMAGE_KEYS``)."""
+    loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=batch_size, shuffle=False)
+    items = iter(loader)
+    while True:
+        try:
+            batch = next(items)
+        except StopIteration:
+            return
+        except TypeError as exc:  # default_collate of items it cannot stack (PIL images, strings)
+            if loader is data:
+                raise
+            raise DataError(
+                f"cannot batch the dataset's items ({str(exc).splitlines()[0]}); give it a transform that "
+                "returns tensors (e.g. torchvision's PILToTensor)"
+            ) from None
+        yield _batch_inputs(batch)
+
+
+def _batch_inputs(batch: object) -> Tensor:
+    """The inputs of one batch: itself (tensor, array), an (inputs, label, ...) sequence's first element, or
+    a dict's entry under one of ``IMAGE_KEYS``."""
+    if isinstance(batch, list | tuple) and batch:
+        batch = batch[0]
+    elif isinstance(batch, Mapping):
+        key = next((k for k in IMAGE_KEYS if k in batch), None)
+        if key is None:
+            raise DataError(
+                f"a batch is a dict with keys {sorted(map(str, batch))}; expected the images under one of: "
+                + ", ".join(IMAGE_KEYS)
+            )
+        batch = batch[key]
+    if isinstance(batch, np.ndarray):
+        batch = torch.from_numpy(np.ascontiguousarray(batch))
+    if not isinstance(batch, Tensor):
+        raise DataError(
+            f"a batch holds {type(batch).__name__}; expected tensors or arrays, (image, label) tuples or "
+            "dicts with an image"
+        )
+    return batch
+
+
+def collect(data: DataLoader[Any] | Dataset[Any], batch_size: int) -> Tensor:
+    """Every input of a ``DataLoader`` or ``Dataset`` in one tensor of its own dtype (uint8 images stay
+    uint8), filled batch by batch into one allocation when the number of items is known."""
+    total = None if isinstance(getattr(data, "dataset", data), IterableDataset) else _items(data)
+    out: Tensor | None = None
+    parts: list[Tensor] = []
+    filled = 0
+    for batch in loader_batches(data, batch_size):
+        if out is None and not parts and total is not None and batch.ndim:
+            out = torch.empty((total, *batch.shape[1:]), dtype=batch.dtype)
+        first = out if out is not None else (parts[0] if parts else batch)
+        if batch.ndim == 0 or batch.shape[1:] != first.shape[1:] or batch.dtype != first.dtype:
+            raise DataError(
+                f"batches differ: {tuple(first.shape[1:])} {first.dtype} inputs, then a batch of shape "
+                f"{tuple(batch.shape)} and dtype {batch.dtype}"
+            )
+        if out is not None and filled + len(batch) <= out.shape[0]:
+            out[filled : filled + len(batch)] = batch
+        else:  # more items than announced: keep the rest apart
+            if out is not None:
+                parts, out = [out[:filled]], None
+            parts.append(batch)
+        filled += len(batch)
+    if out is not None:
+        return out[:filled]
+    if not parts:
+        raise DataError("empty input set: the dataset gave no items")
+    return torch.cat(parts)
+
+
+def _items(data: DataLoader[Any] | Dataset[Any]) -> int | None:
+    """How many items a DataLoader's sampler or a Dataset announces (None: unknown)."""
+    try:
+        return len(data.sampler) if isinstance(data, DataLoader) else len(data)  # type: ignore[arg-type]
+    except TypeError:
+        return None

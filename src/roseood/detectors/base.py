@@ -23,14 +23,16 @@ from typing import Any, ClassVar, NamedTuple, Self, TypeVar
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
 
 from roseood import distributed
 from roseood.data.loading import ImageStream
-from roseood.data.tensors import check_model_input
+from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import check_detector_file
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
+from roseood.progress import progress, resolve
 from roseood.registry import Registry
 from roseood.serialization import safe_load, save_file, share_equal_tensors
 from roseood.validation import check_float, check_int, check_memory
@@ -58,7 +60,7 @@ class Detector(ABC):
     ) -> None:
         self.model = model
         self.batch_size = check_int(batch_size, "batch_size")
-        self.progress = bool(progress)  # opt-in (roseood.progress): a bar on a terminal, lines in a log
+        self.progress = resolve(progress)  # unset: a bar when stderr is a terminal (roseood.progress)
         self.fitted_ = False
         self.threshold_: float | None = None  # score above which an input is called OOD (calibrate)
         self.fit_warnings_: list[str] = []
@@ -111,9 +113,11 @@ class Detector(ABC):
             return torch.device("cpu")
         return next(self.model.parameters(), torch.empty(0)).device
 
-    def _check(self, images: Tensor | np.ndarray) -> Tensor:
-        """Validate inputs against the model's declared input kind and shape (images when no model)."""
-        return check_model_input(images, self.model)
+    def _check(self, images: ImageData) -> Tensor:
+        """Validate inputs against the model's declared input kind and shape (images when no model): the
+        one point where every input comes in (a DataLoader or Dataset is read into one tensor here)."""
+        data = collect(images, self.batch_size) if isinstance(images, DataLoader | Dataset) else images
+        return check_model_input(data, self.model)
 
     def _require_model(self, what: str) -> RoseModel:
         """The detector's generative model; a ``RoseError`` saying ``what`` needs one when there is none."""
@@ -140,8 +144,10 @@ class Detector(ABC):
         if kind != "image":
             raise RoseError(f"the {self.method} method works on images only; this model takes {kind} inputs")
 
-    def fit(self, images: Tensor | np.ndarray, held_out: Tensor | np.ndarray | None = None) -> Self:
-        """Learn from in-distribution inputs (images: uint8 (N, C, H, W) or float in [0, 1]).
+    def fit(self, images: ImageData, held_out: ImageData | None = None) -> Self:
+        """Learn from in-distribution inputs (images: uint8 (N, C, H, W) or float in [0, 1]), as tensors,
+        arrays or a torch ``DataLoader`` / ``Dataset`` of them (items: tensors, (image, label) tuples or
+        dicts with an image).
 
         ``held_out``: further in-distribution inputs. A detector that ``keeps_held_out`` learns its
         main part from ``images`` and the rest from ``held_out`` (without one: the last
@@ -168,13 +174,20 @@ class Detector(ABC):
         self.fitted_ = True
         return self
 
-    def score(self, images: Tensor | np.ndarray, *, shard: bool = True) -> np.ndarray:
+    def score(self, images: ImageData, *, shard: bool = True) -> np.ndarray:
         """One OOD score per image as float64 numpy (higher = more likely out-of-distribution).
 
         Under torchrun each process scores its shard and every process gets all scores in input order;
-        ``shard=False`` scores exactly ``images`` here (a process's own part of a stream)."""
+        ``shard=False`` scores exactly ``images`` here (a process's own part of a stream). A ``DataLoader``
+        or ``Dataset`` is scored batch by batch as it is read (never held whole), all in this process."""
         if not self.fitted_:
             raise RoseError(f"{self.method} detector is not fitted: call fit() or load() first")
+        if isinstance(images, DataLoader | Dataset):
+            batches = progress(loader_batches(images, self.batch_size), "scoring", enabled=self.progress)
+            parts = [self.score(batch, shard=False) for batch in batches]
+            if not parts:
+                raise DataError("empty input set: the dataset gave no items")
+            return np.concatenate(parts)
         x = self._check(images)
         if shard:
             x = x[distributed.shard(x.shape[0])]
@@ -192,11 +205,10 @@ class Detector(ABC):
             local = self.score(mine, shard=False) if len(mine) else np.empty(0)
             yield lo, distributed.gather_rows(torch.from_numpy(local)).numpy()
 
-    def calibrate(self, images: Tensor | np.ndarray, tpr: float = 0.95) -> Self:
+    def calibrate(self, images: ImageData, tpr: float = 0.95) -> Self:
         """Set ``threshold_`` so that a fraction ``tpr`` of these held-out in-distribution inputs (not
         the ones fitted on) score at or below it; ``decide`` then calls higher scores OOD."""
-        tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
-        self.threshold_ = float(np.quantile(self.score(images), tpr, method="higher"))
+        self.threshold_ = threshold_at(self.score(images), tpr)
         return self
 
     def decide(self, scores: np.ndarray, threshold: float | None = None) -> np.ndarray:
@@ -234,7 +246,7 @@ class Detector(ABC):
         """What this kind of detector is called in messages: ``a 'rose' detector``."""
         return f"a {cls.method!r} detector"
 
-    def layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
+    def layer_scores(self, images: ImageData) -> Tensor:
         """Raw per-layer scores ``(N, layers)``, for detectors with ``layerwise``."""
         raise RoseError(f"the {self.method} detector has no layer-wise scores")
 
@@ -358,6 +370,13 @@ def built_from_file(path: str | Path, cls: type[D], *args: Any, **params: Any) -
         return cls(*args, **params)
     except (RoseError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: its settings do not build a detector ({_line(exc)})") from None
+
+
+def threshold_at(held_out_scores: np.ndarray, tpr: float = 0.95) -> float:
+    """The decision threshold that calls a fraction ``tpr`` of these held-out in-distribution scores
+    in-distribution (at or below it): what ``Detector.calibrate`` sets."""
+    tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
+    return float(np.quantile(held_out_scores, tpr, method="higher"))
 
 
 def held_out_count(n: int, held_out: int | float) -> int:

@@ -33,7 +33,7 @@ from roseood.curvature import (
 )
 from roseood.curvature.grads import layer_bytes
 from roseood.curvature.memory import MemoryPlan, budget, format_size, in_use, parse_size, saved_bytes
-from roseood.data.tensors import iter_batches
+from roseood.data.tensors import ImageData, iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
     DEFAULT_AGGREGATION,
@@ -247,10 +247,10 @@ class ROSE(Detector):
 
     def fit(
         self,
-        images: Tensor | np.ndarray,
-        held_out: Tensor | np.ndarray | None = None,
+        images: ImageData,
+        held_out: ImageData | None = None,
         *,
-        stats_images: Tensor | np.ndarray | None = None,
+        stats_images: ImageData | None = None,
     ) -> Self:
         """Fit the per-layer Fishers on ``images`` and the layer-score normalisation on ``held_out``
         (``stats_images`` is its former name), else on the last ``stats_fraction`` of ``images``."""
@@ -327,7 +327,7 @@ class ROSE(Detector):
             warnings.warn(f"ROSE-{self.fisher}: {message}", DegenerateFitWarning, stacklevel=4)
         return messages
 
-    def layer_scores(self, images: Tensor | np.ndarray, desc: str = "ROSE scoring") -> Tensor:
+    def layer_scores(self, images: ImageData, desc: str = "ROSE scoring") -> Tensor:
         """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, layers), float64."""
         return self._layer_scores(self._check(images), desc)
 

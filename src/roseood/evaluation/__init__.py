@@ -4,7 +4,9 @@
 in-distribution test set and each OOD set; the ``EvaluationResult`` gives ``metrics()``, JSON, raw
 scores, and ``write_report`` turns it into a Markdown report with ROC curves and histograms;
 ``write_evaluation_page`` (and ``write_score_page`` for one scored set) into an HTML page with the most
-and least OOD images of every set.
+and least OOD images of every set;
+``evaluate(..., tpr=0.95)`` also calibrates each detector, and ``write_decisions`` writes every test image's
+score and decision.
 ``ood_metrics`` / ``fpr_at_tpr`` compute AUROC, AUPRC and FPR80/95 for any two score arrays, and
 ``metric_intervals`` their bootstrap intervals. ``AcrossModels`` holds one result per model (e.g.
 per training seed) and every metric's spread across them; ``write_across_report`` reports it.
@@ -25,7 +27,7 @@ from roseood.evaluation.evaluate import (
 )
 from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
-from roseood.evaluation.scoring import score_rows, write_scores
+from roseood.evaluation.scoring import decision_rows, score_rows, write_decisions, write_scores
 
 if TYPE_CHECKING:
     from roseood.evaluation.html_report import write_evaluation_page, write_score_page
@@ -52,6 +54,7 @@ __all__ = [
     "EvaluationResult",
     "FittedDetector",
     "ResultCache",
+    "decision_rows",
     "evaluate",
     "fit_calibrated",
     "fit_detector",
@@ -62,6 +65,7 @@ __all__ = [
     "roc_points",
     "score_rows",
     "write_across_report",
+    "write_decisions",
     "write_evaluation_page",
     "write_index",
     "write_report",

@@ -17,22 +17,26 @@ import torch
 
 from roseood import __version__
 from roseood.data import DATASETS, ImageSet, load_images, take
+from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
+from roseood.data.tensors import check_model_input
 from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method_params
-from roseood.detectors.base import held_out_count
+from roseood.detectors.base import held_out_count, threshold_at
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.gallery import extremes
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
-from roseood.progress import duration, eta, note, stage
+from roseood.progress import duration, eta, forecast, note, resolve, stage, state
 from roseood.validation import check_float, check_int, check_seed
 
 
 @dataclass
 class EvalSpec:
-    """What to evaluate. ``fit_data`` defaults to the training split of the in-distribution set.
+    """What to evaluate. ``fit_data`` defaults to the training split of the in-distribution set; a set
+    without one (a folder, an ``.npz`` file) is split at random into fit, statistics and test images
+    (``split_in_data``).
 
     ``layerwise``: ROSE methods return raw per-layer scores ``(N, layers)`` instead of one score per image
     (the paper's Figure 6). ``fit_draw``: the Fisher gets ``fit_samples`` images drawn at random (draw
@@ -81,17 +85,24 @@ def machine_description() -> dict[str, Any]:
     }
 
 
+def splits_in_data(spec: EvalSpec) -> bool:
+    """Whether the fit images come out of the in-distribution set itself: no ``fit_data`` and no
+    training split to fit on (a folder, an ``.npz`` file, a named set with a test split only)."""
+    if spec.fit_data:
+        return False
+    name = spec.in_data.split(":")[0].lower().replace("-", "_")
+    return not (name in DATASETS and "train" in DATASETS[name].splits)
+
+
 def fit_source(spec: EvalSpec) -> str:
     """Where detectors are fitted: ``--fit-data``, else the training split of the in-distribution set."""
     if spec.fit_data:
         return spec.fit_data
-    name = spec.in_data.split(":")[0].lower().replace("-", "_")
-    if name in DATASETS and "train" in DATASETS[name].splits:
-        return f"{name}:train"
-    raise DataError(
-        f"{spec.in_data!r} is not a named dataset with a training split: "
-        "name the images to fit on with --fit-data"
-    )
+    if splits_in_data(spec):
+        raise DataError(
+            f"{spec.in_data!r} has no training split to draw fit images from: name them with --fit-data"
+        )
+    return f"{spec.in_data.split(':')[0].lower().replace('-', '_')}:train"
 
 
 def model_preprocessing(model: RoseModel) -> Preprocessing:
@@ -141,8 +152,48 @@ def derived_seed(spec: EvalSpec, name: str) -> int:
     return spec.seed + 1 + zlib.crc32(name.encode("utf-8", "surrogateescape")) % 100_000
 
 
+def split_in_data(spec: EvalSpec, model: RoseModel, test: bool) -> tuple[ImageSet | None, ImageSet]:
+    """The in-distribution set split at random (``derived_seed(spec, "split")``) into test images (with
+    ``test``; ``test_samples``, at most a fifth) and fit images: Fisher images followed by the held-out
+    statistics images, as ``fisher_count`` splits them. States the split in one line; each part keeps
+    the set's file order."""
+    n_test = spec.test_samples if test else 0
+    pool = _load(spec.in_data, n_test + spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+    n = len(pool)
+    if test:
+        n_test = min(n_test, n // 5)
+        if n_test < 2:
+            raise DataError(f"{pool.name} has {n} images: too few to split into fit and test images")
+    order = np.random.default_rng(derived_seed(spec, "split")).permutation(n)
+    n_fit = n - n_test
+    n_stats = held_out_count(n_fit, spec.stats_samples)
+    n_fisher = n_fit - n_stats
+    parts = np.split(order, [n_test, n_test + n_fisher])
+    test_set = select(pool, np.sort(parts[0]), f"{n_test} of {pool.source}") if test else None
+    keep = np.concatenate([np.sort(parts[1]), np.sort(parts[2])])
+    fit = select(pool, keep, f"{n_fit} of {pool.source}")
+    tested = f", {n_test} to test" if test else ""
+    state(
+        f"{pool.name}: {n} images split at random (seed {spec.seed}): {n_fisher} to fit, {n_stats} held "
+        f"out for statistics and the threshold{tested}"
+    )
+    return test_set, fit
+
+
+def load_test_and_fit(spec: EvalSpec, model: RoseModel) -> tuple[ImageSet, ImageSet]:
+    """The in-distribution test images and the fit images of an evaluation (see ``load_fit_images``)."""
+    if splits_in_data(spec) and spec.fit_draw is None:
+        test, fit = split_in_data(spec, model, test=True)
+        assert test is not None
+        return test, fit
+    return _load(spec.in_data, spec.test_samples, spec.seed, model, spec), load_fit_images(spec, model)
+
+
 def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
-    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples)."""
+    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples): from
+    ``fit_data``, the in-distribution set's training split, or else all of the set, split at random."""
+    if splits_in_data(spec) and spec.fit_draw is None:
+        return split_in_data(spec, model, test=False)[1]
     if spec.fit_draw is None:
         return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
     pool = _load(fit_source(spec), None, spec.seed, model, spec)
@@ -200,6 +251,33 @@ def fisher_count(spec: EvalSpec, n_fit: int) -> int:
     return n_fit - held_out_count(n_fit, spec.stats_samples)
 
 
+def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str, models: int = 1) -> None:
+    """State what ``passes`` image passes (each image fitted on or scored, per method) will take here: one
+    forward and backward pass of the model's per-image loss timed on a batch of ``images`` (after an
+    untimed one), times ``passes`` and the ``models`` of an ensemble. A rough guide (methods differ:
+    a likelihood needs no backward pass, ROSE's EKFAC fits in two passes); the global RNG is left as it was.
+    """
+    loss = getattr(model, "rose_loss", None)
+    if not callable(loss) or not len(images):
+        return
+    device = next(model.parameters(), torch.empty(0)).device
+    x = check_model_input(images, model).to(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        try:
+            for batch in (x[:1], x):
+                t0 = time.perf_counter()
+                loss(batch).sum().backward()
+                seconds = time.perf_counter() - t0
+        except RuntimeError:  # no gradient to time (frozen weights): the run itself will say what is wrong
+            return
+        finally:
+            for p in model.parameters():
+                p.grad = None
+    per_image = seconds / len(x)
+    basis = f"{per_image * 1000:.3g} ms per image pass, timed on {len(x)}"
+    forecast(what, per_image * passes * models, basis)
+
+
 def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool | None) -> Detector:
     kwargs = spec.detector_kwargs.get(method, {})
     return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
@@ -230,13 +308,22 @@ class FittedDetector:
 
 
 def fit_calibrated(
-    method: str, model: RoseModel | list[RoseModel], spec: EvalSpec, tpr: float = 0.95, progress: bool = False
+    method: str,
+    model: RoseModel | list[RoseModel],
+    spec: EvalSpec,
+    tpr: float = 0.95,
+    progress: bool | None = None,
 ) -> FittedDetector:
     """Fit ``method`` on the spec's fit images (``fit_samples`` + ``stats_samples``) and set its
     threshold so that a fraction ``tpr`` of the held-out images counts as in-distribution: what
     ``rose fit`` saves. A list of models: an ensemble of the method on each."""
     models = model if isinstance(model, list) else [model]
     fit = load_fit_images(spec, models[0])
+    if resolve(progress):
+        images = f"{len(fit)} images"
+        sample = fit.images[: spec.batch_size]
+        passes = 2 * len(fit) - fisher_count(spec, len(fit))  # fit, then score the held-out images
+        forecast_images(models[0], sample, passes, f"fitting {method} on {images}", len(models))
     det = fit_detector(method, model, fit, spec, progress=progress)
     held_out = fit.images[fisher_count(spec, len(fit)) :]
     det.calibrate(held_out, tpr=tpr)
@@ -314,16 +401,22 @@ def evaluate(
     progress: bool | None = None,
     cache: ResultCache | None = None,
     examples: int = 0,
+    tpr: float | None = None,
 ) -> EvaluationResult:
     """Fit each method on in-distribution training images and score the in-distribution test set and
     every OOD set with the same images and seeds. A list of models: each method as an ``Ensemble`` of
     its detector on every model (e.g. one model per training seed).
 
-    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress`` True reports
-    one bar per stage (fit, each set's scoring) on a terminal, periodic lines in a log. With a ``cache``,
-    fitted detectors and scores are stored as they are made and reused, so a re-run after an
-    interruption only computes what is missing. ``examples``: keep each set's ``examples`` most and least
-    OOD images per method in ``result.examples`` (for ``write_evaluation_page``).
+    ``tpr``: also calibrate each detector as ``rose fit`` does (a fraction ``tpr`` of the held-out
+    statistics images at or below its threshold) and keep it in ``result.detectors``, its threshold in
+    ``result.thresholds``: per-image decisions (``write_decisions``) and a detector to save.
+
+    ``spec.test_limits`` gives slow methods a seeded subset of each test set. ``progress`` reports one
+    bar per stage (fit, each set's scoring) on a terminal, periodic lines in a log (unset: on a
+    terminal). With a ``cache``, fitted detectors and scores are stored as they are made and reused, so
+    a re-run after an interruption only computes what is missing. ``examples``: keep each set's
+    ``examples`` most and least OOD images per method in ``result.examples`` (for
+    ``write_evaluation_page``).
     """
     if not spec.methods:
         raise RoseError("no methods given")
@@ -335,11 +428,13 @@ def evaluate(
     models = model if isinstance(model, list) else [model]
     if not models:
         raise RoseError("no model given")
+    progress = resolve(progress)
     if len(models) > 1 and spec.layerwise:
         raise RoseError("an ensemble has no layer-wise scores")
+    if tpr is not None and spec.layerwise:
+        raise RoseError("a decision threshold is for one score per image, not layer-wise scores")
     first = models[0]  # the members take the same inputs (Ensemble checks): one set of images for all
-    test = _load(spec.in_data, spec.test_samples, spec.seed, first, spec)
-    fit = load_fit_images(spec, first)
+    test, fit = load_test_and_fit(spec, first)
     ood, missing = load_ood_sets(spec, first)
     ood_sets = {k: f"{len(v)} images from {v.source}" for k, v in ood.items()}
     if OVERALL in spec.ood:
@@ -365,10 +460,20 @@ def evaluate(
     if spec.test_limits:
         settings["test_limits"] = {m: f"at most {n} images per set" for m, n in spec.test_limits.items()}
     result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=missing)
+    for name, images in {spec.in_data: test, **ood}.items():
+        result.files[name], result.labels[name] = images.files, images.labels
     # what determines a fitted detector, for the cache (hashing the fit images only when there is one)
     fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
     if cache is not None:
         fit_key["fit_images"] = array_digest(fit.images)
+    if progress:
+        limits = [spec.test_limits.get(m) for m in spec.methods]
+        sets = [len(s) for s in (test, *ood.values())]
+        scored = sum(sum(min(n, lim or n) for n in sets) for lim in limits)
+        passes = len(spec.methods) * len(fit) + scored
+        each = f"fitted on {len(fit)} images, {scored // len(limits)} scored"
+        what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
+        forecast_images(first, fit.images[: spec.batch_size], passes, what, len(models))
     started = time.monotonic()
     for i, method in enumerate(spec.methods):
         key = fit_key | {"method": method, "params": detectors[method]}
@@ -385,6 +490,14 @@ def evaluate(
                 result.examples.setdefault(method, {})[name] = extremes(
                     scores[name], subset.images.__getitem__, subset.files, examples
                 )
+        if tpr is not None:
+            held_out = fit.images[fisher_count(spec, len(fit)) :]
+            if not len(held_out):
+                raise DataError(f"{fit.name}: no held-out images to set a decision threshold on")
+            with stage(f"{method} threshold"):
+                det, (held_scores, _) = run.detector(), run.score(held_out)
+            det.threshold_ = result.thresholds[method] = threshold_at(held_scores, tpr)
+            result.detectors[method] = det
         if progress and len(spec.methods) > 1:
             elapsed, left = (
                 time.monotonic() - started,

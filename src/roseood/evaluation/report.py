@@ -63,7 +63,7 @@ def safe_name(name: str) -> str:
 
 
 def _setting_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
+    return value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
 
 
 def _is_best(printed: dict[str, str], method: str, metric: str) -> bool:

@@ -32,6 +32,11 @@ class EvaluationResult:
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     images_per_second: dict[str, float] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # OOD set -> why it was not evaluated
+    # each set's file names (None: not from a folder) and labels, in score order: per-image rows
+    files: dict[str, tuple[str, ...] | None] = field(default_factory=dict, repr=False)
+    labels: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    thresholds: dict[str, float] = field(default_factory=dict)  # method -> calibrated (evaluate's tpr)
+    detectors: dict[str, Any] = field(default_factory=dict, repr=False)  # method -> fitted (with tpr)
     bootstrap: int = 0  # resamples for metric intervals (0: none); see add_intervals
     bootstrap_seed: int = 0
     examples: dict[str, dict[str, Extremes]] = field(default_factory=dict, repr=False)
@@ -107,6 +112,7 @@ class EvaluationResult:
             "images_per_second": self.images_per_second,
             "missing": self.missing,
             **({"intervals": self.intervals()} if self.bootstrap else {}),
+            **({"thresholds": self.thresholds} if self.thresholds else {}),
         }
 
     def write_json(self, path: str | Path) -> None:

@@ -118,6 +118,9 @@ class GenerativeModel(nn.Module, ABC):
 
     kind: ClassVar[str]
     input_kind: ClassVar[str] = "image"
+    # what ``train_loss`` is: "nll" (nats, reported in bits per dimension too) or the name of another
+    # objective, reported per dimension under that name (a DDPM's ε-MSE: "eps_mse")
+    train_objective: ClassVar[str] = "nll"
 
     def __init__(self, in_channels: int, image_size: int = 32) -> None:
         super().__init__()

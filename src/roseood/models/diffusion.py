@@ -63,6 +63,19 @@ def diffusers_module() -> Any:
     return diffusers
 
 
+@contextlib.contextmanager
+def quiet_diffusers() -> Iterator[None]:
+    """diffusers' logger at error level inside the block (its notices, e.g. "install accelerate for faster
+    loading", are no news to a roseood user); the caller's level after it."""
+    logging = diffusers_module().utils.logging
+    before = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(before)
+
+
 def unet_config(
     in_channels: int,
     image_size: int,
@@ -290,19 +303,6 @@ def check_ema_decay(value: Any, name: str = "ema_decay", error: type[RoseError] 
     return _float(0.0, 1.0, high_open=True)(value, name, error)
 
 
-@contextlib.contextmanager
-def _quiet(d: Any) -> Iterator[None]:
-    """diffusers' own log lines (unused config keys, deprecations) off while roseood builds a model:
-    what matters is said in roseood's one-line errors and notes."""
-    logging = d.utils.logging
-    level = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-
-
 class DiffusionModel(GenerativeModel):
     """A DDPM on images in [0, 1] (seen by the UNet in [-1, 1]).
 
@@ -316,6 +316,7 @@ class DiffusionModel(GenerativeModel):
     """
 
     kind = "diffusion"
+    train_objective = "eps_mse"  # train_loss is DDPM's ε-MSE, not a likelihood
     alphas_cumprod: Tensor
     ema_steps: Tensor
     loss_timesteps: Tensor
@@ -348,7 +349,7 @@ class DiffusionModel(GenerativeModel):
         )
         self.ema_decay = check_ema_decay(ema_decay)
         denoising = check_denoising(denoising if denoising is not None else {})
-        with _quiet(d):
+        with quiet_diffusers():
             net = self._build_unet(d, unet, denoising["k"])
             try:
                 sched = d.DDPMScheduler.from_config(scheduler)

@@ -27,7 +27,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import same
 from roseood.models.base import RoseModel, input_dims, model_config, model_name
 from roseood.models.checkpoint import MODEL_FORMAT, save_model
-from roseood.progress import duration, eta, note
+from roseood.progress import duration, eta, forecast, note, resolve
 from roseood.progress import progress as progress_bar
 from roseood.serialization import array_digest, safe_load
 from roseood.validation import check_float, check_int, check_seed
@@ -183,6 +183,29 @@ def start_run(
     return state
 
 
+class _Warmup:
+    """The training forecast: the first batches of a run timed (the very first, which pays for one-off
+    set-up, left out), extrapolated to every batch of its ``epochs`` and stated once."""
+
+    BATCHES = 3  # timed batches after the first
+
+    def __init__(self, epochs: int, enabled: bool) -> None:
+        self.epochs, self.enabled = epochs, enabled
+        self.seen, self.start = 0, 0.0
+
+    def batch_done(self, per_epoch: int) -> None:
+        if not self.enabled:
+            return
+        self.seen += 1
+        if self.seen == 1:
+            self.start = time.monotonic()
+        elif self.seen == self.BATCHES + 1 or self.seen == per_epoch:
+            self.enabled = False
+            per_batch = (time.monotonic() - self.start) / (self.seen - 1)
+            what = f"training {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
+            forecast(what, per_batch * per_epoch * self.epochs, f"from {self.seen - 1} timed batches")
+
+
 def run_epochs(
     model: Any,
     opt: torch.optim.Optimizer,
@@ -197,8 +220,9 @@ def run_epochs(
     batches: Callable[[Tensor], list[Tensor]] | None = None,
     batch_size: int = 64,
     grad_clip: float = 0.0,
-    progress: bool | None = False,
+    progress: bool | None = None,
     postfix: Callable[[float], str] = "loss={:.3f}".format,
+    budget: float | None = None,
 ) -> list[dict[str, float]]:
     """The one training loop: every epoch shuffles with ``gen``, and for each batch of indices calls the
     family's ``step(indices, epoch, step) -> (mean loss, summed statistics)``, then backpropagates,
@@ -211,9 +235,18 @@ def run_epochs(
     history: list[dict[str, float]] = state["history"]
     world = distributed.world()
     distributed.share_module(model)  # rank 0's weights everywhere
-    progress = progress if distributed.is_main() else False
+    progress = resolve(progress) and distributed.is_main()
     first, started = state["epoch"], time.monotonic()
+    warmup = _Warmup(epochs - first, enabled=progress)
     for epoch in range(state["epoch"], epochs):
+        spent = time.monotonic() - started
+        if budget is not None and epoch > first and spent * (epoch + 1 - first) / (epoch - first) > budget:
+            if progress:
+                note(
+                    f"stopping after {epoch} of {epochs} epochs: another would pass the budget of "
+                    f"{duration(budget)} ({checkpoint} holds them; --resume continues)"
+                )
+            break
         model.train()
         order = torch.randperm(n, generator=gen)
         sums: dict[str, float] = {"loss": 0.0, "seen": 0}
@@ -241,6 +274,7 @@ def run_epochs(
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
             bar.set_postfix_str(postfix(loss.item()))
+            warmup.batch_done(len(split))
         if distributed.active():
             totals = distributed.all_reduce(torch.tensor(list(sums.values()), dtype=torch.float64))
             sums = dict(zip(sums, totals.tolist(), strict=True))
@@ -273,9 +307,10 @@ def train(
     cfg: TrainConfig,
     checkpoint: str | Path,
     resume: bool = False,
-    progress: bool | None = False,
+    progress: bool | None = None,
     device: str | torch.device = "cpu",
     overwrite: bool = False,
+    budget: float | None = None,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
     """Train ``model`` on its inputs (uint8/float images, tensors, tokens), writing ``checkpoint`` after
     every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
@@ -283,15 +318,20 @@ def train(
     Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
     in every checkpoint with the data-order generator, so a run resumed with ``resume`` (weights,
     optimiser, RNG states and history restored; same config and data required) ends exactly as an
-    uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``. ``device``: cpu,
-    cuda[:i], mps or auto (see ``roseood.distributed.device``); ``progress`` True reports each epoch.
+    uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``. ``budget``: the
+    seconds this call may train; it stops after the last epoch that fits (at least one; ``resume``
+    continues). ``device``: cpu, cuda[:i], mps or auto (see ``roseood.distributed.device``);
+    ``progress`` reports each epoch and forecasts the run's time (unset: when stderr is a terminal).
     Returns the model (eval mode) and the per-epoch history.
     """
     train_loss = getattr(model, "train_loss", None)
     if not callable(train_loss):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
     x = check_model_input(images, model)
-    nats_per_bit = input_dims(model) * math.log(2)
+    dims = input_dims(model)
+    objective = getattr(model, "train_objective", "nll")
+    # the per-dimension figure a person reads: bits per dimension of an NLL, else the objective per dimension
+    per_dim, unit = (dims * math.log(2), "bpd") if objective == "nll" else (dims, objective)
     flips = cfg.hflip and model.input_kind == "image"
     if cfg.perturb and model.input_kind != "image":
         raise RoseError(
@@ -324,8 +364,10 @@ def train(
         return train_loss(batch.to(device)).mean(), {}
 
     def record(sums: dict[str, float]) -> dict[str, float]:
-        nats = sums["loss"] / sums["seen"]
-        return {"loss_nats": nats, "bits_per_dim": nats / nats_per_bit}
+        mean = sums["loss"] / sums["seen"]
+        if objective == "nll":
+            return {"loss_nats": mean, "bits_per_dim": mean / per_dim}
+        return {"loss": mean, objective: mean / per_dim}
 
     history = run_epochs(
         model,
@@ -340,6 +382,7 @@ def train(
         batch_size=cfg.batch_size,
         grad_clip=cfg.grad_clip,
         progress=progress,
-        postfix=lambda loss: f"bpd={loss / nats_per_bit:.3f}",
+        postfix=lambda loss: f"{unit}={loss / per_dim:.4g}",
+        budget=budget,
     )
     return model.eval(), history

@@ -1,0 +1,45 @@
+"""Long runs say what they will take before they are far along: one timed batch of image passes,
+extrapolated; the timing leaves the global RNG and the model's gradients as they were."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from roseood.evaluation.evaluate import EvalSpec, evaluate, fit_calibrated, forecast_images
+from roseood.progress import forecast
+from tests.detectors.fake_models import tiny_vae
+
+
+def test_a_forecast_is_one_line_with_the_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    forecast("training 3 epochs", 250, "from 3 timed batches")
+    threads = torch.get_num_threads()
+    assert capsys.readouterr().err == (
+        f"training 3 epochs: ≈ 4 min 10 s on this machine ({threads} threads; from 3 timed batches)\n"
+    )
+
+
+def test_timing_image_passes_leaves_rng_and_gradients_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    model = tiny_vae()
+    images = np.random.default_rng(0).integers(0, 256, (8, 1, 32, 32), dtype=np.uint8)
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    forecast_images(model, images, 1000, "scoring 1000 images")
+    assert torch.equal(torch.get_rng_state(), before)
+    assert all(p.grad is None for p in model.parameters())
+    line = capsys.readouterr().err
+    assert line.startswith("scoring 1000 images: ≈ ") and "per image pass, timed on 8)" in line
+
+
+def test_evaluate_and_fit_forecast_only_with_progress(spec: EvalSpec, capsys) -> None:
+    model = tiny_vae()
+    quiet = evaluate(model, spec, progress=False)
+    assert "≈" not in capsys.readouterr().err
+    shown = evaluate(model, spec, progress=True)
+    assert "evaluating 2 methods (fitted on 40 images, 48 scored): ≈ " in capsys.readouterr().err
+    for m in spec.methods:  # the forecast changed nothing
+        for s, scores in quiet.scores[m].items():
+            np.testing.assert_array_equal(scores, shown.scores[m][s])
+    fit_calibrated("nll", model, spec, progress=True)
+    assert "fitting nll on 40 images: ≈ " in capsys.readouterr().err
