@@ -29,7 +29,7 @@ from torch import Tensor
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import shown
 from roseood.models.base import GenerativeModel
-from roseood.models.checkpoint import first_line, load_state
+from roseood.models.state import first_line, load_state
 from roseood.progress import state
 from roseood.validation import check_float, check_int, check_memory, check_seed, module_bytes
 

@@ -1,0 +1,61 @@
+"""Loading weights strictly: a state dict that does not fit a module is one line naming the tensors at fault
+(shared by our checkpoints and diffusers folders)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor, nn
+
+from roseood.errors import CheckpointError
+from roseood.integrity import shown
+from roseood.models.base import RoseModel
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+SHOWN_KEYS = 3  # tensor names a weight mismatch names before "and N more"
+
+
+def _some(keys: list[str]) -> str:
+    more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
+    return ", ".join(shown(k) for k in keys[:SHOWN_KEYS]) + more
+
+
+def state_mismatch(module: nn.Module, state: Any) -> str | None:
+    """What keeps ``state`` from loading into ``module`` strictly, naming the first few tensors: missing
+    ones, unexpected ones, shape mismatches; None when it fits."""
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()
+    ):
+        return "not a mapping of tensor names to tensors"
+    own = module.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [k for k in own if k in state and state[k].shape != own[k].shape]
+    problems = [f"missing {_some(missing)}"] if missing else []
+    problems += [f"unexpected {_some(unexpected)}"] if unexpected else []
+    if shapes:
+        k = shapes[0]
+        more = f" (and {len(shapes) - 1} more)" if len(shapes) > 1 else ""
+        file_shape, model_shape = tuple(state[k].shape), tuple(own[k].shape)
+        problems.append(f"{shown(k)} has shape {file_shape} in the file, {model_shape} in the model{more}")
+    return "; ".join(problems) or None
+
+
+def load_state(module: RoseModel | nn.Module, state: Any, path: str | Path, what: str) -> None:
+    """Load ``state`` into ``module`` strictly: a missing, unexpected or misshapen tensor is a one-line
+    ``CheckpointError`` naming ``path``, ``what`` it should match, and the first few tensors at fault."""
+    assert isinstance(module, nn.Module)
+    problem = state_mismatch(module, state)
+    if problem is None:
+        try:
+            module.load_state_dict(state)
+        except (TypeError, KeyError, RuntimeError, AttributeError, ValueError) as exc:
+            problem = first_line(exc)
+    if problem is not None:
+        raise CheckpointError(f"{path}: weights do not match {what} ({problem})")
