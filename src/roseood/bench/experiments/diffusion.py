@@ -79,7 +79,9 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
             model = as_diffusion_model(ws.model(recipe(ws, data, seed)), "the diffusion bench")
             model.set_denoising(k=p.diffusion_k)
             kwargs = {m: ws.detector_kwargs(m) for m in METHODS}
-            spec = ws.spec(model, data, OOD[data], METHODS, detector_kwargs=kwargs, seed=DATA_SEED + seed)
+            # the cheap baselines first, so that an interrupted run has them for every seed it reached
+            order = sorted(METHODS, key=lambda m: m.startswith("rose"))
+            spec = ws.spec(model, data, OOD[data], order, detector_kwargs=kwargs, seed=DATA_SEED + seed)
             result = ws.evaluate(model, spec)
             metrics = result.metrics()
             for m in METHODS:
