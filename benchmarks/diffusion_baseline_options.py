@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from roseood.bench.experiments.diffusion import DATA_SEED
@@ -32,6 +31,7 @@ from roseood.evaluation.evaluate import load_fit_images, load_ood_sets, model_pr
 from roseood.evaluation.metrics import ood_metrics
 from roseood.models import load_model
 from roseood.models.diffusion import as_diffusion_model
+from roseood.validation import check_model_input
 
 
 def main() -> None:
@@ -62,12 +62,12 @@ def main() -> None:
         seed=DATA_SEED + args.seed,
     )
     prep = model_preprocessing(model)
-    fit = torch.as_tensor(load_fit_images(spec, model).images)
+    fit = check_model_input(load_fit_images(spec, model).images, model)  # uint8 → floats in [0, 1]
     test = load_images(
         args.in_data, n=args.test, seed=spec.seed, channels=prep.channels, size=prep.size, resize=prep.resize
     )
-    sets = {args.in_data: torch.as_tensor(test.images)} | {
-        k: torch.as_tensor(v.images) for k, v in load_ood_sets(spec, model)[0].items()
+    sets = {args.in_data: check_model_input(test.images, model)} | {
+        k: check_model_input(v.images, model) for k, v in load_ood_sets(spec, model)[0].items()
     }
     sizes = ", ".join(f"{k} {len(v)}" for k, v in sets.items())
     print(f"model {args.model}; fit {len(fit)} images; test {sizes}")
