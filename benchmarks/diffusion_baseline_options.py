@@ -24,6 +24,7 @@ from torch import Tensor
 
 from roseood.bench.experiments.diffusion import DATA_SEED
 from roseood.data import load_images
+from roseood.data.tensors import check_model_input
 from roseood.detectors import MSMA, DiffPath, Reconstruction
 from roseood.detectors.diffusion import GaussianKDE, MixtureDensity
 from roseood.evaluation import EvalSpec
@@ -31,7 +32,6 @@ from roseood.evaluation.evaluate import load_fit_images, load_ood_sets, model_pr
 from roseood.evaluation.metrics import ood_metrics
 from roseood.models import load_model
 from roseood.models.diffusion import as_diffusion_model
-from roseood.validation import check_model_input
 
 
 def main() -> None:
