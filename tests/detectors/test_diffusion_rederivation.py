@@ -178,3 +178,19 @@ def test_ddpm_ood_reconstruction_rederived(model, images):
     ref = mse(fit)
     theirs = ((mse(images) - ref.mean(0)) / ref.std(0, unbiased=True)).mean(1)
     close(det.fit(fit).score(images), theirs.numpy())
+
+
+def test_msma_converts_a_v_prediction_at_the_fractional_level(images):
+    """A v-predicting UNet's noise at the level's own ᾱ (not the nearest integer timestep's):
+    ε = √ᾱ v + √(1 − ᾱ) x_t."""
+    torch.manual_seed(0)
+    model = DiffusionModel(
+        in_channels=1, image_size=8, widths=(8, 16), scheduler={"prediction_type": "v_prediction"}
+    ).eval()
+    det = MSMA(model, levels=2)
+    cols = []
+    for alpha_bar, t in det.timesteps():
+        xt = (np.sqrt(alpha_bar) * (2 * images - 1)).double()
+        v = unet(model, xt.float(), t)
+        cols.append((np.sqrt(alpha_bar) * v + np.sqrt(1 - alpha_bar) * xt).flatten(1).norm(dim=1))
+    close(det.statistics(images), torch.stack(cols, 1).numpy())
