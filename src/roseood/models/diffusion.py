@@ -454,9 +454,10 @@ class DiffusionModel(GenerativeModel):
         """Images in [0, 1] → the UNet's [-1, 1]."""
         return x * 2.0 - 1.0
 
-    def eps(self, xt: Tensor, t: Tensor, net: Any = None) -> Tensor:
-        """The predicted noise ε̂(x_t, t), whatever the UNet predicts (ε, v or x0); refuses in one line a
-        batch whose first block's activations alone (two of them, float32) cannot fit in memory."""
+    def eps(self, xt: Tensor, t: Tensor, net: Any = None, alpha_bar: Tensor | None = None) -> Tensor:
+        """The predicted noise ε̂(x_t, t), whatever the UNet predicts (ε, v or x0); ``alpha_bar``: ᾱ of
+        each row where ``t`` is fractional (default: the schedule's ᾱ_t). Refuses in one line a batch whose
+        first block's activations alone (two of them, float32) cannot fit in memory."""
         net = net if net is not None else self.net()
         first = net.config.block_out_channels[0]
         check_memory(
@@ -469,7 +470,7 @@ class DiffusionModel(GenerativeModel):
         kind = self.scheduler.config.prediction_type
         if kind == "epsilon":
             return out
-        a = self.alphas_cumprod[t].view(-1, 1, 1, 1)
+        a = (self.alphas_cumprod[t] if alpha_bar is None else alpha_bar).view(-1, 1, 1, 1)
         if kind == "v_prediction":
             return a.sqrt() * out + (1 - a).sqrt() * xt
         if kind == "sample":
