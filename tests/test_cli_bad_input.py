@@ -86,7 +86,9 @@ def make_workdir(root: Path) -> Path:
     rose = ROSE(model, fisher="diag", layers=["encoder.mu"], progress=False).fit(square[:8])
     rose.save(root / "rose.pt")
     saved = torch.load(root / "rose.pt", weights_only=True)
-    save_file(saved | {"params": saved["params"] | {"fisher": "ekfac"}}, root / "fisher-changed.pt")
+    kinds = dict.fromkeys(saved["state"]["kinds"], "ekfac")  # every layer claims an EKFAC it does not hold
+    changed = {"params": saved["params"] | {"fisher": "ekfac"}, "state": saved["state"] | {"kinds": kinds}}
+    save_file(saved | changed, root / "fisher-changed.pt")
     data = (root / "rose.pt").read_bytes()
     at = data.index(saved["state"]["fishers"]["encoder.mu"]["sq"].numpy().tobytes()) + 5
     (root / "flipped.pt").write_bytes(data[:at] + bytes([data[at] ^ 0x10]) + data[at + 1 :])

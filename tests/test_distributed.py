@@ -169,6 +169,7 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
         a, b = one[case], two[case]
         warned_a, warned_b = a["state"].pop("fit_warnings"), b["state"].pop("fit_warnings")
         assert warned_b == warned_a  # the same degenerate-fit warnings from sharded statistics
+        assert b["state"].pop("kinds") == a["state"].pop("kinds")  # the per-layer Fisher choice
         torch.testing.assert_close(b["state"], a["state"], rtol=1e-6, atol=1e-7)  # Fisher + layer stats
         # scores rotate gradients in float32, and batches split differently over two processes
         np.testing.assert_allclose(b["in"], a["in"], rtol=1e-5, atol=1e-9)
