@@ -19,7 +19,7 @@ from roseood.detectors import NLL
 from roseood.models import VAE, save_model
 from roseood.models.diffusion import WEIGHTS, DiffusionModel, export_diffusers
 from roseood.serialization import save_file as save_roseood_file
-from tests.test_cli_bad_input import Case, run_case, snapshot
+from tests.test_cli_bad_input import Case, assert_one_error_line, run_case
 
 UNET, SCHEDULER = "unet/config.json", "scheduler/scheduler_config.json"
 WEIGHT_FILE = f"unet/{WEIGHTS}.safetensors"
@@ -128,15 +128,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_bad_file_gives_one_error_line_and_touches_nothing(
     case: Case, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ROSEOOD_DATA", str(workdir / "data"))
-    monkeypatch.chdir(workdir)
-    before = snapshot(workdir)
-    code, err = run_case(case, workdir)
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2, err
-    assert len(lines) == 1 and case.message in lines[0], err
-    assert "Traceback" not in err
-    assert snapshot(workdir) == before
+    assert_one_error_line(case, workdir, monkeypatch)
 
 
 def test_a_folder_without_a_scheduler_loads_with_one_stated_line(workdir: Path, tmp_path: Path) -> None:

@@ -497,12 +497,8 @@ def test_the_table_covers_sixty_cases() -> None:
     assert len(CASES) >= 60 and len({c.what for c in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.what for c in CASES])
-def test_bad_input_gives_one_error_line_and_touches_nothing(
-    case: Case, workdir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if "cuda" in case.what and not NO_GPU:
-        pytest.skip("a GPU is present")
+def assert_one_error_line(case: Case, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``case`` run in ``workdir``: exit 2, one error line with its message, no traceback, no file touched."""
     monkeypatch.setenv("ROSEOOD_DATA", str(workdir / "data"))
     monkeypatch.chdir(workdir)
     before = snapshot(workdir)
@@ -512,3 +508,12 @@ def test_bad_input_gives_one_error_line_and_touches_nothing(
     assert len(lines) == 1 and case.message in lines[0], err
     assert "Traceback" not in err
     assert snapshot(workdir) == before
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.what for c in CASES])
+def test_bad_input_gives_one_error_line_and_touches_nothing(
+    case: Case, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "cuda" in case.what and not NO_GPU:
+        pytest.skip("a GPU is present")
+    assert_one_error_line(case, workdir, monkeypatch)
