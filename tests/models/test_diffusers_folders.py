@@ -259,6 +259,17 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_built(
         model.nll(torch.rand(32, 1, 8, 8))
 
 
+def test_weights_that_do_not_fit_the_config_are_refused_before_the_unet_is_allocated(
+    pipeline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A config whose UNet is far larger than its weights file (time_embedding_dim 45000: 8 GB of weights,
+    # which once took two 8 GB copies before the mismatch was found, and the kernel killed the process):
+    # the file is checked against the UNet built on the meta device, so no memory is asked for at all.
+    monkeypatch.setattr(validation, "available_memory", lambda device=None: 100_000)
+    folder = damaged(pipeline, tmp_path, set_json("unet/config.json", "time_embedding_dim", 45000))
+    refused(folder, "weights do not match", "time_embedding.linear_1.weight' has shape (32, 8) in the file")
+
+
 # -- every config number, every JSON shape (hypothesis) ---------------------------------------------------
 
 NUMBERS = st.one_of(

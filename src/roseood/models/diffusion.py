@@ -29,7 +29,7 @@ from torch import Tensor
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import shown
 from roseood.models.base import GenerativeModel
-from roseood.models.state import first_line, load_state
+from roseood.models.state import check_state, first_line, load_state
 from roseood.progress import state
 from roseood.validation import check_float, check_int, check_memory, check_seed, module_bytes
 
@@ -369,19 +369,18 @@ class DiffusionModel(GenerativeModel):
         self.set_denoising(**denoising)
 
     @staticmethod
-    def _build_unet(d: Any, config: dict[str, Any], k: int) -> Any:
-        """The UNet of a checked ``config``: first built and run once on torch's meta device (no memory),
-        which finds a config the blocks cannot be built or run from, and measures its weights: their two
-        copies (EMA and optimised) and the K-pair noise buffer must fit in memory before the real build."""
+    def meta_unet(config: dict[str, Any]) -> Any:
+        """The UNet of a checked ``config`` built and run once on torch's meta device (no memory): finds a
+        config the blocks cannot be built or run from (one-line ``RoseError``), and gives the weights'
+        names and shapes before any is allocated."""
+        d = diffusers_module()
         size = config["sample_size"]
         size = size[0] if isinstance(size, list | tuple) else size
         channels = config.get("in_channels", 3)
         try:
-            weights = module_bytes(lambda: d.UNet2DModel.from_config(config))
-            with torch.device("meta"), torch.no_grad():
-                d.UNet2DModel.from_config(config)(
-                    torch.zeros(1, channels, size, size), torch.zeros(1, dtype=torch.long)
-                )
+            with quiet_diffusers(), torch.device("meta"), torch.no_grad():
+                net = d.UNet2DModel.from_config(config)
+                net(torch.zeros(1, channels, size, size), torch.zeros(1, dtype=torch.long))
         except (
             TypeError,
             ValueError,
@@ -392,6 +391,16 @@ class DiffusionModel(GenerativeModel):
             ArithmeticError,
         ) as exc:
             raise RoseError(f"cannot build a UNet2DModel from its config ({first_line(exc)})") from None
+        return net
+
+    @staticmethod
+    def _build_unet(d: Any, config: dict[str, Any], k: int) -> Any:
+        """The UNet of a checked ``config``, once ``meta_unet`` has built it without memory and its two
+        copies (EMA and optimised) and the K-pair noise buffer are known to fit in memory."""
+        meta = DiffusionModel.meta_unet(config)
+        weights = module_bytes(lambda: meta)
+        size, channels = meta.config.sample_size, meta.config.in_channels
+        size = size[0] if isinstance(size, list | tuple) else size
         noise = k * channels * size * size * 4
         check_memory(
             2 * weights + noise,
@@ -693,10 +702,14 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     weights, weights_file = read_unet_weights(unet_dir)
     plain = {k: v for k, v in unet.items() if not k.startswith("_")}
     sched = {k: v for k, v in scheduler.items() if not k.startswith("_")}
+    what = f"the UNet2DModel of {config_file}"
     try:
+        check_state(DiffusionModel.meta_unet(plain), weights, weights_file, what)  # before any allocation
         model = DiffusionModel(unet=plain, scheduler=sched, **extra)
+    except CheckpointError:
+        raise
     except RoseError as exc:
         raise CheckpointError(f"{folder}: {exc}") from None
-    load_state(model.unet, weights, weights_file, f"the UNet2DModel of {config_file}")
+    load_state(model.unet, weights, weights_file, what)
     model.online.load_state_dict(model.unet.state_dict())
     return model.eval()

@@ -47,15 +47,24 @@ def state_mismatch(module: nn.Module, state: Any) -> str | None:
     return "; ".join(problems) or None
 
 
+def _refuse(problem: str, path: str | Path, what: str) -> CheckpointError:
+    return CheckpointError(f"{path}: weights do not match {what} ({problem})")
+
+
+def check_state(module: nn.Module, state: Any, path: str | Path, what: str) -> None:
+    """``load_state``'s refusal without loading: ``module`` may live on torch's meta device, so a file that
+    does not fit is refused before the real module is allocated."""
+    problem = state_mismatch(module, state)
+    if problem is not None:
+        raise _refuse(problem, path, what)
+
+
 def load_state(module: RoseModel | nn.Module, state: Any, path: str | Path, what: str) -> None:
     """Load ``state`` into ``module`` strictly: a missing, unexpected or misshapen tensor is a one-line
     ``CheckpointError`` naming ``path``, ``what`` it should match, and the first few tensors at fault."""
     assert isinstance(module, nn.Module)
-    problem = state_mismatch(module, state)
-    if problem is None:
-        try:
-            module.load_state_dict(state)
-        except (TypeError, KeyError, RuntimeError, AttributeError, ValueError) as exc:
-            problem = first_line(exc)
-    if problem is not None:
-        raise CheckpointError(f"{path}: weights do not match {what} ({problem})")
+    check_state(module, state, path, what)
+    try:
+        module.load_state_dict(state)
+    except (TypeError, KeyError, RuntimeError, AttributeError, ValueError) as exc:
+        raise _refuse(first_line(exc), path, what) from None
