@@ -4,6 +4,12 @@ peak resident memory, wall time and detector size, and ROSE's scoring time over 
 pass of its own K-pair loss on the same images and batches. Run:
 
     nice -n 10 python benchmarks/scale.py --memory 6G [--fit 16 --stats 8 --test 8] [--json out.json]
+    python benchmarks/scale.py --device cuda --memory 60G --batch-size 256 --agree 16   # on a GPU
+
+``--arch bench-cpu`` / ``bench-paper`` measure the UNet of ``rose bench diffusion``'s CPU / paper profile
+instead (CIFAR-10 shape). On a GPU, peak memory is the GPU's (``torch.cuda.max_memory_allocated``) and
+``--agree N`` scores N test images with the GPU-fitted detector on the GPU and, loaded from its file, on
+the CPU: the largest relative difference of the layer scores per layer kind.
 
 The diffusers folder (random weights, seed 0) is written to ``--folder`` first if it is not there. A
 method whose process grows past ``--kill`` resident memory is stopped and reported as such.
@@ -23,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from roseood.bench.profiles import PROFILES
 from roseood.curvature.memory import format_size, parse_size, set_memory
 from roseood.detectors import ROSE, Detector, make_detector
 from roseood.evaluation.evaluate import machine_description
@@ -38,7 +45,11 @@ CIFAR10_DDPM = {
     "down_block_types": ["DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"],
     "up_block_types": ["UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"],
 }
-METHODS = ("denoising", "diffpath", "msma", "rose-diag", "rose-ekfac")
+ARCHS = {
+    "ho-cifar10": {"unet": CIFAR10_DDPM},
+    **{f"bench-{p}": {"in_channels": 3, "image_size": 32, **PROFILES[p].diffusion} for p in ("cpu", "paper")},
+}
+METHODS = ("rose-diag", "rose-ekfac", "denoising", "diffpath", "msma")
 
 
 def peak_rss() -> int:
@@ -69,26 +80,53 @@ def images(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, torch.
     return train[: args.fit], train[args.fit :], read("test", args.test)
 
 
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a wall time covers it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def loss_backward_seconds(model: DiffusionModel, x: torch.Tensor, per_batch: int) -> float:
     """Wall time of the forward and backward pass of the K-pair loss over ``x`` in batches of ``per_batch``
     images, w.r.t. every parameter: the floor a gradient-based score cannot go below."""
     params = [p for p in model.unet.parameters() if p.requires_grad]
+    sync(x.device)
     start = time.perf_counter()
     for i in range(0, x.shape[0], per_batch):
         torch.autograd.grad(model.rose_loss(x[i : i + per_batch]).sum(), params)
+    sync(x.device)
     return time.perf_counter() - start
+
+
+def agreement(det: ROSE, path: Path, folder: str, x: torch.Tensor) -> dict[str, float]:
+    """Largest relative difference between ``det``'s layer scores of ``x`` on its device and those of its
+    saved file loaded on the CPU, per layer kind (the module's class)."""
+    cpu = load_diffusers(folder)
+    ref = Detector.load(path, cpu)
+    assert isinstance(ref, ROSE)
+    ours, theirs = det.layer_scores(x).cpu().double(), ref.layer_scores(x.cpu()).double()
+    rel = ((ours - theirs).abs() / theirs.abs().clamp_min(1e-30)).amax(0)
+    modules = dict(det.model.named_modules())
+    worst: dict[str, float] = {}
+    for name, r in zip(det.fisher_kinds_, rel.tolist(), strict=True):
+        kind = type(modules[name]).__name__ if name in modules else name.rsplit(".", 1)[-1]
+        worst[kind] = max(worst.get(kind, 0.0), r)
+    return worst
 
 
 def one(method: str, args: argparse.Namespace) -> dict[str, object]:
     """Fit, save, load and score one method in this process; its numbers."""
     torch.manual_seed(0)
     set_memory(args.memory)
-    model = load_diffusers(args.folder)
-    fit, stats, test = images(args)
+    device = torch.device(args.device)
+    model = load_diffusers(args.folder).to(device)
+    fit, stats, test = (t.to(device) for t in images(args))
     start = time.perf_counter()
     det = make_detector(method, model, batch_size=args.batch_size, progress=True)
     det.fit(fit, held_out=stats)
+    sync(device)
     fit_s = time.perf_counter() - start
+    agree: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "detector.pt"
         det.save(path)
@@ -96,6 +134,9 @@ def one(method: str, args: argparse.Namespace) -> dict[str, object]:
         start = time.perf_counter()
         loaded = Detector.load(path, model)
         load_s = time.perf_counter() - start
+        if args.agree and device.type != "cpu" and isinstance(loaded, ROSE):
+            agree = agreement(loaded, path, args.folder, test[: args.agree])
+    sync(device)
     start = time.perf_counter()
     scores = loaded.score(test)
     score_s = time.perf_counter() - start
@@ -105,9 +146,10 @@ def one(method: str, args: argparse.Namespace) -> dict[str, object]:
         "load_s": load_s,
         "score_s": score_s,
         "score_s_per_image": score_s / args.test,
+        "images_per_s": args.test / score_s,
         "detector_bytes": size,
         "finite_scores": bool(np.isfinite(scores).all()),
-    }
+    } | ({"cpu_agreement": agree} if agree else {})
     if isinstance(loaded, ROSE):
         per_batch = loaded._plan(test, loaded.fisher_kinds_).images
         floor = loss_backward_seconds(model, test, per_batch)
@@ -119,6 +161,8 @@ def one(method: str, args: argparse.Namespace) -> dict[str, object]:
             "fisher_kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
         }
     row["peak_rss_bytes"] = peak_rss()
+    if device.type == "cuda":
+        row["peak_gpu_bytes"] = torch.cuda.max_memory_allocated(device)
     return row
 
 
@@ -144,28 +188,34 @@ def run(method: str, args: argparse.Namespace) -> dict[str, object]:
 def table(rows: list[dict[str, object]], weights: int) -> str:
     """The results as a Markdown table."""
     lines = [
-        "| method | fit | score, per image | peak RSS | detector file | ROSE score / loss fwd+bwd |",
-        "|---|---|---|---|---|---|",
+        "| method | fit | score, per image | images/s | peak RSS | peak GPU | detector file "
+        "| ROSE score / loss fwd+bwd |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "killed_at_bytes" in r or "failed" in r:
             what = f"stopped at {format_size(r['killed_at_bytes'])}" if "killed_at_bytes" in r else "failed"
-            lines.append(f"| {r['method']} | {what} | | | | |")
+            lines.append(f"| {r['method']} | {what} | | | | | | |")
             continue
         ratio = f"{r['cost_ratio']:.2f}×" if "cost_ratio" in r else ""
         size = r["detector_bytes"]
         assert isinstance(size, int)
+        gpu = r.get("peak_gpu_bytes")
         lines.append(
-            f"| {r['method']} | {r['fit_s']:.0f} s | {r['score_s_per_image']:.1f} s | "
-            f"{format_size(r['peak_rss_bytes'])} | {format_size(size)} ({size / weights:.2f}× weights) "
-            f"| {ratio} |"
+            f"| {r['method']} | {r['fit_s']:.1f} s | {r['score_s_per_image']:.3g} s | "
+            f"{r['images_per_s']:.3g} | "
+            f"{format_size(r['peak_rss_bytes'])} | {format_size(gpu) if isinstance(gpu, int) else ''} | "
+            f"{format_size(size)} ({size / weights:.2f}× weights) | {ratio} |"
         )
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--folder", default="runs/ddpm-cifar10-random", help="diffusers folder (made if absent)")
+    p.add_argument("--arch", choices=sorted(ARCHS), default="ho-cifar10", help="the UNet (random weights)")
+    p.add_argument("--folder", help="diffusers folder, made if absent (default: runs/scale-ARCH)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:i]")
+    p.add_argument("--agree", type=int, default=0, help="on a GPU: test images for the CPU agreement")
     p.add_argument("--memory", default="6G", help="ROSE's memory budget (--memory of the CLI)")
     p.add_argument("--kill", type=parse_size, default=parse_size("8G"), help="stop a method past this RSS")
     p.add_argument("--fit", type=int, default=16)
@@ -176,12 +226,13 @@ def main() -> None:
     p.add_argument("--json", help="write the rows and settings here")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.folder = args.folder or f"runs/scale-{args.arch}"
     if args.one:
         print(json.dumps(one(args.one, args)))
         return
     if not is_diffusers_folder(args.folder):
         torch.manual_seed(0)
-        export_diffusers(DiffusionModel(unet=CIFAR10_DDPM), args.folder)
+        export_diffusers(DiffusionModel(**ARCHS[args.arch]), args.folder)
     model = load_diffusers(args.folder)
     params = sum(p.numel() for p in model.unet.parameters())
     weights = 4 * params
@@ -189,6 +240,7 @@ def main() -> None:
         "parameters": params,
         "k": model.k,
         "threads": torch.get_num_threads(),
+        "card": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
     }
     print("settings:", settings | machine_description(), flush=True)
     rows = []

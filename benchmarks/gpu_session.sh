@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU lease's measurements, in the order they matter (each step time-boxed, logs to $OUT as they go):
+# the card and CPU, ROSE on the FMNIST VAE (gpu.py), the diffusion methods on Ho et al.'s 35.7 M UNet and
+# on the bench's CPU-profile UNet (scale.py: fit/score time, images/s, peak GPU memory, ROSE / loss
+# fwd+bwd, CPU agreement), and meanwhile, on the spare cores, the float-sensitive tests under the five
+# code paths. Needs: .whl (diffusers, zuko, importlib_metadata wheels) and .devcarry/shared (the authors'
+# VAEs, the test sets, CIFAR-10 subsets) carried; see benchmarks/README.md.
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 ROSEOOD_DATA=$PWD/.devcarry/shared/data
+{ nvidia-smi -L; lscpu | grep -E "Model name|^CPU\(s\)"; grep -o -w -E "avx512f|avx2" /proc/cpuinfo | sort | uniq -c;
+  python3 -c "import torch, diffusers; print('torch', torch.__version__, 'diffusers', diffusers.__version__)"; } \
+  >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+# The float-sensitive tests on this machine's CPU, one code path after another, on 6 of the 16 cores.
+(
+  for v in "" "MKL_CBWR=COMPATIBLE" "MKL_CBWR=AVX2" "ATEN_CPU_CAPABILITY=default" "ATEN_CPU_CAPABILITY=avx2"; do
+    echo "== ${v:-default}"
+    env $v OMP_NUM_THREADS=1 timeout 150 python3 -m pytest -m float_sensitive -n 6 -q -p no:cacheprovider \
+      -o addopts= tests 2>&1 | tail -n 15
+  done
+) >"$OUT/float_sensitive.log" 2>&1 &
+tests=$!
+timeout 90 python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu_vae.log"
+timeout 330 python3 benchmarks/scale.py --device cuda --arch ho-cifar10 --memory 60G --kill 100G \
+  --fit 256 --stats 128 --test 256 --batch-size 256 --agree 16 --json "$OUT/scale_ho.json" 2>&1 \
+  | grep -v -E "ROSE.*(pass|scoring|statistics)|it/s|%\|" | tee "$OUT/scale_ho.log"
+timeout 90 python3 benchmarks/scale.py --device cuda --arch bench-cpu --memory 60G --kill 100G \
+  --fit 256 --stats 128 --test 256 --batch-size 256 --agree 16 --json "$OUT/scale_bench.json" 2>&1 \
+  | grep -v -E "ROSE.*(pass|scoring|statistics)|it/s|%\|" | tee "$OUT/scale_bench.log"
+wait "$tests"
+cat "$OUT/float_sensitive.log"
