@@ -3,7 +3,7 @@
 # the card and CPU, ROSE on the FMNIST VAE (gpu.py), the diffusion methods on Ho et al.'s 35.7 M UNet and
 # on the bench's CPU-profile UNet (scale.py: fit/score time, images/s, peak GPU memory, ROSE / loss
 # fwd+bwd, CPU agreement), and meanwhile, on the spare cores, the float-sensitive tests under the five
-# code paths. Needs: .whl (diffusers, zuko, importlib_metadata wheels) and .devcarry/shared (the authors'
+# code paths, and the gpu-marked tests. Needs: .whl (diffusers, zuko, importlib_metadata wheels) and .devcarry/shared (the authors'
 # VAEs, the test sets, CIFAR-10 subsets) carried; see benchmarks/README.md.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -18,16 +18,17 @@ cat "$OUT/machine.txt"
 (
   for v in "" "MKL_CBWR=COMPATIBLE" "MKL_CBWR=AVX2" "ATEN_CPU_CAPABILITY=default" "ATEN_CPU_CAPABILITY=avx2"; do
     echo "== ${v:-default}"
-    env $v OMP_NUM_THREADS=1 timeout 150 python3 -m pytest -m float_sensitive -n 6 -q -p no:cacheprovider \
-      -o addopts= tests 2>&1 | tail -n 15
+    env $v OMP_NUM_THREADS=1 timeout 100 python3 -m pytest -m float_sensitive -n 6 --dist loadfile -q \
+      -p no:cacheprovider -o addopts= tests 2>&1 | tail -n 15
   done
 ) >"$OUT/float_sensitive.log" 2>&1 &
 tests=$!
-timeout 90 python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu_vae.log"
-timeout 330 python3 benchmarks/scale.py --device cuda --arch ho-cifar10 --memory 60G --kill 100G \
+timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts= tests 2>&1 | tail -n 25 | tee "$OUT/gpu_tests.log"
+timeout 75 python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu_vae.log"
+timeout 270 python3 benchmarks/scale.py --device cuda --arch ho-cifar10 --memory 60G --kill 100G \
   --fit 256 --stats 128 --test 256 --batch-size 256 --agree 16 --json "$OUT/scale_ho.json" 2>&1 \
   | grep -v -E "ROSE.*(pass|scoring|statistics)|it/s|%\|" | tee "$OUT/scale_ho.log"
-timeout 90 python3 benchmarks/scale.py --device cuda --arch bench-cpu --memory 60G --kill 100G \
+timeout 75 python3 benchmarks/scale.py --device cuda --arch bench-cpu --memory 60G --kill 100G \
   --fit 256 --stats 128 --test 256 --batch-size 256 --agree 16 --json "$OUT/scale_bench.json" 2>&1 \
   | grep -v -E "ROSE.*(pass|scoring|statistics)|it/s|%\|" | tee "$OUT/scale_bench.log"
 wait "$tests"
