@@ -105,3 +105,16 @@ def test_unknown_kinds_say_what_is_known(tmp_path):
         load_model(tmp_path / "m.pt")
     with pytest.raises(RoseError, match="has kind 'vae'"):
         register_family(ModelFamily("other", VAE))
+
+
+def test_latent_models_are_told_by_their_attributes_on_every_python() -> None:
+    from roseood.models import Glow
+    from roseood.models.base import LATENT_ATTRIBUTES, LatentModel, is_latent_model
+
+    # The list checked is the protocol's own (annotations and methods), so the two cannot drift apart.
+    declared = set(LatentModel.__annotations__) | {n for n in vars(LatentModel) if not n.startswith("_")}
+    assert set(LATENT_ATTRIBUTES) == declared
+    # A VAE's encoder is a submodule (nn.Module.__getattr__), which isinstance on a runtime protocol does
+    # not see from Python 3.12 on: IWAE and Likelihood Regret then refused every VAE there.
+    assert is_latent_model(VAE(in_channels=1, ngf=4, nz=4))
+    assert not is_latent_model(Glow(in_channels=1, image_size=32, levels=2, steps=1, hidden=4))

@@ -90,7 +90,6 @@ def input_dims(model: RoseModel) -> int:
     return math.prod(model.input_shape or (1,))
 
 
-@runtime_checkable
 class LatentModel(Protocol):
     """A model with an encoder q(z|x) and a decoder: it offers the importance-weighted NLL (IWAE) and
     the parts Likelihood Regret fine-tunes (the paper's VAE is one)."""
@@ -104,9 +103,14 @@ class LatentModel(Protocol):
     def reconstruction_nll(self, logits: Tensor, x: Tensor) -> Tensor: ...
 
 
+LATENT_ATTRIBUTES = ("encoder", "decoder", "nz", "iwae_nll", "reconstruction_nll")  # LatentModel's
+
+
 def is_latent_model(model: object) -> bool:
-    """Whether ``model`` offers the IWAE NLL and an encoder to fine-tune (``LatentModel``)."""
-    return isinstance(model, LatentModel)
+    """Whether ``model`` offers the IWAE NLL and an encoder to fine-tune (``LatentModel``). Looked up with
+    ``hasattr``, not ``isinstance`` on the protocol: from Python 3.12 that looks attributes up statically,
+    and an ``nn.Module`` keeps its submodules (``encoder``) in ``_modules``, so no VAE would count."""
+    return all(hasattr(model, name) for name in LATENT_ATTRIBUTES)
 
 
 class GenerativeModel(nn.Module, ABC):
