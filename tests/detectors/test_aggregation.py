@@ -16,6 +16,7 @@ from roseood.detectors.aggregation import (
     AGGREGATIONS,
     layer_problems,
     make_aggregation,
+    threshold_at,
     tie_problem,
     tie_share,
 )
@@ -52,7 +53,8 @@ def test_ties_max_orders_the_images_at_zero_and_keeps_the_rest(raw, p):
     z = (raw - raw.mean(0)) / raw.std(0, ddof=1)
     np.testing.assert_allclose(new[zero], z[zero].max(1))
     assert (new[zero] <= 0).all() and tie_share(new) == 0.0
-    assert tie_problem(raw, LAYERS, ordered) == [] and tie_problem(raw, LAYERS, paper) != []
+    # the paper's ties lie below its 95 %-TPR threshold, so they change no decision and are not reported
+    assert tie_problem(raw, LAYERS, ordered) == [] == tie_problem(raw, LAYERS, paper)
 
 
 def test_an_unknown_tie_rule_is_refused():
@@ -133,13 +135,24 @@ def test_well_behaved_scores_raise_no_warning(raw):
     assert layer_problems(raw, LAYERS) == [] and tie_problem(raw, LAYERS, agg) == []
 
 
-def test_ties_at_zero_are_reported_with_the_fix(raw):
+def test_ties_below_the_threshold_change_no_decision_and_are_not_reported(raw):
     agg = make_aggregation("relu-norm")
     agg.fit(raw[:, :1])  # one skewed layer: most images lie below its mean, so ReLU makes them 0
-    share = float((raw[:, 0] <= raw[:, 0].mean()).mean())
+    scores = agg(raw[:, :1])
+    assert 0.5 < tie_share(scores) < 0.95 and threshold_at(scores) > 0  # every tied image is called in
+    assert tie_problem(raw[:, :1], LAYERS[:1], agg) == []
+
+
+def test_ties_at_the_threshold_are_reported_with_the_fix(raw):
+    agg = make_aggregation("relu-norm:beta=-2.5")  # only images 2.5 σ above the mean stay above 0
+    agg.fit(raw[:, :1])
+    share = float((agg(raw[:, :1]) == 0).mean())
+    assert share >= 0.95  # so the 95 %-TPR threshold is 0, and a decision cannot order the images at 0
     [message] = tie_problem(raw[:, :1], LAYERS[:1], agg)
     assert f"{share:.0%} of the statistics images get tied" in message and "layer a" in message
+    assert "95%-TPR decision threshold falls on them" in message
     assert "max-z or log-z" in message and "beta=3" in message
+    assert tie_problem(raw[:, :1], LAYERS[:1], agg, tpr=0.99) == []  # 99 %: above the 98 % at 0
     fixed = make_aggregation("relu-norm:beta=3")
     fixed.fit(raw[:, :1])
     assert tie_problem(raw[:, :1], LAYERS[:1], fixed) == []

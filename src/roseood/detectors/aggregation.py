@@ -35,7 +35,8 @@ from roseood.registry import Registry
 from roseood.validation import check_float, check_int, check_seed
 
 TIE_RULES = ("keep", "max")  # relu-norm's images at 0: left tied (the paper), or ordered by max ẑ + β
-TIE_SHARE = 0.10  # more than this share of statistics images with one identical score: degenerate
+TIE_SHARE = 0.10  # more than this share of statistics images with one identical layer score: degenerate
+DECISION_TPR = 0.95  # the calibrated threshold's default TPR (Detector.calibrate)
 DYNAMIC_RANGE = 1e8  # a layer whose scores span more than this factor: z-scores are meaningless
 MIN_RELATIVE_STD = 1e-6  # a layer whose std / |mean| is below this: its z-scores are rounding noise
 
@@ -294,6 +295,13 @@ def make_aggregation(spec: str, **params: Any) -> Aggregation:
         raise RoseError(f"bad parameter for aggregation {name!r}: {exc}") from None
 
 
+def threshold_at(held_out_scores: np.ndarray, tpr: float = DECISION_TPR) -> float:
+    """The decision threshold that calls a fraction ``tpr`` of these held-out in-distribution scores
+    in-distribution (at or below it): what ``Detector.calibrate`` sets."""
+    tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
+    return float(np.quantile(held_out_scores, tpr, method="higher"))
+
+
 def layer_problems(raw: np.ndarray, layers: list[str]) -> list[str]:
     """What makes statistics-image layer scores (N, L) unusable, one message per finding naming the
     layer and a fix: non-finite, exploding (dynamic range), near-constant or tied scores."""
@@ -327,23 +335,25 @@ def layer_problems(raw: np.ndarray, layers: list[str]) -> list[str]:
     return found
 
 
-def tie_problem(raw: np.ndarray, layers: list[str], agg: Aggregation) -> list[str]:
-    """A message when more than ``TIE_SHARE`` of the statistics images get exactly equal scores from the
-    fitted ``agg`` (e.g. ReLU zeros), naming the layer most often below its mean; else nothing."""
+def tie_problem(raw: np.ndarray, layers: list[str], agg: Aggregation, tpr: float = DECISION_TPR) -> list[str]:
+    """A message when the fitted ``agg`` gives several statistics images exactly the score at which the
+    ``tpr`` decision threshold falls (e.g. ReLU zeros when over 1 − ``tpr`` of them are 0): a decision
+    cannot tell those images apart. Ties below the threshold change no decision (every tied image is
+    called in-distribution either way), so they are not reported; else nothing."""
     if not np.isfinite(raw).all():
         return []
     scores = agg(raw)
-    share = tie_share(scores)
-    if share <= TIE_SHARE:
+    threshold = threshold_at(scores, tpr)
+    count = int((scores == threshold).sum())
+    if count < 2:
         return []
-    values, counts = np.unique(scores, return_counts=True)
     cause = ""
     if isinstance(agg, ZScore):
         below = (agg.normalize(raw) + np.asarray(agg.beta, dtype=np.float64) <= 0).mean(0)
         cause = f" (layer {layers[int(below.argmax())]} is below its mean − β on {below.max():.0%})"
     return [
-        f"{share:.0%} of the statistics images get tied ROSE scores ({counts.max()} at "
-        f"{values[counts.argmax()]:.3g}) with --aggregate {agg.spec}{cause}: "
-        "use --aggregate relu-norm:ties=max (orders the images at 0), max-z or log-z, or a larger beta "
-        "(e.g. relu-norm:beta=3)"
+        f"{count / len(scores):.0%} of the statistics images get tied ROSE scores ({count} at "
+        f"{threshold:.3g}) with --aggregate {agg.spec}{cause}, and the {tpr:.0%}-TPR decision threshold "
+        "falls on them: use --aggregate relu-norm:ties=max (orders the images at 0), max-z or log-z, or a "
+        "larger beta (e.g. relu-norm:beta=3)"
     ]

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from roseood import distributed
 from roseood.data.loading import ImageStream
 from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
+from roseood.detectors.aggregation import DECISION_TPR, threshold_at
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import check_detector_file
 from roseood.models.base import RoseModel
@@ -205,7 +206,7 @@ class Detector(ABC):
             local = self.score(mine, shard=False) if len(mine) else np.empty(0)
             yield lo, distributed.gather_rows(torch.from_numpy(local)).numpy()
 
-    def calibrate(self, images: ImageData, tpr: float = 0.95) -> Self:
+    def calibrate(self, images: ImageData, tpr: float = DECISION_TPR) -> Self:
         """Set ``threshold_`` so that a fraction ``tpr`` of these held-out in-distribution inputs (not
         the ones fitted on) score at or below it; ``decide`` then calls higher scores OOD."""
         self.threshold_ = threshold_at(self.score(images), tpr)
@@ -370,13 +371,6 @@ def built_from_file(path: str | Path, cls: type[D], *args: Any, **params: Any) -
         return cls(*args, **params)
     except (RoseError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: its settings do not build a detector ({_line(exc)})") from None
-
-
-def threshold_at(held_out_scores: np.ndarray, tpr: float = 0.95) -> float:
-    """The decision threshold that calls a fraction ``tpr`` of these held-out in-distribution scores
-    in-distribution (at or below it): what ``Detector.calibrate`` sets."""
-    tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
-    return float(np.quantile(held_out_scores, tpr, method="higher"))
 
 
 def held_out_count(n: int, held_out: int | float) -> int:
