@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from roseood import validation
 from roseood.models import VAE
 
 SHARED_DATA = Path(os.environ.get("ROSEOOD_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -25,6 +26,24 @@ def _single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+TEST_MEMORY = 4 * 2**30  # what check_memory may grant a test, whatever the machine has free
+
+
+@pytest.fixture(autouse=True)
+def _bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every allocation that ``check_memory`` guards sees at most ``TEST_MEMORY`` free: whether a file's
+    size is accepted then does not depend on the machine, and a hypothesis example the machine could just
+    hold (denoising k = 2**26 is 17 GB) is refused in one line instead of filling memory beside another
+    worker until the kernel kills both (seen twice on a 24 GB machine)."""
+    real = validation.available_memory
+
+    def capped(device: object = None) -> int | None:
+        free = real(device)
+        return TEST_MEMORY if free is None else min(free, TEST_MEMORY)
+
+    monkeypatch.setattr(validation, "available_memory", capped)
 
 
 @pytest.fixture

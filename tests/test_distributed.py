@@ -171,9 +171,11 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
         assert warned_b == warned_a  # the same degenerate-fit warnings from sharded statistics
         assert b["state"].pop("kinds") == a["state"].pop("kinds")  # the per-layer Fisher choice
         torch.testing.assert_close(b["state"], a["state"], rtol=1e-6, atol=1e-7)  # Fisher + layer stats
-        # scores rotate gradients in float32, and batches split differently over two processes
-        np.testing.assert_allclose(b["in"], a["in"], rtol=1e-5, atol=1e-9)
-        np.testing.assert_allclose(b["out"], a["out"], rtol=1e-5, atol=1e-9)
+        # scores rotate gradients in float32, and batches split differently over two processes; relative
+        # to the largest score, as a z-scored aggregate near 0 has no relative precision (0.0542359 against
+        # 0.0542366 beside scores of 3.0 under MKL_CBWR=COMPATIBLE: 1.2e-5 of itself, 2e-7 of the largest)
+        for key in ("in", "out"):
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-5, atol=1e-5 * np.abs(a[key]).max())
         assert b["auroc"] == a["auroc"]
         print(f"{case}: AUROC 1 process {a['auroc']:.4f}, 2 processes {b['auroc']:.4f}")
     a, b = one["ensemble"], two["ensemble"]
