@@ -75,7 +75,7 @@ class Profile:
     # ablation: EKFAC on every layer set (True) or only on the paper's (VAE encoder, Glow invconv) — the VAE
     # decoder's output layer has a (256·C·16)² Kronecker factor, far too slow to eigendecompose on a CPU
     ablation_ekfac_everywhere: bool = True
-    # diffusion experiment (issue 28, not in the paper): UNet, training budget, seeds, K of the loss
+    # diffusion experiment (not in the paper): UNet, training budget, seeds, K of the loss
     diffusion: dict[str, Any] = field(
         default_factory=lambda: {"widths": (64, 128, 128), "layers_per_block": 2, "attention": True}
     )

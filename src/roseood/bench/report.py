@@ -125,7 +125,12 @@ class BenchReport:
         )
         header = [
             f"# {self.title}",
-            f"Reproduces {self.paper_ref} of the ROSE paper. Profile **{p.name}** — cuts: {p.cuts}. "
+            (
+                "Beyond the ROSE paper."
+                if self.paper_ref == "beyond the paper"
+                else f"Reproduces {self.paper_ref} of the ROSE paper."
+            )
+            + f" Profile **{p.name}** — cuts: {p.cuts}. "
             f"Wall time {wall_seconds / 60:.1f} min (cached models, detectors and scores are reused, so a "
             "re-run is faster). "
             + (

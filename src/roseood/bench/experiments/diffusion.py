@@ -1,4 +1,4 @@
-"""Diffusion models (issue 28, not in the paper): ROSE on a DDPM's denoising loss beside the diffusion-era
+"""Diffusion models (not in the paper): ROSE on a DDPM's denoising loss beside the diffusion-era
 detectors — the denoising loss itself, DiffPath, MSMA and DDPM-OOD reconstruction — on the same models.
 
 Per in-distribution set, ``diffusion_seeds`` UNets are trained (one per seed); every detector is fitted
@@ -101,6 +101,4 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         }
 
 
-EXPERIMENT = common.Experiment(
-    "diffusion", "ROSE on diffusion models", "issue 28 (not in the paper)", run, USES
-)
+EXPERIMENT = common.Experiment("diffusion", "ROSE on diffusion models", "beyond the paper", run, USES)
