@@ -132,7 +132,9 @@ class VAE(GenerativeModel):
 
     def iwae_nll(self, x: Tensor, k: int = 20, chunk: int = 256) -> Tensor:
         """Importance-weighted NLL estimate with ``k`` posterior samples (Burda et al. 2015), in nats; the
-        samples are per image inside ``roseood.randomness.per_input_seed``."""
+        samples are per image inside ``roseood.randomness.per_input_seed``. At most ``chunk`` samples are
+        decoded at once, whatever ``k`` (a decoded sample holds 256 logits per pixel: k = 25 000 at once
+        was 26 GB)."""
         mu, logvar = self.encoder(x)
         std = (0.5 * logvar).exp()
         log_w = torch.empty(x.shape[0], k, device=x.device)
@@ -141,9 +143,13 @@ class VAE(GenerativeModel):
             m, s, xi = mu[i : i + per_chunk], std[i : i + per_chunk], x[i : i + per_chunk]
             eps = randn(xi, k, m.shape[1], stream="iwae").to(m)
             z = m[:, None] + s[:, None] * eps
-            rec = self.reconstruction_nll(self.decoder(z.flatten(0, 1)), xi.repeat_interleave(k, 0)).view(
-                -1, k
-            )
+            flat, targets = z.flatten(0, 1), xi.repeat_interleave(k, 0)
+            rec = torch.cat(
+                [
+                    self.reconstruction_nll(self.decoder(flat[j : j + chunk]), targets[j : j + chunk])
+                    for j in range(0, flat.shape[0], chunk)
+                ]
+            ).view(-1, k)
             log_pz = -0.5 * (z.pow(2) + math.log(2 * math.pi)).sum(2)
             log_qz = -0.5 * (eps.pow(2) + math.log(2 * math.pi)).sum(2) - s.log().sum(1, keepdim=True)
             log_w[i : i + per_chunk] = -rec + log_pz - log_qz
