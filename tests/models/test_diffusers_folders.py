@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
@@ -296,6 +296,7 @@ def loads_or_one_line(folder: Path) -> DiffusionModel | None:
 
 @FAST
 @given(key=st.sampled_from(sorted(UNET_FIELDS)), value=NUMBERS)
+@example(key="mid_block_scale_factor", value=1.8757660632042054e-291)  # divided by: NaN scores
 def test_any_unet_config_value_loads_and_runs_or_is_one_line(pipeline: Path, key: str, value: Any) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = damaged(pipeline, Path(tmp), set_json("unet/config.json", key, value))

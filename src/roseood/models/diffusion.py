@@ -169,7 +169,7 @@ UNET_FIELDS: dict[str, Check] = {
     "num_train_timesteps": _int(1, MAX_TIMESTEPS, optional=True),
     "time_embedding_type": _choice("positional", "fourier", "learned"),
     "freq_shift": _float(0.0, 1.0),
-    "mid_block_scale_factor": _float(0.0, 1e4, low_open=True),
+    "mid_block_scale_factor": _float(1e-3, 1e3),  # divides the mid block: 1e-291 overflowed to NaN
     "downsample_padding": _int(0, 8),
     "dropout": _float(0.0, 1.0, high_open=True),
     "norm_eps": _float(0.0, 1.0, low_open=True),
