@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from roseood.curvature import GradientStore, LayerGrad, LayerGradients, full_float32
-from roseood.curvature.grads import _nbytes
 from roseood.errors import RoseError
 from roseood.models import Glow
 
@@ -136,8 +135,8 @@ def test_gradient_store_keeps_first_pass_batches_within_its_budget(tiny_vae, ima
     names = ["encoder.conv0", "encoder.conv1"]
     lg = LayerGradients(tiny_vae, names)
     batches = [lg(tiny_vae.rose_loss, images[8 * i : 8 * i + 8]) for i in range(3)]
-    one = sum(_nbytes(g) for g in batches[0].values())
-    store = GradientStore(budget=2 * one + _nbytes(batches[2][names[0]]))  # two batches and one layer
+    one = sum(g.nbytes() for g in batches[0].values())
+    store = GradientStore(budget=2 * one + batches[2][names[0]].nbytes())  # two batches and one layer
     for i, grads in enumerate(batches):
         for name, g in grads.items():
             store.keep(i, name, g)

@@ -202,6 +202,38 @@ def test_handler_matches_per_sample_loop(case):
         )
 
 
+CONV_CASES = sorted(c for c in CASES if c.startswith(("conv1d", "conv2d", "conv3d", "declared-mask-conv")))
+
+
+@pytest.mark.parametrize("layout", ["image-major", "copy-major"])
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_matrices_agree_with_their_factors_on_expanded_batches(case, layout):
+    """A convolution forms its matrices by one grouped convolution and, for the Kronecker factors, its
+    unfolded patches: both are the same per-sample gradients, also when each sample's loss runs on three
+    copies of it (either layout), and both match the per-sample loop."""
+    net, x = build(case)
+    n = x.shape[0]
+
+    def loss(b: Tensor) -> Tensor:  # each copy k of a sample scaled by 1 + k/2: the copies differ
+        m, shape = b.shape[0], (-1, *[1] * (b.ndim - 1))
+        copy = torch.arange(3.0)
+        if layout == "image-major":
+            return net(b.repeat_interleave(3, 0) * (1 + copy / 2).repeat(m).view(shape)).view(m, 3).sum(1)
+        return (
+            net(b.repeat(3, *shape[1:]) * (1 + copy / 2).repeat_interleave(m).view(shape)).view(3, m).sum(0)
+        )
+
+    g = LayerGradients(net, ["layer"])(loss, x)["layer"]
+    factored = LayerGrad(g.a, g.d, groups=g.groups, mask=g.mask)
+    assert (g.n, g.positions, g.width_in, g.width_out) == (n, *g.a.shape[1:], g.d.shape[2])
+    # two float32 sums of the same products in another order: as the loop comparison above
+    torch.testing.assert_close(g.matrix(), factored.matrix(), rtol=2e-4, atol=2e-5)
+    expected = as_matrix(net.layer, loop(loss, x, net.layer))
+    torch.testing.assert_close(
+        g.matrix(), expected * (g.mask if g.mask is not None else 1), rtol=2e-4, atol=2e-5
+    )
+
+
 def test_masked_entries_get_no_gradient():
     net, x = build("declared-mask-conv")
     g = LayerGradients(net, ["layer"])(net, x)["layer"]

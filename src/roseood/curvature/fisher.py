@@ -45,7 +45,7 @@ class LayerShape:
 
     @classmethod
     def of(cls, g: LayerGrad) -> LayerShape:
-        return cls(g.a.shape[2] // g.groups, g.d.shape[2] // g.groups, g.groups)
+        return cls(g.width_in // g.groups, g.width_out // g.groups, g.groups)
 
     @property
     def params(self) -> int:
@@ -191,9 +191,9 @@ class Fisher(ABC):
     def _follow(self, g: LayerGrad) -> None:
         """Move what this Fisher holds to the gradients' device, once (a saved detector loads onto the
         CPU, its model may be on a GPU), so that scoring never copies it batch by batch."""
-        if self._device != g.a.device:
-            self.map_tensors(lambda t: t.to(g.a.device))
-            self._device = g.a.device
+        if self._device != g.device:
+            self.map_tensors(lambda t: t.to(g.device))
+            self._device = g.device
 
     def _need_data(self) -> None:
         if self.count == 0:
@@ -328,7 +328,7 @@ class KFAC(Fisher):
         # Factor scales are irrelevant for EKFAC (only eigenvectors are used); KFAC uses the
         # per-position average for A and the per-position sum for B, whose product matches E[vec G vec Gᵀ]
         # when positions are independent.
-        t = g.a.shape[1]
+        t = g.positions
         a = g.a.double().flatten(0, 1)
         d = g.d.double().flatten(0, 1)
         # The mask is fixed for a fit, so its support is read once; eigh_on uses only that block.
@@ -367,8 +367,8 @@ class KFAC(Fisher):
             self.u_in, self.u_out = (unpack_orthogonal(self._packed[k]) for k in ("u_in", "u_out"))
         assert self.u_out is not None and self.u_in is not None
         c = self._cast
-        if c is None or c[0] is not self.u_out or c[1] is not self.u_in or c[2].dtype != g.a.dtype:
-            c = self._cast = (self.u_out, self.u_in, self.u_out.to(g.a.dtype), self.u_in.to(g.a.dtype))
+        if c is None or c[0] is not self.u_out or c[1] is not self.u_in or c[2].dtype != g.dtype:
+            c = self._cast = (self.u_out, self.u_in, self.u_out.to(g.dtype), self.u_in.to(g.dtype))
         return g.rotated(c[2], c[3])
 
     def _eigenvalues(self) -> Tensor:

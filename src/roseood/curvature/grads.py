@@ -31,7 +31,7 @@ from roseood.curvature.handlers import LayerHandler, attribute_mask, parametrize
 from roseood.curvature.layergrad import LayerGrad
 from roseood.errors import RoseError
 
-__all__ = ["GradientStore", "LayerGrad", "LayerGradients", "full_float32", "layer_bytes", "supports"]
+__all__ = ["GradientStore", "LayerGrad", "LayerGradients", "full_float32", "supports"]
 
 
 def supports(module: nn.Module) -> bool:
@@ -60,19 +60,6 @@ def full_float32(device: torch.device) -> Iterator[None]:
             s.fp32_precision = b
 
 
-def _nbytes(g: LayerGrad) -> int:
-    """Memory held by one layer's gradients (whole storages: a view keeps its base alive)."""
-    tensors = (g.a, g.d, g.g, g.const, g.mask)
-    return sum(t.untyped_storage().nbytes() for t in tensors if t is not None)
-
-
-def layer_bytes(g: LayerGrad) -> int:
-    """Memory one layer's gradients take while a Fisher reads them, at most: their factors and three
-    products the size of the per-sample gradient matrices (formed, squared, rotated)."""
-    params = g.n * g.d.shape[2] * g.a.shape[2] // g.groups
-    return _nbytes(g) + 3 * params * g.a.element_size()
-
-
 class GradientStore:
     """The first pass's layer gradients, batch by batch up to ``budget`` bytes, for later passes over the
     same images (EKFAC's eigenvalue pass) to reuse instead of running the model again. Only valid for a
@@ -95,10 +82,10 @@ class GradientStore:
             return
         if index == len(self._kept):
             self._kept.append({})
-        size = _nbytes(g)
+        size = g.nbytes()
         self._full = self._used + size > self.budget
         if self._full:
-            self._used -= sum(_nbytes(k) for k in self._kept.pop().values())
+            self._used -= sum(k.nbytes() for k in self._kept.pop().values())
             return
         self._kept[index][name] = g
         self._used += size
@@ -143,25 +130,6 @@ def check_loss_rows(loss: Tensor, n: int) -> None:
             f"the loss returned shape {tuple(loss.shape)} for {n} inputs; it must return one value per "
             f"input, shape ({n},) (sum the rows of expanded copies per input)"
         )
-
-
-def _per_sample(g: LayerGrad, order: Tensor | None, n: int, name: str) -> LayerGrad:
-    """One call's gradients with one row per sample: an expanded batch (K rows per sample, in ``order``;
-    None: already image-major, no copy) has each sample's K rows folded into its positions, so ``G_n``
-    is the exact sum over its copies."""
-    if g.a.shape[0] == n:
-        return g
-    if g.g is not None:
-        raise RoseError(f"layer {name}: its handler gives no factors to fold an expanded batch into")
-    copies = g.a.shape[0] // n
-    a, d = (g.a, g.d) if order is None else (g.a[order], g.d[order])
-    return LayerGrad(
-        a.reshape(n, copies * a.shape[1], a.shape[2]),
-        d.reshape(n, copies * d.shape[1], d.shape[2]),
-        const=g.const * copies if g.const is not None else None,
-        groups=g.groups,
-        mask=g.mask,
-    )
 
 
 def _concat_calls(calls: list[LayerGrad]) -> LayerGrad:
@@ -266,7 +234,10 @@ class LayerGradients:
             inp = inputs[i][c]
             assert inp is not None
             g = handler.grad(self.modules[i], inp, gy, self._mask(i))
-            arrived[i][c] = _per_sample(g, self._orders.get((i, c, gy.shape[0], n)), n, self.names[i])
+            try:
+                arrived[i][c] = g.per_sample(n, self._orders.get((i, c, gy.shape[0], n)))
+            except ValueError as e:
+                raise RoseError(f"layer {self.names[i]}: {e}") from None
             inputs[i][c] = None
             if len(arrived[i]) == len(shapes[i]):
                 done = _concat_calls([arrived[i].pop(k) for k in sorted(arrived[i])])

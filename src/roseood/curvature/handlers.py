@@ -10,6 +10,7 @@ reach the handlers as one weight-shaped mask.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Callable
@@ -226,17 +227,131 @@ def _linear(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGr
     )
 
 
+class RowsGrad(LayerGrad):
+    """Per-sample gradients kept as the layer's input and output gradient, row by row (an expanded batch
+    has several rows per sample), with the matrices formed straight from them; the factors ``a`` and
+    ``δ`` (for the Kronecker factors and rotations) are formed only when read, and not kept."""
+
+    def __init__(self, x: Tensor, gy: Tensor, groups: int, mask: Tensor | None) -> None:
+        self.x, self.gy, self.samples = x, gy, x.shape[0]
+        self.const, self.coords, self.g, self.groups, self.mask = None, None, None, groups, mask
+
+    def per_sample(self, n: int, order: Tensor | None) -> LayerGrad:
+        if n == self.samples:
+            return self
+        folded = copy.copy(self)
+        if order is not None:
+            folded.x, folded.gy = self.x[order], self.gy[order]
+        folded.samples = n
+        return folded
+
+    def _inputs(self) -> Tensor:
+        """(rows, T, Din): each row's inputs at its positions."""
+        raise NotImplementedError
+
+    def _outputs(self) -> Tensor:
+        """(rows, T, Dout): each row's output gradients at its positions."""
+        raise NotImplementedError
+
+    def _by_sample(self, t: Tensor) -> Tensor:
+        """(rows, …) → (samples, rows per sample, …), image-major."""
+        return t.view(self.samples, -1, *t.shape[1:])
+
+    @property
+    def a(self) -> Tensor:  # type: ignore[override]
+        a = self._inputs()
+        return a.reshape(self.samples, -1, a.shape[2])
+
+    @property
+    def d(self) -> Tensor:  # type: ignore[override]
+        d = self._outputs()
+        return d.reshape(self.samples, -1, d.shape[2])
+
+    @property
+    def n(self) -> int:
+        return self.samples
+
+    @property
+    def positions(self) -> int:
+        return self.gy.numel() // self.width_out // self.samples
+
+    @property
+    def width_out(self) -> int:
+        return self.gy.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.gy.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.gy.dtype
+
+    def nbytes(self) -> int:
+        held = (self.x, self.gy, self.mask)
+        return sum(t.untyped_storage().nbytes() for t in held if t is not None)
+
+    def peak_bytes(self) -> int:
+        factors = self.n * self.positions * (self.width_in + self.width_out) * self.dtype.itemsize
+        return super().peak_bytes() + factors
+
+
+class ConvGrad(RowsGrad):
+    """A convolution's gradients: the matrices from one grouped convolution (each sample a group, its
+    rows the batch), without the unfolded patches (``prod(kernel)`` times the input's size) that the
+    factors need."""
+
+    def __init__(self, m: nn.modules.conv._ConvNd, x: Tensor, gy: Tensor, mask: Tensor | None) -> None:
+        padding = m.padding
+        if m.padding_mode != "zeros" or isinstance(padding, str):
+            mode = "constant" if m.padding_mode == "zeros" else m.padding_mode
+            x = F.pad(x, m._reversed_padding_repeated_twice, mode=mode)
+            padding = (0,) * (x.ndim - 2)
+        self.conv, self.padding, self.has_bias = m, tuple(padding), m.bias is not None
+        super().__init__(x, gy, m.groups, _matrix_mask(mask, self.has_bias))
+
+    def _inputs(self) -> Tensor:
+        m = self.conv
+        patches = _unfold(self.x, m.kernel_size, m.dilation, self.padding, m.stride).transpose(1, 2)
+        return _with_bias(patches, self.has_bias, self.groups)
+
+    def _outputs(self) -> Tensor:
+        return _positions(self.gy)
+
+    @property
+    def width_in(self) -> int:
+        return self.x.shape[1] * math.prod(self.conv.kernel_size) + self.groups * self.has_bias
+
+    def matrix(self) -> Tensor:
+        m, n = self.conv, self.samples
+
+        def rows_first(t: Tensor) -> Tensor:  # (n·rows, C, …) image-major → (rows, n·C, …)
+            return self._by_sample(t).transpose(0, 1).flatten(1, 2)
+
+        c_out = self.width_out
+        shape = (n * c_out, self.x.shape[1] // self.groups, *m.kernel_size)
+        weight = torch.ops.aten.convolution_backward(
+            rows_first(self.gy),
+            rows_first(self.x),
+            self.gy.new_empty(1).expand(shape),
+            None,
+            m.stride,
+            self.padding,
+            m.dilation,
+            False,
+            [0] * (self.x.ndim - 2),
+            self.groups * n,
+            (False, True, False),
+        )[1].reshape(n, c_out, -1)
+        if self.has_bias:
+            bias = self._by_sample(self.gy).flatten(3).sum((1, 3))
+            weight = torch.cat([weight, bias[..., None]], 2)
+        return weight * self.mask if self.mask is not None else weight
+
+
 def _conv(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGrad:
     assert isinstance(m, nn.modules.conv._ConvNd)
-    padding = m.padding
-    if m.padding_mode != "zeros" or isinstance(padding, str):
-        mode = "constant" if m.padding_mode == "zeros" else m.padding_mode
-        x = F.pad(x, m._reversed_padding_repeated_twice, mode=mode)
-        padding = (0,) * (x.ndim - 2)
-    patches = _unfold(x, m.kernel_size, m.dilation, padding, m.stride).transpose(1, 2)
-    has_bias = m.bias is not None
-    a = _with_bias(patches, has_bias, m.groups)
-    return LayerGrad(a, _positions(gy), groups=m.groups, mask=_matrix_mask(mask, has_bias))
+    return ConvGrad(m, x, gy, mask)
 
 
 def _conv_transpose(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGrad:
@@ -302,9 +417,39 @@ def _normalised(m: nn.Module, x: Tensor) -> Tensor:
     )
 
 
+class NormGrad(RowsGrad):
+    """A norm's affine map ``y = x̂·w + b`` per channel: one block per channel with inputs (x̂, 1) and a
+    (1, 2) weight, so every Fisher is block-diagonal over channels (diag: exactly diagonal). The matrices
+    are the per-channel sums ``Σ δ·x̂`` and ``Σ δ``; ``x`` holds x̂, channels last: (rows, T, C)."""
+
+    def __init__(self, xhat: Tensor, gy: Tensor, bias: bool, mask: Tensor | None) -> None:
+        super().__init__(xhat, gy, xhat.shape[2], mask)
+        self.has_bias = bias
+
+    def _inputs(self) -> Tensor:
+        return _with_bias(self.x, self.has_bias, self.groups)
+
+    def _outputs(self) -> Tensor:
+        return self.gy
+
+    @property
+    def width_out(self) -> int:
+        return self.gy.shape[2]
+
+    @property
+    def width_in(self) -> int:
+        return self.groups * (1 + self.has_bias)
+
+    def matrix(self) -> Tensor:
+        def per_sample(t: Tensor) -> Tensor:  # (rows, T, C) → (samples, C)
+            return self._by_sample(t.sum(1)).sum(1)
+
+        sums = [per_sample(self.gy * self.x), *([per_sample(self.gy)] if self.has_bias else [])]
+        g = torch.stack(sums, 2)
+        return g * self.mask if self.mask is not None else g
+
+
 def _norm_affine(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGrad:
-    # y = x̂·w + b elementwise per channel: one block per channel with inputs (x̂, 1) and a (1, 2) weight,
-    # so every Fisher is block-diagonal over channels (diag: exactly diagonal).
     xhat = _normalised(m, x)
     if isinstance(m, nn.LayerNorm | nn.RMSNorm):
         channels = math.prod(m.normalized_shape)
@@ -312,13 +457,7 @@ def _norm_affine(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> La
     else:
         xhat, gy = _positions(xhat), _positions(gy)
     bias = getattr(m, "bias", None) is not None
-    a = _with_bias(xhat, bias, xhat.shape[2])
-    return LayerGrad(
-        a,
-        gy,
-        groups=xhat.shape[2],
-        mask=_matrix_mask(mask.reshape(-1, 1) if mask is not None else None, bias),
-    )
+    return NormGrad(xhat, gy, bias, _matrix_mask(mask.reshape(-1, 1) if mask is not None else None, bias))
 
 
 def _invertible_conv(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGrad:

@@ -32,11 +32,65 @@ class LayerGrad:
 
     @property
     def n(self) -> int:
-        return self.a.shape[0]
+        """Samples."""
+        return self.d.shape[0]
+
+    @property
+    def positions(self) -> int:
+        """Positions per sample (T)."""
+        return self.d.shape[1]
+
+    @property
+    def width_in(self) -> int:
+        """Inputs per position, all groups (Din, bias columns included)."""
+        return self.a.shape[2]
+
+    @property
+    def width_out(self) -> int:
+        """Outputs per position, all groups (Dout)."""
+        return self.d.shape[2]
+
+    @property
+    def device(self) -> torch.device:
+        return self.d.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.d.dtype
+
+    def nbytes(self) -> int:
+        """Memory held now (whole storages: a view keeps its base alive)."""
+        tensors = (self.a, self.d, self.g, self.const, self.mask)
+        return sum(t.untyped_storage().nbytes() for t in tensors if t is not None)
+
+    def peak_bytes(self) -> int:
+        """Memory these gradients take while a Fisher reads them, at most: what they hold, their factors
+        if formed on demand, and three products the size of the per-sample gradient matrices (formed,
+        squared, rotated)."""
+        params = self.n * self.width_out * self.width_in // self.groups
+        return self.nbytes() + 3 * params * self.dtype.itemsize
+
+    def per_sample(self, n: int, order: Tensor | None) -> LayerGrad:
+        """One row per sample when the batch was expanded inside the loss (K rows per sample, in
+        ``order``; None: already image-major, no copy): each sample's rows are folded into its positions,
+        so ``G_n`` is the exact sum over its copies."""
+        if self.n == n:
+            return self
+        if self.g is not None:
+            raise ValueError("its handler gives no factors to fold an expanded batch into")
+        copies = self.n // n
+        a, d = (self.a, self.d) if order is None else (self.a[order], self.d[order])
+        return LayerGrad(
+            a.reshape(n, copies * a.shape[1], a.shape[2]),
+            d.reshape(n, copies * d.shape[1], d.shape[2]),
+            const=self.const * copies if self.const is not None else None,
+            groups=self.groups,
+            mask=self.mask,
+        )
 
     @property
     def _rank_one(self) -> bool:
-        return self.g is None and self.const is None and self.a.shape[1] == 1
+        return self.g is None and self.const is None and self.positions == 1
 
     def _blocks(self, t: Tensor) -> Tensor:
         """(N, T, D) → (N, T, groups, D/groups)."""
@@ -75,9 +129,9 @@ class LayerGrad:
     def rotated(self, u_out: Tensor, u_in: Tensor) -> LayerGrad:
         """The gradients ``U_outᵀ G_n U_in`` block by block (``u`` of shape (groups, k, k) when grouped),
         rotating the factors or the matrices, whichever is cheaper. A mask is applied before rotating."""
-        t, d_in, d_out = self.a.shape[1], self.a.shape[2] // self.groups, self.d.shape[2] // self.groups
+        t, d_in, d_out = self.positions, self.width_in // self.groups, self.width_out // self.groups
         factors_first = t * self.groups * (d_in * d_in + d_out * d_out)
-        matrix_first = t * self.d.shape[2] * d_in + self.d.shape[2] * d_in * (d_in + d_out)
+        matrix_first = t * self.width_out * d_in + self.width_out * d_in * (d_in + d_out)
         factored = self.g is None and self.mask is None and (self.groups == 1 or self.const is None)
         if factored and factors_first <= matrix_first:
             if self.groups == 1:
@@ -88,9 +142,20 @@ class LayerGrad:
             return LayerGrad(a, d, groups=self.groups)
         g = self.matrix()
         if self.groups == 1:
-            return LayerGrad(self.a, self.d, g=u_out.T @ g @ u_in)
+            return self._formed(u_out.T @ g @ u_in)
         blocks = u_out.mT @ g.view(g.shape[0], self.groups, d_out, d_in) @ u_in
-        return LayerGrad(self.a, self.d, g=blocks.flatten(1, 2), groups=self.groups)
+        return self._formed(blocks.flatten(1, 2))
+
+    def _formed(self, g: Tensor) -> LayerGrad:
+        """Gradients of this layer's shape given by their matrices alone (the factors are shape-only,
+        memory-free views)."""
+        empty = g.new_empty(())
+        return LayerGrad(
+            empty.expand(self.n, self.positions, self.width_in),
+            empty.expand(self.n, self.positions, self.width_out),
+            g=g,
+            groups=self.groups,
+        )
 
     def _rank_one_squares(self) -> tuple[Tensor, Tensor]:
         """Squared single-position factors as (N, groups, Dout/g) and (N, groups, Din/g)."""
@@ -108,7 +173,7 @@ class LayerGrad:
 
     def weighted_square(self, w: Tensor) -> Tensor:
         """``Σ_ij w_ij G_n,ij²`` per sample, (N,) float64, for a (Dout, Din/groups) weight ``w``."""
-        w = w.to(self.a.dtype)
+        w = w.to(self.dtype)
         if not self._rank_one:
             return (self.matrix().pow(2).flatten(1) @ w.flatten()).double()
         if self.groups == 1 and self.mask is None:

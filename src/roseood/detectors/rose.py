@@ -31,7 +31,6 @@ from roseood.curvature import (
     check_layers,
     make_fisher,
 )
-from roseood.curvature.grads import layer_bytes
 from roseood.curvature.memory import MemoryPlan, budget, format_size, in_use, parse_size, saved_bytes
 from roseood.data.tensors import ImageData, iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
@@ -176,7 +175,7 @@ class ROSE(Detector):
 
             def measure(name: str, g: LayerGrad) -> None:
                 shapes[name] = LayerShape.of(g)
-                largest[0] = max(largest[0], layer_bytes(g))
+                largest[0] = max(largest[0], g.peak_bytes())
 
             held = (*self._grads.model.parameters(), *self._grads.model.buffers())
             weights = {t.untyped_storage().data_ptr() for t in held}
