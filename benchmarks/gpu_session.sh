@@ -14,22 +14,35 @@ export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 ROSEOOD_DATA=$PWD/.
   python3 -c "import torch, diffusers; print('torch', torch.__version__, 'diffusers', diffusers.__version__)"; } \
   >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
-# The float-sensitive tests on this machine's CPU, one code path after another, on 6 of the 16 cores.
+# The float-sensitive tests on this machine's CPU, one code path after another, on 6 of the 16 cores
+# (VARIANTS: which paths; all five by default).
+VARIANTS=${VARIANTS:-"default MKL_CBWR=COMPATIBLE MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=default ATEN_CPU_CAPABILITY=avx2"}
 (
-  for v in "" "MKL_CBWR=COMPATIBLE" "MKL_CBWR=AVX2" "ATEN_CPU_CAPABILITY=default" "ATEN_CPU_CAPABILITY=avx2"; do
-    echo "== ${v:-default}"
+  for v in $VARIANTS; do
+    echo "== $v"
+    [ "$v" = default ] && v=
     env $v OMP_NUM_THREADS=1 timeout 100 python3 -m pytest -m float_sensitive -n 6 --dist loadfile -q \
       -p no:cacheprovider -o addopts= tests 2>&1 | tail -n 15
   done
 ) >"$OUT/float_sensitive.log" 2>&1 &
 tests=$!
 timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts= tests 2>&1 | tail -n 25 | tee "$OUT/gpu_tests.log"
+scale() {  # scale.py on the GPU: $1 seconds at most, $2 the UNet, $3 a log/json name, then more arguments
+  limit=$1 arch=$2 name=$3
+  shift 3
+  timeout "$limit" python3 benchmarks/scale.py --device cuda --arch "$arch" --memory 60G --kill 100G --fit 256 --stats 128 \
+    --test 256 --batch-size 256 --json "$OUT/$name.json" "$@" 2>&1 \
+    | grep -v -E "ROSE.*(pass|scoring|statistics)|it/s|%\|" | tee "$OUT/$name.log"
+}
+scale 270 ho-cifar10 scale_ho --agree 16
+scale 75 bench-cpu scale_bench --agree 16
+# With OLD_SRC (an earlier roseood's src, carried): ROSE on both UNets with that code, on this card, for a
+# before/after in one lease.
+if [ -n "${OLD_SRC:-}" ]; then
+  for arch in ho-cifar10 bench-cpu; do
+    PYTHONPATH=/tmp/site:$OLD_SRC:$PWD scale 120 $arch "scale_${arch}_old" --methods rose-diag,rose-ekfac
+  done
+fi
 timeout 75 python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu_vae.log"
-timeout 270 python3 benchmarks/scale.py --device cuda --arch ho-cifar10 --memory 60G --kill 100G \
-  --fit 256 --stats 128 --test 256 --batch-size 256 --agree 16 --json "$OUT/scale_ho.json" 2>&1 \
-  | grep -v -E "ROSE.*(pass|scoring|statistics)|it/s|%\|" | tee "$OUT/scale_ho.log"
-timeout 75 python3 benchmarks/scale.py --device cuda --arch bench-cpu --memory 60G --kill 100G \
-  --fit 256 --stats 128 --test 256 --batch-size 256 --agree 16 --json "$OUT/scale_bench.json" 2>&1 \
-  | grep -v -E "ROSE.*(pass|scoring|statistics)|it/s|%\|" | tee "$OUT/scale_bench.log"
 wait "$tests"
 cat "$OUT/float_sensitive.log"
