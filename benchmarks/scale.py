@@ -1,7 +1,8 @@
 """ROSE and the diffusion baselines on Ho et al.'s 35.7 M-parameter CIFAR-10 DDPM architecture, with random
 weights (cost and memory only): fit, save, load and score per method, each in its own process, with its
 peak resident memory, wall time and detector size, and ROSE's scoring time over the forward + backward
-pass of its own K-pair loss on the same images and batches. Run:
+pass of its own K-pair loss on the same images and batches (both timed warm, after scoring one image).
+Run:
 
     nice -n 10 python benchmarks/scale.py --memory 6G [--fit 16 --stats 8 --test 8] [--json out.json]
     python benchmarks/scale.py --device cuda --memory 60G --batch-size 256 --agree 16   # on a GPU
@@ -136,6 +137,7 @@ def one(method: str, args: argparse.Namespace) -> dict[str, object]:
         load_s = time.perf_counter() - start
         if args.agree and device.type != "cpu" and isinstance(loaded, ROSE):
             agree = agreement(loaded, path, args.folder, test[: args.agree])
+    loaded.score(test[:1])  # warm: ROSE's one-image memory probe and first-call costs are not timed
     sync(device)
     start = time.perf_counter()
     scores = loaded.score(test)
