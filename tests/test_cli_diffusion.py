@@ -22,7 +22,7 @@ def test_train_export_and_evaluate_a_diffusers_folder(workdir, capsys):  # noqa:
     code = run(
         "evaluate", "--model", "diff-folder", "--ood", "mnist",
         "--methods", "rose-ekfac,rose-diag,denoising,diffpath,msma,reconstruction",
-        "--fit-samples", "30", "--stats-samples", "10", "--test-samples", "10", "--bootstrap", "0",
+        "--fit-samples", "12", "--stats-samples", "4", "--test-samples", "4", "--bootstrap", "0",
         "--json", "result.json", "--quiet",
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err
