@@ -43,3 +43,19 @@ def test_evaluate_and_fit_forecast_only_with_progress(spec: EvalSpec, capsys) ->
             np.testing.assert_array_equal(scores, shown.scores[m][s])
     fit_calibrated("nll", model, spec, progress=True)
     assert "fitting nll on 40 images: ≈ " in capsys.readouterr().err
+
+
+def test_a_method_weighs_as_many_passes_as_its_unet_evaluations() -> None:
+    """The forecast's unit is one forward + backward of the K-row loss (about 3·K UNet passes): DDPM-OOD's
+    1250 UNet passes per image weigh 1250 / (3·K), the forward-only denoising loss 1/3, ROSE 1."""
+    from roseood.detectors import make_detector
+    from roseood.evaluation.evaluate import pass_weight
+    from roseood.models.diffusion import DiffusionModel
+
+    model = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 3}).eval()
+    reconstruction = make_detector("reconstruction", model)
+    assert reconstruction.nfe_per_image == 1250
+    assert pass_weight(reconstruction, model) == pytest.approx(1250 / 9)
+    assert pass_weight(make_detector("denoising", model), model) == pytest.approx(1 / 3)
+    assert pass_weight(make_detector("rose-diag", model), model) == 1.0
+    assert pass_weight(make_detector("nll", tiny_vae()), tiny_vae()) == 1.0

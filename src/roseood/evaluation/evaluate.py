@@ -251,6 +251,14 @@ def fisher_count(spec: EvalSpec, n_fit: int) -> int:
     return n_fit - held_out_count(n_fit, spec.stats_samples)
 
 
+def pass_weight(detector: Detector, model: RoseModel) -> float:
+    """A method's cost per image in the forecast's unit, one forward + backward pass of the model's
+    per-image loss: a detector that counts its UNet evaluations (``nfe_per_image``, forward only) costs
+    those over the loss's K rows at about three forward passes each (forward, then backward); 1 else."""
+    nfe = getattr(detector, "nfe_per_image", None)
+    return nfe / (3 * getattr(model, "rows_per_input", 1)) if isinstance(nfe, int) else 1.0
+
+
 def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str, models: int = 1) -> None:
     """State what ``passes`` image passes (each image fitted on or scored, per method) will take here: one
     forward and backward pass of the model's per-image loss timed on a batch of ``images`` (after an
@@ -469,8 +477,10 @@ def evaluate(
     if progress:
         limits = [spec.test_limits.get(m) for m in spec.methods]
         sets = [len(s) for s in (test, *ood.values())]
-        scored = sum(sum(min(n, lim or n) for n in sets) for lim in limits)
-        passes = len(spec.methods) * len(fit) + scored
+        per_method = [len(fit) + sum(min(n, lim or n) for n in sets) for lim in limits]
+        scored = sum(per_method) - len(spec.methods) * len(fit)
+        weights = [pass_weight(_make(m, first, spec, False), first) for m in spec.methods]
+        passes = round(sum(w * n for w, n in zip(weights, per_method, strict=True)))
         each = f"fitted on {len(fit)} images, {scored // len(limits)} scored"
         what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
         forecast_images(first, fit.images[: spec.batch_size], passes, what, len(models))
