@@ -193,7 +193,20 @@ def forecast(what: str, seconds: float, basis: str = "") -> None:
     import torch
 
     why = f"; {basis}" if basis else ""
-    state(f"{what}: ≈ {duration(seconds)} on this machine ({torch.get_num_threads()} threads{why})")
+    state(f"{what}: ≈ {duration(seconds)} on this machine ({torch.get_num_threads()} threads{why}{_busy()})")
+
+
+def _busy() -> str:
+    """A warning for ``forecast`` when other work held the machine's cores over the last minute (the
+    forecast's timed warm-up shares them, so the run may take longer than said); empty otherwise."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]  # the last minute, mostly before this run's few timed seconds
+    except (AttributeError, OSError):  # Windows has no load average
+        return ""
+    if load < cores:
+        return ""
+    return f"; the machine is busy (load average {load:.1f} on {cores} cores): other work can make it longer"
 
 
 def show_warnings_as_notes() -> None:

@@ -98,6 +98,7 @@ def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
     fitted_rose.save(path)
     loaded = Detector.load(path, tiny_vae)
     assert isinstance(loaded, ROSE) and loaded.fisher == "ekfac" and loaded.p == math.inf
+    assert loaded.name == "rose-ekfac"  # what a report calls it: the method the user picked, not the kind
     # float32 bases in the file: measured 1.2e-6 at 5.6e-6 relative (AMD AVX2, ATEN_CPU_CAPABILITY=default);
     # relative to the largest score too, as in test_batching_does_not_change_scores
     scores = fitted_rose.score(images)
@@ -112,6 +113,16 @@ def test_loading_against_another_model_is_refused(fitted_rose, tmp_path):
         Detector.load(path, other)
     with pytest.raises(CheckpointError, match="holds a 'rose' detector"):
         NLL.load(path, other)
+
+
+@pytest.mark.parametrize("method", ["rose-diag", "rose-ekfac", "rose-kfac", "nll", "nll-iwae", "ic-png"])
+def test_a_detector_is_named_by_the_method_it_was_made_from(tiny_vae, method):
+    assert make_detector(method, tiny_vae).name == method
+
+
+def test_a_detector_outside_every_preset_is_named_by_its_kind(tiny_vae):
+    assert NLL(tiny_vae, k=3).name == "nll"
+    assert make_detector("nll-iwae", tiny_vae, k=7).name == "nll"
 
 
 def test_corrupt_detector_file(tmp_path, tiny_vae):

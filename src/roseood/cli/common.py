@@ -32,7 +32,9 @@ INPUT_OPTIONS = (
 # ``--in`` / ``--fit-data`` help: what they accept, and how a set without a training split is used
 SPLIT_HELP = (
     "a dataset name, .npz file or image folder; one without a training split (and no --fit-data) is "
-    "split at random (--seed) into fit, held-out statistics and test images"
+    "split at random (--seed) into fit, held-out statistics and test images: --test-samples test images (at "
+    "most a fifth of the set), --stats-samples held out (at most half of the rest), the rest to fit; the "
+    "split is printed"
 )
 
 
@@ -168,7 +170,11 @@ def add_preset(p: argparse.ArgumentParser) -> None:
         f"{name}: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in values.items())
         for name, values in presets.items()
     )
-    p.add_argument("--preset", choices=presets, help=f"sizes for a short run ({text}); options given win")
+    p.add_argument(
+        "--preset",
+        choices=presets,
+        help=f"sizes for a short run ({text}); options given win; a smaller set gives what it has",
+    )
     p.set_defaults(preset_defaults=(p, presets))
 
 

@@ -76,7 +76,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
     where = "standard output" if str(out) == "-" else out
     print(
-        f"wrote {len(data)} {det.method} scores for {data.name} ({data.source}) to {where}; {cut}",
+        f"wrote {len(data)} {det.name} scores for {data.name} ({data.source}) to {where}; {cut}",
         file=sys.stderr if str(out) == "-" else sys.stdout,
     )
     if chunks is not None and distributed.is_main():
@@ -89,7 +89,7 @@ def cmd_score(args: argparse.Namespace) -> None:
             args.report,
             scores,
             shown,
-            method=det.method,
+            method=det.name,
             data_name=data.name,
             source=data.source,
             threshold=threshold,

@@ -242,6 +242,19 @@ class Detector(ABC):
         )
         distributed.barrier()
 
+    @property
+    def name(self) -> str:
+        """The user-facing method name this detector's parameters match (``rose-ekfac`` for a ``rose``
+        detector with ``fisher="ekfac"``): the registered preset with the most keys that all match, else
+        the kind (``method``)."""
+        params = self.get_params()
+        matches = [
+            (len(kwargs), name)
+            for name, (cls, kwargs) in METHODS.items()
+            if cls is type(self) and all(params.get(k) == value for k, value in kwargs.items())
+        ]
+        return max(matches)[1] if matches else self.method
+
     @classmethod
     def describe(cls) -> str:
         """What this kind of detector is called in messages: ``a 'rose' detector``."""
