@@ -47,7 +47,7 @@ def test_timing_image_passes_leaves_rng_and_gradients_alone(capsys: pytest.Captu
     assert torch.equal(torch.get_rng_state(), before)
     assert all(p.grad is None for p in model.parameters())
     line = capsys.readouterr().err
-    assert line.startswith("scoring 1000 images: ≈ ") and "per image pass, timed on 8)" in line
+    assert line.startswith("scoring 1000 images: ≈ ") and "per image pass, timed on 8" in line
 
 
 def test_evaluate_and_fit_forecast_only_with_progress(spec: EvalSpec, capsys) -> None:
