@@ -1,5 +1,6 @@
 """The CIFAR-10 extras (brightness, Tables 10 and 11, Figure 4), the Fisher-size sweep (Figure 5) and
-the layer-wise classifiers (Figure 6) run end to end under the smoke profile and check their numbers."""
+the layer-wise classifiers (Figure 6) run end to end under the smoke profile and check their numbers
+(Figures 4 and 5 in the full run only: ``tests/bench/smoke.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.bench.smoke import Smoke
+from tests.bench.smoke import FULL_ONLY, Smoke
 from tests.bench.smoke import test_experiment_report as test_experiment_report  # run on this GROUP
 from tests.bench.smoke import test_table_aurocs_match_saved_scores as test_table_aurocs_match_saved_scores
 from tests.conftest import needs_shared_data
@@ -17,7 +18,8 @@ GROUP = 1
 
 
 @needs_shared_data
-def test_sweep_and_layerwise_figures_hold_their_numbers(smoke_run: Smoke) -> None:
+@FULL_ONLY
+def test_the_sweep_holds_its_numbers(smoke_run: Smoke) -> None:
     ws, reports = smoke_run
     p = ws.profile
     fig5 = json.loads((reports["figure5"].parent / "results.json").read_text())["results"]["auroc"]
@@ -25,6 +27,11 @@ def test_sweep_and_layerwise_figures_hold_their_numbers(smoke_run: Smoke) -> Non
     for per_set in fig5.values():
         assert "overall" in per_set
         assert all(len(v) == p.fisher_repeats and all(0 <= x <= 1 for x in v) for v in per_set.values())
+
+
+@needs_shared_data
+def test_layerwise_and_brightness_figures_hold_their_numbers(smoke_run: Smoke) -> None:
+    _, reports = smoke_run
     fig6 = json.loads((reports["figure6"].parent / "results.json").read_text())["results"]
     for arch, entry in fig6.items():
         assert entry["auroc"], arch
@@ -40,6 +47,7 @@ def test_sweep_and_layerwise_figures_hold_their_numbers(smoke_run: Smoke) -> Non
 
 
 @needs_shared_data
+@FULL_ONLY
 def test_figure4_compares_the_overall_auroc_it_plots(smoke_run: Smoke) -> None:
     _, reports = smoke_run
     payload = json.loads((reports["figure4"].parent / "results.json").read_text())
