@@ -70,6 +70,10 @@ class ROSE(Detector):
     divides each layer score by its in-distribution trend in the image's loss, ``both`` aggregates the raw
     and the adjusted layer scores together. Degenerate fits (ties, non-finite, exploding or constant layer
     scores) raise a ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
+    ``rows`` (beyond the paper), for a model whose loss runs each image K times (a diffusion model's K
+    (timestep, noise) pairs): ``"sum"`` (default) differentiates the image's summed loss; ``"each"`` scores
+    every (image, pair) row's own gradient against the Fisher of all rows, giving K columns per layer
+    (``layer@t``), each z-normalised on its own, that the aggregation takes together.
     ``batch_size`` counts rows of the model's loss: a model whose loss runs each image several times
     (a diffusion model's K pairs, ``rows_per_input``) gets ``batch_size // K`` images per batch, so
     memory does not grow with K. ``memory`` (bytes or a size such as ``"4G"``; default: see
@@ -102,6 +106,7 @@ class ROSE(Detector):
         stats_fraction: float = 0.2,
         stochastic: bool = False,
         seed: int = 0,
+        rows: str = "sum",
         aggregate: str = DEFAULT_AGGREGATION,
         adjust: str = "none",
         batch_size: int = 64,
@@ -136,6 +141,7 @@ class ROSE(Detector):
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
         self.seed = check_seed(seed)
+        self.rows = check_rows(rows, model, stochastic)
         if isinstance(max_size, str) and max_size.lower() in ("auto", "none"):
             max_size = None if max_size.lower() == "none" else "auto"
         elif max_size is not None:
@@ -155,15 +161,34 @@ class ROSE(Detector):
         """Images per batch: ``batch_size`` rows of the loss over the rows each image becomes (≥ 1)."""
         return max(1, self.batch_size // getattr(self.model, "rows_per_input", 1))
 
+    @property
+    def columns(self) -> list[str]:
+        """Names of the raw layer-score columns: the layers, or with ``rows="each"`` each layer at each of
+        the model's K timesteps (``layer@t``, layer-major)."""
+        if self.rows == "sum":
+            return list(self.layers)
+        steps = [int(t) for t in getattr(self.model, "loss_timesteps", torch.arange(self._k))]
+        return [f"{name}@{t}" for name in self.layers for t in steps]
+
+    @property
+    def _k(self) -> int:
+        """Rows per image of the model's loss (1 for a model that runs each image once)."""
+        return int(getattr(self.model, "rows_per_input", 1))
+
     def _stream(
         self, x: Tensor, consume: Callable[[str, LayerGrad], None], only: set[str] | None = None
     ) -> Tensor:
         """Hand each chosen layer's per-sample gradients (one layer at a time) to ``consume``; returns
-        the per-sample loss they differentiate."""
+        the per-sample loss they differentiate: per image, or with ``rows="each"`` per (image, pair) row,
+        image-major."""
         self.model.eval()
+        x = x.to(self.device)
         with per_input_seed(self.seed):
+            if self.rows == "each":
+                row_loss = self.model.row_loss  # type: ignore[attr-defined]
+                return self._grads.stream(row_loss, x.repeat_interleave(self._k, 0), consume, only)
             loss = lambda b: self.model.rose_loss(b, stochastic=self.stochastic)  # noqa: E731
-            return self._grads.stream(loss, x.to(self.device), consume, only)
+            return self._grads.stream(loss, x, consume, only)
 
     def _probe(self, x: Tensor) -> tuple[dict[str, LayerShape], int]:
         """The layers' shapes and the bytes one image adds to a batch (the activations the backward pass
@@ -316,7 +341,7 @@ class ROSE(Detector):
         if self.adjust != "none":
             self.trend_.fit(raw.numpy(), loss.numpy())
         values = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
-        columns = column_names(self.layers, self.adjust)
+        columns = column_names(self.columns, self.adjust)
         self.fit_warnings_ = self._warn(layer_problems(values, columns))
         self.aggregation_.fit(values)
         self.fit_warnings_ += self._warn(tie_problem(values, columns, self.aggregation_))
@@ -327,7 +352,8 @@ class ROSE(Detector):
         return messages
 
     def layer_scores(self, images: ImageData, desc: str = "ROSE scoring") -> Tensor:
-        """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, layers), float64."""
+        """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, columns), float64 (``columns``: one per layer, or
+        per layer and timestep with ``rows="each"``)."""
         return self._layer_scores(self._check(images), desc)
 
     def layer_scores_and_loss(self, images: Tensor | np.ndarray) -> tuple[Tensor, Tensor]:
@@ -352,7 +378,11 @@ class ROSE(Detector):
                 layer[name] = self.fishers_[name].quad(g)
 
             loss = self._stream(batch, quad)
-            scores.append(torch.stack([layer[n] for n in self.layers], 1))
+            raw = torch.stack([layer[n] for n in self.layers], 1)
+            if self.rows == "each":  # (N·K, L) image-major rows → (N, L·K), layer-major columns
+                raw = raw.view(len(batch), self._k, -1).transpose(1, 2).flatten(1)
+                loss = loss.view(len(batch), self._k).sum(1)
+            scores.append(raw)
             losses.append(loss.double())
         return torch.cat(scores).cpu(), torch.cat(losses).cpu()
 
@@ -409,16 +439,32 @@ class ROSE(Detector):
                 kind = self.fisher_kinds_[name]
                 raise CheckpointError(f"the {kind} Fisher of layer {name}: {exc}") from None
             self.fishers_[name] = f
-        n = (len(self.layers),)
+        n = (len(self.columns),)
         self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
         self.std_ = tensor(state.get("std"), "state.std", shape=n, finite=False).double()
-        columns = len(column_names(self.layers, self.adjust))
+        columns = len(column_names(self.columns, self.adjust))
         # files from before aggregations were options hold only the paper's z-normalisation
         aggregation = state.get("aggregation", {"mean": self.mean_, "std": self.std_})
         self.aggregation_.load_state(aggregation, columns)
         if self.adjust != "none":
-            self.trend_.load_state(state.get("trend", {}), len(self.layers))
+            self.trend_.load_state(state.get("trend", {}), len(self.columns))
         self.fit_warnings_ = [str(w) for w in state.get("fit_warnings", [])]
+
+
+def check_rows(rows: Any, model: RoseModel, stochastic: bool) -> str:
+    """``rows`` checked: "sum", or "each" for a deterministic loss of a model that runs each image
+    several times and offers ``row_loss`` (a diffusion model)."""
+    if rows not in ("sum", "each"):
+        raise RoseError(f"rows must be 'sum' or 'each', got {shown(rows)}")
+    if rows == "each":
+        if not callable(getattr(model, "row_loss", None)):
+            raise RoseError(
+                "rows='each' scores each row of a loss that runs every image several times (a diffusion "
+                "model's K pairs); this model's loss has one row per image"
+            )
+        if stochastic:
+            raise RoseError("rows='each' needs the fixed pairs of the loss; it cannot be stochastic")
+    return str(rows)
 
 
 register_detector(ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())})

@@ -506,12 +506,20 @@ class DiffusionModel(GenerativeModel):
     def denoising_loss(self, x: Tensor) -> Tensor:
         """Per-image loss at the K fixed pairs: the K noisy copies of each image in one batch of N·K
         rows (image-major), each image's loss the sum of its K rows' weighted ε-MSE (summed over pixels)."""
-        n, k = x.shape[0], self.k
-        x0 = self.to_model_space(x).repeat_interleave(k, 0)
+        return self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k).sum(1)
+
+    def row_loss(self, rows: Tensor) -> Tensor:
+        """The weighted ε-MSE of each row (N·K,) of ``rows``: each image K times in a row (image-major),
+        row j noised at pair j mod K. What ROSE with ``rows="each"`` differentiates: one gradient per
+        (image, timestep) row instead of their sum."""
+        k = self.k
+        if rows.shape[0] % k:
+            raise RoseError(f"row_loss takes each image {k} times in a row, got {rows.shape[0]} rows")
+        n = rows.shape[0] // k
         t = self.loss_timesteps.repeat(n)
         noise = self.loss_noise.repeat(n, 1, 1, 1)
-        err = (self.eps(self.noised(x0, t, noise), t) - noise).pow(2).flatten(1).sum(1)
-        return (err * self._weights(t)).view(n, k).sum(1)
+        err = (self.eps(self.noised(self.to_model_space(rows), t, noise), t) - noise).pow(2).flatten(1).sum(1)
+        return err * self._weights(t)
 
     # -- GenerativeModel ---------------------------------------------------------------------------
     def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:

@@ -1,0 +1,141 @@
+"""How much a diffusion model's OOD AUROCs move with the noise draw of the detector's fixed (timestep,
+noise) pairs, per method, over several trained models: the spread over draws of each AUROC, the mean
+over models with an interval, and the cost per image. Run:
+
+    python benchmarks/draw_spread.py --models m_s0.pt,m_s1.pt,m_s2.pt [--in fashion_mnist
+        --ood mnist,notmnist,omniglot] [--draws 5] [--methods rose-diag,rose-diag:each,msma]
+        [--fit 200 --stats 100 --test 150] --out results.json
+
+A method ``name:each`` is ROSE with ``rows="each"`` (one gradient per (image, timestep) row). Each (model,
+draw, method) result is written to ``--out`` as it finishes; a re-run skips those already there. The
+fit, held-out and test images are the same for every model, draw and method. MSMA and DiffPath read
+none of the pairs, so they run at draw 0 only (their draw spread is 0 by construction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy import stats as st
+from sklearn.metrics import roc_auc_score
+
+from roseood.data import load_images
+from roseood.detectors import make_detector
+from roseood.evaluation.evaluate import machine_description
+from roseood.models import load_model
+from roseood.serialization import write_text
+
+
+DRAW_FREE = {"msma", "diffpath", "diffpath-1d"}  # read no (timestep, noise) pair: run at draw 0 only
+
+
+def images(name: str, split: str, n: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """The first ``n`` images of a dataset split (by seed 0) in the model's input shape, in [0, 1]."""
+    x = torch.as_tensor(load_images(name, split=split, n=n, channels=shape[0], size=shape[1]).images)
+    return x.float() / 255 if x.dtype == torch.uint8 else x
+
+
+def run_one(model: torch.nn.Module, method: str, data: dict[str, torch.Tensor], n_fit: int) -> dict:
+    """AUROCs of one detector against each OOD set (in-distribution test images negative) and seconds."""
+    name, _, rows = method.partition(":")
+    kwargs = {"rows": rows} if rows else {}
+    det = make_detector(name, model, progress=False, **kwargs)
+    start = time.perf_counter()
+    det.fit(data["fit"][:n_fit], held_out=data["fit"][n_fit:])
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    scores = {k: det.score(v) for k, v in data.items() if k != "fit"}
+    score_s = time.perf_counter() - start
+    images = sum(len(v) for k, v in data.items() if k != "fit")
+    s_in = scores.pop("in")
+    auroc = {
+        k: float(roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(s))], np.r_[s_in, s]))
+        for k, s in scores.items()
+    }
+    return {"auroc": auroc, "fit_s": fit_s, "score_ms_per_image": 1000 * score_s / images}
+
+
+def interval(values: list[float]) -> str:
+    """Mean ± the half-width of a 95 % t-interval (one value: the value alone)."""
+    v = np.asarray(values)
+    if len(v) < 2:
+        return f"{v.mean():.3f}"
+    half = st.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return f"{v.mean():.3f} ± {half:.3f}"
+
+
+def table(results: dict, models: list[str], methods: list[str], oods: list[str], draws: int) -> str:
+    """Per method and OOD set: the AUROC over models (each model's mean over draws) and the draw spread
+    (standard deviation over draws, averaged over models; the largest in brackets)."""
+    lines = [
+        "| method | " + " | ".join(f"{o}: AUROC | {o}: draw sd" for o in oods) + " | ms / image |",
+        "|---|" + "---|---|" * len(oods) + "---|",
+    ]
+    for m in methods:
+        cells, cost = [], []
+        for o in oods:
+            per_model, spread = [], []
+            for path in models:
+                got = [results.get(f"{path}|{d}|{m}") for d in range(draws)]
+                values = [r["auroc"][o] for r in got if r]
+                cost += [r["score_ms_per_image"] for r in got if r]
+                if values:
+                    per_model.append(float(np.mean(values)))
+                    spread.append(float(np.std(values, ddof=1)) if len(values) > 1 else float("nan"))
+            if not per_model:
+                cells += ["–", "–"]
+                continue
+            cells += [interval(per_model), f"{np.nanmean(spread):.3f} ({np.nanmax(spread):.3f})"]
+        ms = f"{np.mean(cost):.0f}" if cost else "–"
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {ms} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", required=True, help="comma-separated roseood diffusion checkpoints")
+    p.add_argument("--in", dest="in_data", default="fashion_mnist")
+    p.add_argument("--ood", default="mnist,notmnist,omniglot")
+    p.add_argument("--methods", default="rose-diag,rose-diag:each")
+    p.add_argument("--draws", type=int, default=5, help="noise seeds 0 .. draws − 1 of the K pairs")
+    p.add_argument("--fit", type=int, default=200)
+    p.add_argument("--stats", type=int, default=100)
+    p.add_argument("--test", type=int, default=150)
+    p.add_argument("--out", required=True, help="JSON results file (resumed when it exists)")
+    args = p.parse_args()
+    models, methods, oods = args.models.split(","), args.methods.split(","), args.ood.split(",")
+    out = Path(args.out)
+    saved = json.loads(out.read_text()) if out.exists() else {}
+    results: dict = saved.get("results", {})
+    settings = vars(args) | machine_description()
+    print("settings:", json.dumps(settings), flush=True)
+    data: dict[str, torch.Tensor] = {}
+    for path in models:
+        model = load_model(path)
+        if not data:
+            shape = tuple(model.input_shape)
+            data = {"fit": images(args.in_data, "train", args.fit + args.stats, shape)}
+            data["in"] = images(args.in_data, "test", args.test, shape)
+            data |= {o: images(o, "test", args.test, shape) for o in oods}
+        for d in range(args.draws):
+            model.set_denoising(seed=d)
+            for m in methods:
+                key = f"{path}|{d}|{m}"
+                if key in results or (d > 0 and m in DRAW_FREE):
+                    continue
+                torch.manual_seed(0)
+                results[key] = run_one(model, m, data, args.fit)
+                aurocs = " ".join(f"{o} {v:.3f}" for o, v in results[key]["auroc"].items())
+                print(f"{Path(path).name} draw {d} {m}: {aurocs}, {results[key]['score_ms_per_image']:.0f} "
+                      "ms/image", flush=True)
+                write_text(out, json.dumps({"settings": settings, "results": results}, indent=1))
+    print(table(results, models, methods, oods, args.draws))
+
+
+if __name__ == "__main__":
+    main()
