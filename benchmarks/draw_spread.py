@@ -30,7 +30,6 @@ from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
 from roseood.serialization import write_text
 
-
 DRAW_FREE = {"msma", "diffpath", "diffpath-1d"}  # read no (timestep, noise) pair: run at draw 0 only
 
 
@@ -131,8 +130,11 @@ def main() -> None:
                 torch.manual_seed(0)
                 results[key] = run_one(model, m, data, args.fit)
                 aurocs = " ".join(f"{o} {v:.3f}" for o, v in results[key]["auroc"].items())
-                print(f"{Path(path).name} draw {d} {m}: {aurocs}, {results[key]['score_ms_per_image']:.0f} "
-                      "ms/image", flush=True)
+                print(
+                    f"{Path(path).name} draw {d} {m}: {aurocs}, {results[key]['score_ms_per_image']:.0f} "
+                    "ms/image",
+                    flush=True,
+                )
                 write_text(out, json.dumps({"settings": settings, "results": results}, indent=1))
     print(table(results, models, methods, oods, args.draws))
 

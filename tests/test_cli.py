@@ -182,6 +182,7 @@ def test_fit_with_an_aggregation_and_an_adjustment_saves_them(workdir):
         (("evaluate", "--model", "model.pt", "--methods", "magic"), "unknown method"),
         (("evaluate", "--model", "model.pt", "--cache", "model.pt"), "is also an input"),
         (("fit", "--model", "model.pt", "--aggregate", "median", "--out", "d.pt"), "unknown aggregation"),
+        (("fit", "--model", "model.pt", "--rows", "each", "--out", "d.pt"), "one row per image"),
         (
             ("score", "--model", "model.pt", "--detector", "model.pt", "--data", "mnist", "--out", "x.csv"),
             "expected a roseood-detector",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from roseood.detectors import ROSE, Detector
 from roseood.models import load_model
 from roseood.models.diffusion import DiffusionModel
 from tests.test_cli import run, workdir  # noqa: F401 - the fixture
@@ -30,3 +31,12 @@ def test_train_export_and_evaluate_a_diffusers_folder(workdir, capsys):  # noqa:
     text = json.dumps(result)
     for method in ("rose-ekfac", "denoising", "diffpath", "msma", "reconstruction"):
         assert method in text
+    # --rows each: every (image, pair) row its own ROSE column, kept in the detector file
+    code = run(
+        "fit", "--model", "diff-folder", "--method", "rose-diag", "--rows", "each", "--layers", "mid",
+        "--fit-samples", "12", "--stats-samples", "4", "--out", "rows.pt", "--quiet",
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    det = Detector.load(workdir / "rows.pt", load_model("diff-folder"))
+    assert isinstance(det, ROSE) and det.rows == "each"
+    assert det.mean_ is not None and det.mean_.shape == (2 * len(det.layers),)

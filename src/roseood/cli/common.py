@@ -308,6 +308,13 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         help="beyond the paper: nll divides each ROSE layer score by its in-distribution trend in the "
         "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
     )
+    p.add_argument(
+        "--rows",
+        choices=("sum", "each"),
+        help="beyond the paper, for a diffusion model's K (timestep, noise) pairs: each scores every "
+        "(image, pair) row's own gradient, one ROSE column per layer and timestep (default: sum, the "
+        "gradient of the image's summed loss)",
+    )
     add_data_args(p)
     add_memory(p)
 
@@ -324,7 +331,7 @@ def _aggregations() -> str:
 
 
 # given to every method whose detector takes them
-DETECTOR_OPTIONS = ("layers", "aggregate", "adjust", "max_size")
+DETECTOR_OPTIONS = ("layers", "aggregate", "adjust", "max_size", "rows")
 
 
 def spec_from_args(args: argparse.Namespace, methods: list[str]) -> Any:
