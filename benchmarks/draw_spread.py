@@ -6,15 +6,17 @@ over models with an interval, and the cost per image. Run:
         --ood mnist,notmnist,omniglot] [--draws 5] [--methods rose-diag,rose-diag:each,msma]
         [--fit 200 --stats 100 --test 150] --out results.json
 
-A method ``name:each`` is ROSE with ``rows="each"`` (one gradient per (image, timestep) row). Each (model,
-draw, method) result is written to ``--out`` as it finishes; a re-run skips those already there. The
-fit, held-out and test images are the same for every model, draw and method. MSMA and DiffPath read
-none of the pairs, so they run at draw 0 only (their draw spread is 0 by construction).
+A method ``name:each`` is ROSE with ``rows="each"`` (one gradient per (image, timestep) row); the table
+adds ``method×D`` rows, the mean score of D draws. Each (model, draw, method) result, with every image's
+score, is written to ``--out`` as it finishes; a re-run skips those already there. The fit, held-out and
+test images are the same for every model, draw and method. MSMA and DiffPath read none of the pairs, so
+they run at draw 0 only (their draw spread is 0 by construction).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -56,7 +58,12 @@ def run_one(model: torch.nn.Module, method: str, data: dict[str, torch.Tensor], 
         k: float(roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(s))], np.r_[s_in, s]))
         for k, s in scores.items()
     }
-    return {"auroc": auroc, "fit_s": fit_s, "score_ms_per_image": 1000 * score_s / images}
+    return {
+        "auroc": auroc,
+        "fit_s": fit_s,
+        "score_ms_per_image": 1000 * score_s / images,
+        "scores": {"in": s_in.tolist()} | {k: s.tolist() for k, s in scores.items()},
+    }
 
 
 def interval(values: list[float]) -> str:
@@ -66,6 +73,30 @@ def interval(values: list[float]) -> str:
         return f"{v.mean():.3f}"
     half = st.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
     return f"{v.mean():.3f} ± {half:.3f}"
+
+
+def runs(results: dict, path: str, method: str, draws: int) -> list[dict]:
+    """One model's results of ``method`` at each draw; ``method×D``: the mean score of D draws, for each
+    of the C(draws, D) subsets of the draws (overlapping subsets: their spread understates that of
+    independent D-draw averages), at D times the cost."""
+    name, _, times = method.partition("×")
+    got = [r for d in range(draws) if (r := results.get(f"{path}|{d}|{name}"))]
+    if not times:
+        return got
+    out = []
+    for subset in itertools.combinations(got, int(times)):
+        mean = {k: np.mean([r["scores"][k] for r in subset], 0) for k in subset[0]["scores"]}
+        s_in = mean.pop("in")
+        out.append(
+            {
+                "auroc": {
+                    k: roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(x))], np.r_[s_in, x])
+                    for k, x in mean.items()
+                },
+                "score_ms_per_image": sum(r["score_ms_per_image"] for r in subset),
+            }
+        )
+    return out
 
 
 def table(results: dict, models: list[str], methods: list[str], oods: list[str], draws: int) -> str:
@@ -80,16 +111,21 @@ def table(results: dict, models: list[str], methods: list[str], oods: list[str],
         for o in oods:
             per_model, spread = [], []
             for path in models:
-                got = [results.get(f"{path}|{d}|{m}") for d in range(draws)]
-                values = [r["auroc"][o] for r in got if r]
-                cost += [r["score_ms_per_image"] for r in got if r]
+                got = runs(results, path, m, draws)
+                values = [r["auroc"][o] for r in got]
+                cost += [r["score_ms_per_image"] for r in got]
                 if values:
                     per_model.append(float(np.mean(values)))
                     spread.append(float(np.std(values, ddof=1)) if len(values) > 1 else float("nan"))
             if not per_model:
                 cells += ["–", "–"]
                 continue
-            cells += [interval(per_model), f"{np.nanmean(spread):.3f} ({np.nanmax(spread):.3f})"]
+            sd = (
+                "one draw"
+                if np.isnan(spread).all()
+                else f"{np.nanmean(spread):.3f} ({np.nanmax(spread):.3f})"
+            )
+            cells += [interval(per_model), sd]
         ms = f"{np.mean(cost):.0f}" if cost else "–"
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {ms} |")
     return "\n".join(lines)
@@ -106,6 +142,7 @@ def main() -> None:
     p.add_argument("--stats", type=int, default=100)
     p.add_argument("--test", type=int, default=150)
     p.add_argument("--out", required=True, help="JSON results file (resumed when it exists)")
+    p.add_argument("--table", action="store_true", help="print the table of --out's results, run nothing")
     args = p.parse_args()
     models, methods, oods = args.models.split(","), args.methods.split(","), args.ood.split(",")
     out = Path(args.out)
@@ -114,7 +151,7 @@ def main() -> None:
     settings = vars(args) | machine_description()
     print("settings:", json.dumps(settings), flush=True)
     data: dict[str, torch.Tensor] = {}
-    for path in models:
+    for path in [] if args.table else models:
         model = load_model(path)
         if not data:
             shape = tuple(model.input_shape)
@@ -136,7 +173,8 @@ def main() -> None:
                     flush=True,
                 )
                 write_text(out, json.dumps({"settings": settings, "results": results}, indent=1))
-    print(table(results, models, methods, oods, args.draws))
+    averaged = [f"{m}×{d}" for m in methods if m not in DRAW_FREE for d in (2, 3) if d < args.draws]
+    print(table(results, models, methods + averaged, oods, args.draws))
 
 
 if __name__ == "__main__":
