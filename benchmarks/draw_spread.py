@@ -8,7 +8,8 @@ over models with an interval, and the cost per image. Run:
 
 A method ``name:each`` is ROSE with ``rows="each"`` (one gradient per (image, timestep) row); the table
 adds ``method×D`` rows, the mean score of D draws. Each (model, draw, method) result, with every image's
-score, is written to ``--out`` as it finishes; a re-run skips those already there. The fit, held-out and
+score, is written to ``--out`` as it finishes (ROSE's raw layer scores of the held-out and test images
+beside it, in ``OUT-layers/``); a re-run skips those already there. The fit, held-out and
 test images are the same for every model, draw and method. MSMA and DiffPath read none of the pairs, so
 they run at draw 0 only (their draw spread is 0 by construction).
 """
@@ -27,7 +28,7 @@ from scipy import stats as st
 from sklearn.metrics import roc_auc_score
 
 from roseood.data import load_images
-from roseood.detectors import make_detector
+from roseood.detectors import ROSE, make_detector
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
 from roseood.serialization import write_text
@@ -41,8 +42,11 @@ def images(name: str, split: str, n: int, shape: tuple[int, ...]) -> torch.Tenso
     return x.float() / 255 if x.dtype == torch.uint8 else x
 
 
-def run_one(model: torch.nn.Module, method: str, data: dict[str, torch.Tensor], n_fit: int) -> dict:
-    """AUROCs of one detector against each OOD set (in-distribution test images negative) and seconds."""
+def run_one(
+    model: torch.nn.Module, method: str, data: dict[str, torch.Tensor], n_fit: int, layers: Path | None = None
+) -> dict:
+    """AUROCs of one detector against each OOD set (in-distribution test images negative) and seconds;
+    for ROSE with ``layers``, its raw layer scores of the held-out and test images saved there (.npz)."""
     name, _, rows = method.partition(":")
     kwargs = {"rows": rows} if rows else {}
     det = make_detector(name, model, progress=False, **kwargs)
@@ -50,8 +54,16 @@ def run_one(model: torch.nn.Module, method: str, data: dict[str, torch.Tensor], 
     det.fit(data["fit"][:n_fit], held_out=data["fit"][n_fit:])
     fit_s = time.perf_counter() - start
     start = time.perf_counter()
-    scores = {k: det.score(v) for k, v in data.items() if k != "fit"}
-    score_s = time.perf_counter() - start
+    if isinstance(det, ROSE) and layers is not None and det.adjust == "none":
+        raw = {k: det.layer_scores(v).numpy() for k, v in data.items() if k != "fit"}
+        scores = {k: det.aggregation_(r) for k, r in raw.items()}  # what score() gives
+        score_s = time.perf_counter() - start
+        held = det.layer_scores(data["fit"][n_fit:]).numpy()
+        layers.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(layers, held=held, columns=np.array(det.columns), **raw)
+    else:
+        scores = {k: det.score(v) for k, v in data.items() if k != "fit"}
+        score_s = time.perf_counter() - start
     images = sum(len(v) for k, v in data.items() if k != "fit")
     s_in = scores.pop("in")
     auroc = {
@@ -166,7 +178,8 @@ def main() -> None:
                 if key in results or (d > 0 and m in DRAW_FREE):
                     continue
                 torch.manual_seed(0)
-                results[key] = run_one(model, m, data, args.fit)
+                where = out.parent / f"{out.stem}-layers" / f"{Path(path).stem}-draw{d}-{m}.npz"
+                results[key] = run_one(model, m, data, args.fit, where)
                 aurocs = " ".join(f"{o} {v:.3f}" for o, v in results[key]["auroc"].items())
                 print(
                     f"{Path(path).name} draw {d} {m}: {aurocs}, {results[key]['score_ms_per_image']:.0f} "
