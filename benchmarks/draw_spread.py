@@ -7,7 +7,8 @@ over models with an interval, and the cost per image. Run:
         [--fit 200 --stats 100 --test 150] --out results.json
 
 A method ``name:each`` is ROSE with ``rows="each"`` (one gradient per (image, timestep) row); the table
-adds ``method×D`` rows, the mean score of D draws. Each (model, draw, method) result, with every image's
+adds ``method×D`` rows, the mean score of D draws, and ``name:each+tmean`` rows, each layer's timestep
+z-scores averaged before the max over layers. Each (model, draw, method) result, with every image's
 score, is written to ``--out`` as it finishes (ROSE's raw layer scores of the held-out and test images
 beside it, in ``OUT-layers/``); a re-run skips those already there. The fit, held-out and
 test images are the same for every model, draw and method. MSMA and DiffPath read none of the pairs, so
@@ -76,6 +77,41 @@ def run_one(
         "score_ms_per_image": 1000 * score_s / images,
         "scores": {"in": s_in.tolist()} | {k: s.tolist() for k, s in scores.items()},
     }
+
+
+def timestep_means(out: Path, results: dict) -> dict:
+    """For each ``rows="each"`` result with saved layer scores, the ``+tmean`` aggregation: each layer's K
+    timestep z-scores averaged, the means z-normalised again on the held-out images, then the paper's
+    ReLU and max over layers (what ``name:each`` gives is the max over all K × layers columns)."""
+    extra = {}
+    for key, r in results.items():
+        path, d, m = key.split("|")
+        saved = out.parent / f"{out.stem}-layers" / f"{Path(path).stem}-draw{d}-{m}.npz"
+        if not m.endswith(":each") or not saved.exists():
+            continue
+        layers = np.load(saved)
+        k = len({str(c).rsplit("@", 1)[1] for c in layers["columns"]})
+        held = layers["held"]
+        mean, std = held.mean(0), held.std(0, ddof=1) + 1e-12
+
+        def tmean(raw: np.ndarray, k: int = k, mean: np.ndarray = mean, std: np.ndarray = std) -> np.ndarray:
+            return ((raw - mean) / std).reshape(len(raw), -1, k).mean(2)
+
+        ref = tmean(held)
+        score = {
+            name: np.maximum((tmean(layers[name]) - ref.mean(0)) / (ref.std(0, ddof=1) + 1e-12), 0).max(1)
+            for name in r["scores"]
+        }
+        s_in = score.pop("in")
+        extra[f"{path}|{d}|{m}+tmean"] = {
+            "auroc": {
+                name: float(roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(x))], np.r_[s_in, x]))
+                for name, x in score.items()
+            },
+            "score_ms_per_image": r["score_ms_per_image"],
+            "scores": {"in": s_in.tolist()} | {name: x.tolist() for name, x in score.items()},
+        }
+    return extra
 
 
 def interval(values: list[float]) -> str:
@@ -187,6 +223,8 @@ def main() -> None:
                     flush=True,
                 )
                 write_text(out, json.dumps({"settings": settings, "results": results}, indent=1))
+    results |= timestep_means(out, results)
+    methods += [f"{m}+tmean" for m in methods if m.endswith(":each")]
     averaged = [f"{m}×{d}" for m in methods if m not in DRAW_FREE for d in (2, 3) if d < args.draws]
     print(table(results, models, methods + averaged, oods, args.draws))
 
