@@ -93,3 +93,25 @@ def test_bad_members_and_inputs_get_clear_errors() -> None:
         Ensemble([NLL(ScaledSumModel(1.0))]).score(x)
     with pytest.raises(DataError):  # wrong image shape, checked once for all members
         Ensemble([NLL(ScaledSumModel(1.0))]).fit(torch.rand(10, 3, 8, 8))
+
+
+def test_an_ensemble_over_noise_draws_of_one_diffusion_model(tmp_path: Path) -> None:
+    """docs/diffusion.md's recipe: copies of one diffusion model at other noise draws are other models
+    (their pairs are in the fingerprint); the ensemble fits, scores and reloads with them in order."""
+    import copy
+
+    from roseood.models.diffusion import DiffusionModel
+
+    torch.manual_seed(0)
+    model = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 2}).eval()
+    draws = [copy.deepcopy(model) for _ in range(2)]
+    for seed, m in enumerate(draws):
+        m.set_denoising(seed=seed)
+    x = torch.rand(14, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    ens = Ensemble([ROSE(m, fisher="diag", layers="mid") for m in draws]).fit(x[:10], held_out=x[10:])
+    members = ens.member_scores(x[:3])
+    assert members.shape == (3, 2) and not np.allclose(members[:, 0], members[:, 1])  # the draws differ
+    ens.save(tmp_path / "e.pt")
+    np.testing.assert_allclose(Ensemble.load(tmp_path / "e.pt", models=draws).score(x[:3]), ens.score(x[:3]))
+    with pytest.raises(CheckpointError):
+        Ensemble.load(tmp_path / "e.pt", models=draws[::-1])  # each member checks its draw
