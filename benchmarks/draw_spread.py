@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -28,19 +29,15 @@ import torch
 from scipy import stats as st
 from sklearn.metrics import roc_auc_score
 
-from roseood.data import load_images
 from roseood.detectors import ROSE, make_detector
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
 from roseood.serialization import write_text
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for this folder's fisher_size.py
+from fisher_size import images
+
 DRAW_FREE = {"msma", "diffpath", "diffpath-1d"}  # read no (timestep, noise) pair: run at draw 0 only
-
-
-def images(name: str, split: str, n: int, shape: tuple[int, ...]) -> torch.Tensor:
-    """The first ``n`` images of a dataset split (by seed 0) in the model's input shape, in [0, 1]."""
-    x = torch.as_tensor(load_images(name, split=split, n=n, channels=shape[0], size=shape[1]).images)
-    return x.float() / 255 if x.dtype == torch.uint8 else x
 
 
 def run_one(
@@ -203,10 +200,9 @@ def main() -> None:
     for path in [] if args.table else models:
         model = load_model(path)
         if not data:
-            shape = tuple(model.input_shape)
-            data = {"fit": images(args.in_data, "train", args.fit + args.stats, shape)}
-            data["in"] = images(args.in_data, "test", args.test, shape)
-            data |= {o: images(o, "test", args.test, shape) for o in oods}
+            data = {"fit": images(args.in_data, "train", args.fit + args.stats, model)}
+            data["in"] = images(args.in_data, "test", args.test, model)
+            data |= {o: images(o, "test", args.test, model) for o in oods}
         for d in range(args.draws):
             model.set_denoising(seed=d)
             for m in methods:
