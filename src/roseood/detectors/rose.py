@@ -159,7 +159,7 @@ class ROSE(Detector):
     @property
     def images_per_batch(self) -> int:
         """Images per batch: ``batch_size`` rows of the loss over the rows each image becomes (≥ 1)."""
-        return max(1, self.batch_size // getattr(self.model, "rows_per_input", 1))
+        return max(1, self.batch_size // self._k)
 
     @property
     def columns(self) -> list[str]:
@@ -221,7 +221,7 @@ class ROSE(Detector):
         plan = MemoryPlan(
             params=sum(s.params for s in shapes.values()),
             layers=len(shapes),
-            rows=getattr(self.model, "rows_per_input", 1),
+            rows=self._k,
             fixed=in_use(self.device) + fishers + extra,
             per_image=per_image,
             wanted=self.images_per_batch,
