@@ -477,11 +477,10 @@ def evaluate(
     if progress:
         limits = [spec.test_limits.get(m) for m in spec.methods]
         sets = [len(s) for s in (test, *ood.values())]
-        per_method = [len(fit) + sum(min(n, lim or n) for n in sets) for lim in limits]
-        scored = sum(per_method) - len(spec.methods) * len(fit)
+        scored = [sum(min(n, lim or n) for n in sets) for lim in limits]  # images each method scores
         weights = [pass_weight(_make(m, first, spec, False), first) for m in spec.methods]
-        passes = round(sum(w * n for w, n in zip(weights, per_method, strict=True)))
-        each = f"fitted on {len(fit)} images, {scored // len(limits)} scored"
+        passes = round(sum(w * (len(fit) + n) for w, n in zip(weights, scored, strict=True)))
+        each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
         what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
         forecast_images(first, fit.images[: spec.batch_size], passes, what, len(models))
     started = time.monotonic()
