@@ -6,7 +6,10 @@ over models with an interval, and the cost per image. Run:
         --ood mnist,notmnist,omniglot] [--draws 5] [--methods rose-diag,rose-diag:each,msma]
         [--fit 200 --stats 100 --test 150] --out results.json
 
-A method ``name:each`` is ROSE with ``rows="each"`` (one gradient per (image, timestep) row); the table
+A method ``name:each`` is ROSE with ``rows="each"`` (one gradient per (image, timestep) row);
+``name@k=16`` runs it at 16 pairs instead of the model's K, ``name@anti`` with antithetic noise (each odd
+pair's noise minus its even neighbour's); ``--combine A/B`` adds rows of A's and B's held-out z-scores'
+mean and max (ROSE beside a score-norm method). The table
 adds ``method×D`` rows, the mean score of D draws, and ``name:each+tmean`` rows, each layer's timestep
 z-scores averaged before the max over layers. Each (model, draw, method) result, with every image's
 score, is written to ``--out`` as it finishes (ROSE's raw layer scores of the held-out and test images
@@ -30,6 +33,7 @@ from scipy import stats as st
 from sklearn.metrics import roc_auc_score
 
 from roseood.detectors import ROSE, make_detector
+from roseood.detectors.aggregation import DEFAULT_AGGREGATION, make_aggregation
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
 from roseood.serialization import write_text
@@ -40,12 +44,17 @@ from fisher_size import images
 DRAW_FREE = {"msma", "diffpath", "diffpath-1d"}  # read no (timestep, noise) pair: run at draw 0 only
 
 
+def auroc(s_in: np.ndarray, s_ood: np.ndarray) -> float:
+    """AUROC of separating ``s_ood`` (positive) from in-distribution ``s_in`` by score."""
+    return float(roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(s_ood))], np.r_[s_in, s_ood]))
+
+
 def run_one(
     model: torch.nn.Module, method: str, data: dict[str, torch.Tensor], n_fit: int, layers: Path | None = None
 ) -> dict:
     """AUROCs of one detector against each OOD set (in-distribution test images negative) and seconds;
     for ROSE with ``layers``, its raw layer scores of the held-out and test images saved there (.npz)."""
-    name, _, rows = method.partition(":")
+    name, _, rows = method.partition("@")[0].partition(":")
     kwargs = {"rows": rows} if rows else {}
     det = make_detector(name, model, progress=False, **kwargs)
     start = time.perf_counter()
@@ -59,21 +68,79 @@ def run_one(
         held = det.layer_scores(data["fit"][n_fit:]).numpy()
         layers.parent.mkdir(parents=True, exist_ok=True)
         np.savez(layers, held=held, columns=np.array(det.columns), **raw)
+        held_scores = det.aggregation_(held)
     else:
         scores = {k: det.score(v) for k, v in data.items() if k != "fit"}
         score_s = time.perf_counter() - start
+        held_scores = det.score(data["fit"][n_fit:])
     images = sum(len(v) for k, v in data.items() if k != "fit")
     s_in = scores.pop("in")
-    auroc = {
-        k: float(roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(s))], np.r_[s_in, s]))
-        for k, s in scores.items()
-    }
     return {
-        "auroc": auroc,
+        "auroc": {k: auroc(s_in, s) for k, s in scores.items()},
         "fit_s": fit_s,
         "score_ms_per_image": 1000 * score_s / images,
         "scores": {"in": s_in.tolist()} | {k: s.tolist() for k, s in scores.items()},
+        "held": np.asarray(held_scores, dtype=np.float64).tolist(),  # the held-out images' scores
     }
+
+
+def set_pairs(model: torch.nn.Module, method: str, draw: int, k: int) -> None:
+    """The model's K (timestep, noise) pairs for ``method``'s options after ``@``: ``k=N`` (N pairs
+    instead of ``k``), ``anti`` (antithetic noise: each odd pair's noise is minus its even neighbour's,
+    the timesteps unchanged); always drawn from seed ``draw``."""
+    options = [o for o in method.partition("@")[2].split(",") if o]
+    given = dict(o.split("=", 1) for o in options if "=" in o)
+    model.set_denoising(seed=draw, k=int(given.get("k", k)))
+    if "anti" in options:
+        noise = model.loss_noise.clone()
+        odd = noise[1::2].shape[0]
+        noise[1::2] = -noise[0::2][:odd]
+        model.loss_noise.copy_(noise)
+
+
+def held_from_layers(out: Path, results: dict) -> None:
+    """Give each ROSE result saved without its held-out images' scores (files from before they were
+    kept) those scores, from its saved layer scores and the default aggregation fitted on them as ROSE
+    fits it; only where that aggregation gives back the saved test scores."""
+    for key, r in results.items():
+        path, d, m = key.split("|")
+        saved = out.parent / f"{out.stem}-layers" / f"{Path(path).stem}-draw{d}-{m}.npz"
+        if "held" in r or ":" in m or not saved.exists():
+            continue
+        layers = np.load(saved)
+        agg = make_aggregation(DEFAULT_AGGREGATION)
+        agg.fit(layers["held"])
+        if all(np.allclose(agg(layers[k]), r["scores"][k], rtol=1e-9, atol=0) for k in r["scores"]):
+            r["held"] = agg(layers["held"]).tolist()
+
+
+def combined(results: dict, path: str, method: str, draws: int) -> list[dict]:
+    """One model's results of ``A/B mean`` or ``A/B max`` at each draw: the scores of A and B (a
+    draw-free B: its draw-0 scores) each z-normalised by its mean and standard deviation on the held-out
+    images, then their mean or max, at the sum of the two methods' median costs."""
+    pair, _, how = method.partition(" ")
+    first, second = pair.split("/")
+    out = []
+    for d in range(draws):
+        a = results.get(f"{path}|{d}|{first}")
+        b = results.get(f"{path}|{0 if second in DRAW_FREE else d}|{second}")
+        if not a or not b or "held" not in a or "held" not in b:
+            continue
+        z = {}
+        for k in a["scores"]:
+            parts = []
+            for r in (a, b):
+                held = np.asarray(r["held"])
+                parts.append((np.asarray(r["scores"][k]) - held.mean()) / max(held.std(ddof=1), 1e-12))
+            z[k] = np.mean(parts, 0) if how == "mean" else np.max(parts, 0)
+        s_in = z.pop("in")
+        out.append(
+            {
+                "auroc": {k: auroc(s_in, x) for k, x in z.items()},
+                "score_ms_per_image": a["score_ms_per_image"] + b["score_ms_per_image"],
+            }
+        )
+    return out
 
 
 def timestep_means(out: Path, results: dict) -> dict:
@@ -101,10 +168,7 @@ def timestep_means(out: Path, results: dict) -> dict:
         }
         s_in = score.pop("in")
         extra[f"{path}|{d}|{m}+tmean"] = {
-            "auroc": {
-                name: float(roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(x))], np.r_[s_in, x]))
-                for name, x in score.items()
-            },
+            "auroc": {name: auroc(s_in, x) for name, x in score.items()},
             "score_ms_per_image": r["score_ms_per_image"],
             "scores": {"in": s_in.tolist()} | {name: x.tolist() for name, x in score.items()},
         }
@@ -124,6 +188,8 @@ def runs(results: dict, path: str, method: str, draws: int) -> list[dict]:
     """One model's results of ``method`` at each draw; ``method×D``: the mean score of D draws, for each
     of the C(draws, D) subsets of the draws (overlapping subsets: their spread understates that of
     independent D-draw averages), at D times the median cost of one draw."""
+    if "/" in method:
+        return combined(results, path, method, draws)
     name, _, times = method.partition("×")
     got = [r for d in range(draws) if (r := results.get(f"{path}|{d}|{name}"))]
     if not times:
@@ -134,10 +200,7 @@ def runs(results: dict, path: str, method: str, draws: int) -> list[dict]:
         s_in = mean.pop("in")
         out.append(
             {
-                "auroc": {
-                    k: roc_auc_score(np.r_[np.zeros(len(s_in)), np.ones(len(x))], np.r_[s_in, x])
-                    for k, x in mean.items()
-                },
+                "auroc": {k: auroc(s_in, x) for k, x in mean.items()},
                 "score_ms_per_image": len(subset) * np.median([r["score_ms_per_image"] for r in got]),
             }
         )
@@ -188,12 +251,18 @@ def main() -> None:
     p.add_argument("--stats", type=int, default=100)
     p.add_argument("--test", type=int, default=150)
     p.add_argument("--out", required=True, help="JSON results file (resumed when it exists)")
+    p.add_argument(
+        "--combine",
+        default="",
+        help="comma-separated A/B method pairs: table rows of their held-out z-scores' mean and max",
+    )
     p.add_argument("--table", action="store_true", help="print the table of --out's results, run nothing")
     args = p.parse_args()
     models, methods, oods = args.models.split(","), args.methods.split(","), args.ood.split(",")
     out = Path(args.out)
     saved = json.loads(out.read_text()) if out.exists() else {}
     results: dict = saved.get("results", {})
+    held_from_layers(out, results)
     settings = vars(args) | machine_description()
     print("settings:", json.dumps(settings), flush=True)
     data: dict[str, torch.Tensor] = {}
@@ -203,12 +272,13 @@ def main() -> None:
             data = {"fit": images(args.in_data, "train", args.fit + args.stats, model)}
             data["in"] = images(args.in_data, "test", args.test, model)
             data |= {o: images(o, "test", args.test, model) for o in oods}
+        k = model.k
         for d in range(args.draws):
-            model.set_denoising(seed=d)
             for m in methods:
                 key = f"{path}|{d}|{m}"
-                if key in results or (d > 0 and m in DRAW_FREE):
+                if "held" in results.get(key, {}) or (d > 0 and m in DRAW_FREE):
                     continue
+                set_pairs(model, m, d, k)
                 torch.manual_seed(0)
                 where = out.parent / f"{out.stem}-layers" / f"{Path(path).stem}-draw{d}-{m}.npz"
                 results[key] = run_one(model, m, data, args.fit, where)
@@ -222,7 +292,8 @@ def main() -> None:
     results |= timestep_means(out, results)
     methods += [f"{m}+tmean" for m in methods if m.endswith(":each")]
     averaged = [f"{m}×{d}" for m in methods if m not in DRAW_FREE for d in (2, 3) if d < args.draws]
-    print(table(results, models, methods + averaged, oods, args.draws))
+    pairs = [f"{pair} {how}" for pair in filter(None, args.combine.split(",")) for how in ("mean", "max")]
+    print(table(results, models, methods + averaged + pairs, oods, args.draws))
 
 
 if __name__ == "__main__":
