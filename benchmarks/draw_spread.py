@@ -240,6 +240,22 @@ def table(results: dict, models: list[str], methods: list[str], oods: list[str],
     return "\n".join(lines)
 
 
+def per_model(results: dict, models: list[str], methods: list[str], oods: list[str], draws: int) -> str:
+    """Per method and OOD set: each model's AUROC (its mean over draws), models in the order given."""
+    lines = ["| method | " + " | ".join(oods) + " |", "|---|" + "---|" * len(oods)]
+    for m in methods:
+        cells = []
+        for o in oods:
+            means = [
+                np.mean([r["auroc"][o] for r in got])
+                for path in models
+                if (got := runs(results, path, m, draws))
+            ]
+            cells.append(" / ".join(f"{v:.3f}" for v in means) or "–")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", required=True, help="comma-separated roseood diffusion checkpoints")
@@ -294,6 +310,8 @@ def main() -> None:
     averaged = [f"{m}×{d}" for m in methods if m not in DRAW_FREE for d in (2, 3) if d < args.draws]
     pairs = [f"{pair} {how}" for pair in filter(None, args.combine.split(",")) for how in ("mean", "max")]
     print(table(results, models, methods + averaged + pairs, oods, args.draws))
+    print("\neach model's AUROC, the mean over its draws (models in the order of --models):\n")
+    print(per_model(results, models, methods + averaged + pairs, oods, args.draws))
 
 
 if __name__ == "__main__":
