@@ -115,3 +115,29 @@ def test_an_ensemble_over_noise_draws_of_one_diffusion_model(tmp_path: Path) -> 
     np.testing.assert_allclose(Ensemble.load(tmp_path / "e.pt", models=draws).score(x[:3]), ens.score(x[:3]))
     with pytest.raises(CheckpointError):
         Ensemble.load(tmp_path / "e.pt", models=draws[::-1])  # each member checks its draw
+
+
+def test_rose_beside_diffpath_on_one_diffusion_model(tmp_path: Path) -> None:
+    """docs/diffusion.md's ROSE + DiffPath recipe: two methods on one model; its score is the mean of the
+    parts' scores, each z-normalised by its own mean and standard deviation on the held-out images, the
+    combination benchmarks/draw_spread.py's ``--combine`` computes; it saves and reloads with the model."""
+    from roseood.detectors import DiffPath
+    from roseood.models.diffusion import DiffusionModel
+
+    torch.manual_seed(0)
+    model = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 2}).eval()
+    x = torch.rand(30, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    fit, held, test = x[:16], x[16:24], x[24:]
+    ens = Ensemble([ROSE(model, fisher="diag", layers="mid"), DiffPath(model, steps=4, density="bic")]).fit(
+        fit, held_out=held
+    )
+    parts = []
+    for det in (ROSE(model, fisher="diag", layers="mid"), DiffPath(model, steps=4, density="bic")):
+        det.fit(fit, held_out=held)
+        h = det.score(held)
+        parts.append((det.score(test) - h.mean()) / h.std())
+    np.testing.assert_allclose(ens.score(test), np.mean(parts, 0), rtol=1e-6)
+    ens.save(tmp_path / "e.pt")
+    np.testing.assert_allclose(
+        Ensemble.load(tmp_path / "e.pt", models=[model, model]).score(test), ens.score(test)
+    )
