@@ -124,8 +124,8 @@ def timestep_layer(n: int, seed: int, dtype: torch.dtype, outside: float = 0.0) 
 def test_unspanned_directions_score_the_same_in_float32_and_float64(kind):
     """The rotated gradients' components in the 20 directions no input reaches are rounding, and so are
     the Fisher's eigenvalues there: their quotients made float32 scores up to 3.4× (EKFAC) and 7.4×
-    (KFAC) the exact ones before scoring dropped them. A component well above the rounding there (an input the fit
-    never had) is kept: it is what makes such an input OOD."""
+    (KFAC) the exact ones before scoring dropped them. A component well above the rounding there (an
+    input the fit never had) is kept: it is what makes such an input OOD."""
     scores = {}
     for dtype in (torch.float32, torch.float64):
         f = fitted(kind, [timestep_layer(100, seed, dtype) for seed in range(3)], damping=1e-8)
