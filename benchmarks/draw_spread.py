@@ -33,7 +33,6 @@ from scipy import stats as st
 from sklearn.metrics import roc_auc_score
 
 from roseood.detectors import ROSE, make_detector
-from roseood.detectors.aggregation import DEFAULT_AGGREGATION, make_aggregation
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
 from roseood.serialization import write_text
@@ -96,22 +95,6 @@ def set_pairs(model: torch.nn.Module, method: str, draw: int, k: int) -> None:
         odd = noise[1::2].shape[0]
         noise[1::2] = -noise[0::2][:odd]
         model.loss_noise.copy_(noise)
-
-
-def held_from_layers(out: Path, results: dict) -> None:
-    """Give each ROSE result saved without its held-out images' scores (files from before they were
-    kept) those scores, from its saved layer scores and the default aggregation fitted on them as ROSE
-    fits it; only where that aggregation gives back the saved test scores."""
-    for key, r in results.items():
-        path, d, m = key.split("|")
-        saved = out.parent / f"{out.stem}-layers" / f"{Path(path).stem}-draw{d}-{m}.npz"
-        if "held" in r or ":" in m or not saved.exists():
-            continue
-        layers = np.load(saved)
-        agg = make_aggregation(DEFAULT_AGGREGATION)
-        agg.fit(layers["held"])
-        if all(np.allclose(agg(layers[k]), r["scores"][k], rtol=1e-9, atol=0) for k in r["scores"]):
-            r["held"] = agg(layers["held"]).tolist()
 
 
 def combined(results: dict, path: str, method: str, draws: int) -> list[dict]:
@@ -278,7 +261,6 @@ def main() -> None:
     out = Path(args.out)
     saved = json.loads(out.read_text()) if out.exists() else {}
     results: dict = saved.get("results", {})
-    held_from_layers(out, results)
     settings = vars(args) | machine_description()
     print("settings:", json.dumps(settings), flush=True)
     data: dict[str, torch.Tensor] = {}
