@@ -19,6 +19,7 @@ from roseood.cli.common import (
     checked_output,
     load_model_arg,
 )
+from roseood.errors import RoseError
 
 USER_MODEL = "module"  # `rose train module --model-module FILE.py:FACTORY`
 
@@ -60,6 +61,26 @@ def cmd_train(args: argparse.Namespace) -> None:
             data_dir=args.data_dir,
         )
         data.state_preprocessing(always=True)
+        held_out = None
+        if args.held_out:
+            from roseood.data.registry import list_datasets
+
+            if args.data not in list_datasets():
+                raise RoseError(
+                    f"--held-out reads the test split of a named dataset ({', '.join(list_datasets())}); "
+                    f"{args.data!r} has none, so held-out images could overlap the training images"
+                )
+            test = load_images(  # the first N test images: the same for every seed and machine
+                args.data,
+                split="test",
+                channels=data.images.shape[1],
+                size=data.images.shape[-1],
+                resize=resize,
+                data_dir=args.data_dir,
+            ).images
+            if len(test) < args.held_out:
+                raise RoseError(f"--held-out {args.held_out}: the test split of {args.data} has {len(test)}")
+            held_out = test[: args.held_out]
         if model is None:
             family = get_family(args.kind)
             model = family.build_for(data, **family.from_cli_arguments(args))
@@ -87,6 +108,8 @@ def cmd_train(args: argparse.Namespace) -> None:
             overwrite=args.overwrite,
             progress=not args.quiet,
             budget=args.budget * 60 if args.budget else None,
+            held_out=held_out,
+            curve=args.curve,
         )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 
@@ -115,6 +138,18 @@ def cmd_export_diffusers(args: argparse.Namespace) -> None:
     print(f"wrote the diffusers pipeline folder {out} (unet/, scheduler/, model_index.json, roseood.json)")
 
 
+def cmd_sample(args: argparse.Namespace) -> None:
+    from roseood.evaluation.gallery import save_grid
+    from roseood.models.diffusion import as_diffusion_model
+    from roseood.models.diffusion_quality import sample_images
+
+    out = checked_output(args, args.out)
+    model = as_diffusion_model(load_model_arg(args), f"sample {args.model}")
+    images = sample_images(model, n=args.n, steps=args.steps, seed=args.seed)
+    save_grid(images.numpy(), out)
+    print(f"wrote {out}: {args.n} images by DDIM in {args.steps} steps (seed {args.seed})")
+
+
 def _add_train_args(p: argparse.ArgumentParser) -> None:
     """Options every `rose train FAMILY` shares (architecture options come from the family)."""
     p.add_argument(
@@ -139,6 +174,16 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
         metavar="MINUTES",
         help="train at most this long: stop after the last epoch that fits (at least one; --resume "
         "continues)",
+    )
+    p.add_argument(
+        "--held-out",
+        type=v.count,
+        metavar="N",
+        help="after every epoch, score the first N images of the named dataset's test split (a DDPM: "
+        "held-out ε-MSE and variational bound in bits/dim; other models: NLL in bits/dim)",
+    )
+    p.add_argument(
+        "--curve", metavar="CSV", help="write each epoch's figures and the training seconds so far here"
     )
     add_data_args(p, seed=0)
     add_preset(p)
@@ -212,3 +257,17 @@ def register(sub: Any) -> None:
     p.add_argument("--out", required=True, help="folder to write")
     add_overwrite(p)
     p.set_defaults(func=cmd_export_diffusers, device="cpu")
+
+    p = sub.add_parser(
+        "sample", help="a diffusion model's samples as one PNG grid (DDIM): what the model learned"
+    )
+    p.add_argument(
+        "--model", required=True, help="a diffusion model (checkpoint, diffusers folder or zoo name)"
+    )
+    p.add_argument("--out", required=True, help="PNG file to write")
+    p.add_argument("--n", type=v.count, default=64, help="images to generate")
+    p.add_argument("--steps", type=v.count, default=50, help="DDIM steps")
+    p.add_argument("--seed", type=v.seed, default=0, help="seed of the starting noise")
+    add_device(p)
+    add_overwrite(p)
+    p.set_defaults(func=cmd_sample)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -47,3 +48,19 @@ def extremes(
         return Example(i, name, float(scores[i]), np.asarray(read(i)))
 
     return Extremes(tuple(example(int(i)) for i in most), tuple(example(int(i)) for i in least))
+
+
+def save_grid(images: np.ndarray, path: str | Path, columns: int = 8, pad: int = 2) -> Path:
+    """Tile uint8 images (N, C, H, W) into one PNG, ``columns`` wide with ``pad`` black pixels between."""
+    from PIL import Image
+
+    n, c, h, w = images.shape
+    rows = -(-n // columns)
+    grid = np.zeros((rows * (h + pad) + pad, columns * (w + pad) + pad, c), np.uint8)
+    for i, img in enumerate(images):
+        r, col = divmod(i, columns)
+        y, x = pad + r * (h + pad), pad + col * (w + pad)
+        grid[y : y + h, x : x + w] = img.transpose(1, 2, 0)
+    path = Path(path)
+    Image.fromarray(grid[..., 0] if c == 1 else grid).save(path)
+    return path

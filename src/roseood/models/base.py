@@ -65,6 +65,16 @@ class RoseModel(Protocol):
     def state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
+@runtime_checkable
+class HeldOutMetrics(Protocol):
+    """A model that says how well it fits held-out inputs in its own terms (a DDPM: held-out ε-MSE and
+    variational bound), where the mean training loss is not the figure a person reads."""
+
+    def held_out_metrics(self, x: Tensor) -> dict[str, float]:
+        """Named figures of merit of the inputs ``x`` (lower is better), under the evaluated weights."""
+        ...
+
+
 def named_layers(model: Any, sets: dict[str, list[str]], which: str | None) -> list[str]:
     """Pick one of ``sets`` by name (the first when ``which`` is None), with a clear error if unknown."""
     key = which or next(iter(sets))

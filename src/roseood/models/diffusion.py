@@ -544,6 +544,12 @@ class DiffusionModel(GenerativeModel):
         err = (self.eps(self.noised(x0, t, noise), t) - noise).pow(2).flatten(1).sum(1)
         return err.view(n, draws).sum(1)
 
+    def held_out_metrics(self, x: Tensor) -> dict[str, float]:
+        """Held-out ε-MSE and variational bound in bits/dim (``roseood.models.diffusion_quality``)."""
+        from roseood.models.diffusion_quality import held_out_metrics
+
+        return held_out_metrics(self, x)
+
     @torch.no_grad()
     def _update_ema(self) -> None:
         """EMA with diffusers' warm-up: decay min(ema_decay, (1 + s) / (10 + s)) at step s."""

@@ -25,7 +25,7 @@ from roseood import distributed
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import same
-from roseood.models.base import RoseModel, input_dims, model_config, model_name
+from roseood.models.base import HeldOutMetrics, RoseModel, input_dims, model_config, model_name
 from roseood.models.checkpoint import MODEL_FORMAT, save_model
 from roseood.progress import duration, eta, forecast, note, resolve
 from roseood.progress import progress as progress_bar
@@ -301,6 +301,51 @@ def run_epochs(
     return history
 
 
+def _held_out_metrics(
+    model: Any, x: Tensor, device: str | torch.device, batch: int = 256
+) -> dict[str, float]:
+    """The model's own held-out figures (``HeldOutMetrics``), else its mean NLL in bits/dim; evaluated
+    weights, no gradients, and the training's random generators left where they were (a VAE's NLL draws
+    latent noise); the model returns to training mode."""
+    where = torch.device(device)
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[where.index or 0] if where.type == "cuda" else []):
+            if isinstance(model, HeldOutMetrics):
+                return model.held_out_metrics(x)
+            with torch.no_grad():
+                nll = [model.nll(x[i : i + batch].to(device)).double().cpu() for i in range(0, len(x), batch)]
+            return {"bits_per_dim": float(torch.cat(nll).mean()) / (input_dims(model) * math.log(2))}
+    finally:
+        model.train()
+
+
+class _Curve:
+    """A learning curve as CSV rows (epoch, step, seconds of training, the epoch's figures), appended to
+    on resume, the seconds continuing from its last row; written by the main process only."""
+
+    def __init__(self, path: Path, step: int) -> None:
+        self.path, self.offset = path, 0.0
+        if step and path.exists():  # a resumed run: its clock continues where the file stops
+            lines = path.read_text().strip().splitlines()
+            if len(lines) > 1:
+                self.offset = float(lines[-1].split(",")[2])
+        elif path.exists():
+            path.unlink()
+        self.start = time.monotonic()
+
+    def write(self, epoch: int, step: int, row: dict[str, float]) -> None:
+        new = not self.path.exists()
+        with self.path.open("a") as f:
+            if new:
+                f.write(",".join(["epoch", "step", "seconds", *row]) + "\n")
+            seconds = self.offset + time.monotonic() - self.start
+            f.write(
+                ",".join([str(epoch), str(step), f"{seconds:.1f}", *(f"{v:.6g}" for v in row.values())])
+                + "\n"
+            )
+
+
 def train(
     model: RoseModel,
     images: Tensor | np.ndarray,
@@ -311,6 +356,8 @@ def train(
     device: str | torch.device = "cpu",
     overwrite: bool = False,
     budget: float | None = None,
+    held_out: Tensor | np.ndarray | None = None,
+    curve: str | Path | None = None,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
     """Train ``model`` on its inputs (uint8/float images, tensors, tokens), writing ``checkpoint`` after
     every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
@@ -322,7 +369,10 @@ def train(
     seconds this call may train; it stops after the last epoch that fits (at least one; ``resume``
     continues). ``device``: cpu, cuda[:i], mps or auto (see ``roseood.distributed.device``);
     ``progress`` reports each epoch and forecasts the run's time (unset: when stderr is a terminal).
-    Returns the model (eval mode) and the per-epoch history.
+    ``held_out``: inputs scored after every epoch under the evaluated weights (the model's own
+    ``held_out_metrics`` where it has them, else the NLL in bits/dim), recorded in the history as
+    ``held_out_*``; ``curve``: a CSV the same rows go to with the training seconds so far (appended on
+    resume), for a learning curve against time. Returns the model (eval mode) and the per-epoch history.
     """
     train_loss = getattr(model, "train_loss", None)
     if not callable(train_loss):
@@ -363,11 +413,23 @@ def train(
             group["lr"] = _lr(cfg, epoch, n_step)
         return train_loss(batch.to(device)).mean(), {}
 
+    held = None if held_out is None else check_model_input(held_out, model)
+    log = _Curve(Path(curve), state["step"]) if curve is not None and distributed.is_main() else None
+
     def record(sums: dict[str, float]) -> dict[str, float]:
         mean = sums["loss"] / sums["seen"]
         if objective == "nll":
-            return {"loss_nats": mean, "bits_per_dim": mean / per_dim}
-        return {"loss": mean, objective: mean / per_dim}
+            row = {"loss_nats": mean, "bits_per_dim": mean / per_dim}
+        else:
+            row = {"loss": mean, objective: mean / per_dim}
+        if held is not None:
+            started = time.monotonic()
+            row |= {f"held_out_{k}": v for k, v in _held_out_metrics(model, held, device).items()}
+            if log is not None:  # the curve's clock counts training, not this evaluation
+                log.offset -= time.monotonic() - started
+        if log is not None:
+            log.write(state["epoch"] + 1, state["step"], row)
+        return row
 
     history = run_epochs(
         model,
