@@ -1,0 +1,99 @@
+"""The reference zoo: DDPMs trained by ``rose train diffusion`` and shipped in the repository's ``zoo/``
+folder (not in the wheel), named ``ddpm-fmnist-s0`` … ``ddpm-cifar10-s2`` (data set and training seed).
+
+A name loads wherever a model path is taken (``--model ddpm-fmnist-s0``, ``load_model("ddpm-fmnist-s0")``)
+once its folder's files match ``zoo/SHA256SUMS``; ``$ROSEOOD_ZOO`` points to another copy of the folder.
+``zoo/README.md`` lists each model's size, training and quality, and ``zoo/build.sh`` rebuilds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from roseood.errors import CheckpointError, RoseError
+
+ZOO_DATA = {"fmnist": "fashion_mnist", "cifar10": "cifar10"}  # name part -> training data set
+ZOO_SEEDS = (0, 1, 2)
+ZOO_NAMES = tuple(f"ddpm-{short}-s{seed}" for short in ZOO_DATA for seed in ZOO_SEEDS)
+SUMS = "SHA256SUMS"
+
+
+def zoo_dir() -> Path:
+    """The zoo folder: ``$ROSEOOD_ZOO``, else ``zoo/`` of the checkout this package runs from."""
+    env = os.environ.get("ROSEOOD_ZOO")
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "zoo"
+
+
+def zoo_data(name: str) -> str:
+    """The data set a zoo model was trained on (``ddpm-fmnist-s1`` → ``fashion_mnist``)."""
+    check_name(name)
+    return ZOO_DATA[name.split("-")[1]]
+
+
+def check_name(name: str) -> None:
+    if name not in ZOO_NAMES:
+        raise RoseError(f"unknown zoo model {name!r}; the zoo has {', '.join(ZOO_NAMES)}")
+
+
+def checksums(folder: Path | None = None) -> dict[str, str]:
+    """``relative path -> sha256`` of every file the zoo's ``SHA256SUMS`` lists."""
+    path = (folder or zoo_dir()) / SUMS
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; the zoo's checksums cannot be checked")
+    sums = {}
+    for line in path.read_text().splitlines():
+        digest, _, rel = line.partition("  ")
+        if digest and rel:
+            sums[rel] = digest
+    return sums
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def zoo_path(name: str, verify: bool = True) -> Path:
+    """The folder of zoo model ``name``; with ``verify``, every file of it checked against
+    ``SHA256SUMS`` (a missing, extra or changed file is a one-line ``CheckpointError``)."""
+    check_name(name)
+    root = zoo_dir()
+    folder = root / name
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"zoo model {name}: {folder} is missing (the zoo ships with the repository, not the wheel: "
+            "clone it, or set $ROSEOOD_ZOO to a copy of its zoo/ folder)"
+        )
+    if verify:
+        wanted = {rel: d for rel, d in checksums(root).items() if rel.split("/")[0] == name}
+        present = {p.relative_to(root).as_posix() for p in folder.rglob("*") if p.is_file()}
+        if not wanted:
+            raise CheckpointError(f"zoo model {name}: {root / SUMS} lists none of its files")
+        for rel in sorted(present | set(wanted)):
+            if rel not in wanted:
+                raise CheckpointError(f"zoo model {name}: {rel} is not in {SUMS} (a file was added)")
+            if rel not in present:
+                raise CheckpointError(f"zoo model {name}: {rel} is missing")
+            if file_digest(root / rel) != wanted[rel]:
+                raise CheckpointError(f"zoo model {name}: {rel} does not match its checksum (damaged?)")
+    return folder
+
+
+def write_checksums(folder: Path | None = None) -> Path:
+    """Write ``SHA256SUMS`` for every zoo model folder present (``sha256sum -c`` reads it)."""
+    root = folder or zoo_dir()
+    rows = [
+        f"{file_digest(p)}  {p.relative_to(root).as_posix()}"
+        for name in ZOO_NAMES
+        if (root / name).is_dir()
+        for p in sorted((root / name).rglob("*"))
+        if p.is_file()
+    ]
+    out = root / SUMS
+    out.write_text("\n".join(rows) + "\n")
+    return out
