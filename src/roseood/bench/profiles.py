@@ -82,6 +82,7 @@ class Profile:
     diffusion_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 50) for d in PAPER_VAE})
     diffusion_seeds: tuple[int, ...] = (0, 1, 2)
     diffusion_k: int = 8
+    diffusion_draws: int = 3  # noise draws of the K pairs in diffusion-zoo
 
     def settings(self) -> dict[str, Any]:
         """Everything about the profile, for reports."""
@@ -113,7 +114,8 @@ PROFILES: dict[str, Profile] = {
                 "(3 seeds), K = 4, "
                 "300 fit + 100 statistics images (every method fitted on all 400), 200 test images per set, "
                 "reconstruction from 3 starts (t = 50, 450, 850) of a 20-step PLMS schedule (paper: 25 "
-                "of 100 steps)"
+                "of 100 steps); diffusion-zoo: the zoo's models, 200 fit + 100 statistics images, 100 test "
+                "images per set, the same reconstruction cut"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
@@ -142,6 +144,12 @@ PROFILES: dict[str, Profile] = {
                     "fit_samples": 300,
                     "stats_samples": 100,
                     "test_samples": 200,
+                    "detector_kwargs": {"reconstruction": {"steps": 20, "skip": 8}},
+                },
+                "diffusion-zoo": {
+                    "fit_samples": 200,
+                    "stats_samples": 100,
+                    "test_samples": 100,
                     "detector_kwargs": {"reconstruction": {"steps": 20, "skip": 8}},
                 },
             },

@@ -7,6 +7,7 @@ from roseood.bench.experiments import (
     ablation,
     brightness,
     diffusion,
+    diffusion_zoo,
     figure1,
     figure3,
     figure4,
@@ -39,6 +40,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         figure6,
         ablation,
         diffusion,
+        diffusion_zoo,
     )
 }
 

@@ -1,0 +1,128 @@
+"""The diffusion comparison re-judged on the reference zoo (``roseood.models.zoo``): the shipped DDPMs, three
+training seeds per data set, instead of UNets trained by the bench for minutes.
+
+Every method of the ``diffusion`` experiment runs at its defaults on each zoo model; the methods that
+read the model's K fixed (timestep, noise) pairs (ROSE and the denoising loss) run once per noise draw
+(``set_denoising(seed=d)``, d < ``diffusion_draws``), the others once. A model's cell is its mean over
+draws; a table cell is the mean over the three models ± the 95 % Student-t half-width over them, with
+each model's own value beside it and the mean standard deviation over draws. Fit and test images: the
+data seed + the training seed, as in ``diffusion``.
+
+The decision rule, fixed before the runs: method A beats method B on an OOD set only where A's AUROC is
+above B's on every zoo model of that data set; where the models disagree, the comparison is undecided.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roseood.bench.experiments import common
+from roseood.bench.experiments.diffusion import DATA_SEED, METHODS, OOD, cell, nfe
+from roseood.bench.report import BenchReport
+from roseood.bench.workspace import Workspace
+from roseood.evaluation.report import markdown_rows
+from roseood.models.checkpoint import load_model
+from roseood.models.diffusion import as_diffusion_model
+from roseood.models.zoo import ZOO_DATA, ZOO_SEEDS, zoo_path
+
+DRAWN = ("rose-ekfac", "rose-diag", "denoising")  # methods whose score depends on the noise draw
+SHORT = {data: short for short, data in ZOO_DATA.items()}
+USES = common.Uses(("diffusion zoo (ddpm-*-s0..s2)",), common.BOTH, tuple(METHODS), ("diffusion-zoo",))
+
+Cells = dict[str, dict[str, list[list[float]]]]  # method -> OOD set -> per model, the AUROC of each draw
+
+
+def verdicts(cells: Cells, sets: list[str], pairs: list[tuple[str, str]]) -> list[list[str]]:
+    """The decision rule's rows: for each (A, B), per OOD set "A", "B" (higher on every model) or
+    "undecided"."""
+    rows = []
+    for a, b in pairs:
+        row = [f"{a} vs {b}"]
+        for s in sets:
+            ma = [float(np.mean(v)) for v in cells[a][s]]
+            mb = [float(np.mean(v)) for v in cells[b][s]]
+            if not ma or len(ma) != len(mb):
+                row.append("–")
+            elif all(x > y for x, y in zip(ma, mb, strict=True)):
+                row.append(a)
+            elif all(y > x for x, y in zip(ma, mb, strict=True)):
+                row.append(b)
+            else:
+                row.append("undecided")
+        rows.append(row)
+    return rows
+
+
+def summary(values: list[list[float]]) -> str:
+    """``mean ± t (model values; draw sd)`` of one cell."""
+    if not values:
+        return "–"
+    per_model = [float(np.mean(v)) for v in values]
+    text = f"{cell(per_model)} ({' / '.join(f'{x:.3f}' for x in per_model)}"
+    spread = [float(np.std(v, ddof=1)) for v in values if len(v) > 1]
+    return text + (f"; draw sd {np.mean(spread):.3f})" if spread else ")")
+
+
+def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
+    p = ws.profile
+    draws = p.diffusion_draws
+    rep.parts.append(
+        f"Models: the zoo (zoo/README.md), training seeds {list(ZOO_SEEDS)}; ROSE at its defaults; "
+        f"{', '.join(DRAWN)} over {draws} noise draws of the K pairs, the others once; data seed "
+        f"{DATA_SEED} + the training seed; cells: mean AUROC ± 95 % t-interval half-width over the three "
+        "models (each model's value, its mean over draws; the mean sd over draws). Decision rule (written "
+        "before the runs): A beats B on a set only if A is higher on every model; otherwise undecided."
+    )
+    for data in ws.select_data():
+        cells: Cells = {m: {s: [] for s in OOD[data]} for m in METHODS}
+        speed: dict[str, list[float]] = {m: [] for m in METHODS}
+        nfes: dict[str, str] = {}
+        for seed in ZOO_SEEDS:
+            name = f"ddpm-{SHORT[data]}-s{seed}"
+            model = as_diffusion_model(load_model(zoo_path(name)), "the zoo bench").to(ws.device)
+            base = dict(model.denoising)
+            per_draw: dict[str, dict[str, list[float]]] = {m: {s: [] for s in OOD[data]} for m in METHODS}
+            for d in range(draws):
+                model.set_denoising(**(base | {"seed": base["seed"] + d}))
+                methods = [m for m in METHODS if d == 0 or m in DRAWN]
+                order = sorted(methods, key=lambda m: m.startswith("rose"))  # cheap ones first
+                kwargs: dict[str, Any] = {m: ws.detector_kwargs(m) for m in order}
+                spec = ws.spec(model, data, OOD[data], order, detector_kwargs=kwargs, seed=DATA_SEED + seed)
+                result = ws.evaluate(model, spec)
+                metrics = result.metrics()
+                for m in order:
+                    for s in OOD[data]:
+                        value = common.metric_of(metrics, m, s)
+                        if value is not None:
+                            per_draw[m][s].append(value)
+                    if d == 0:
+                        speed[m].append(result.images_per_second.get(m, float("nan")))
+                        nfes[m] = nfe(model, m, kwargs[m])
+                rep.results[f"{data}/{name}/draw{d}"] = result.to_json()
+            model.set_denoising(**base)
+            for m in METHODS:
+                for s in OOD[data]:
+                    if per_draw[m][s]:
+                        cells[m][s].append(per_draw[m][s])
+        rows = [[s, *(summary(cells[m][s]) for m in METHODS)] for s in OOD[data]]
+        rows.append(["NFEs/image", *(nfes.get(m, "–") for m in METHODS)])
+        rows.append(["images/s", *(f"{np.nanmean(speed[m]):.1f}" if speed[m] else "–" for m in METHODS)])
+        rep.section(f"AUROC, zoo DDPMs on {data}", markdown_rows(["OOD set", *METHODS], rows))
+        pairs = [(r, b) for r in ("rose-ekfac", "rose-diag") for b in METHODS if not b.startswith("rose")]
+        rep.section(
+            f"Decision rule, zoo DDPMs on {data}",
+            markdown_rows(
+                ["comparison", *OOD[data]], verdicts(cells, OOD[data], [*pairs, ("rose-ekfac", "rose-diag")])
+            ),
+        )
+        rep.results[f"{data}/summary"] = {
+            m: {s: [list(map(float, v)) for v in cells[m][s]] for s in OOD[data]} for m in METHODS
+        }
+
+
+EXPERIMENT = common.Experiment(
+    "diffusion-zoo", "ROSE and the diffusion baselines on the reference zoo", "beyond the paper", run, USES
+)
