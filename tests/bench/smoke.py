@@ -21,7 +21,8 @@ GROUPS = (
     ["table2", "table3", "table6", "table7", "figure1", "figure3"],
     ["brightness", "table10", "table11", "figure4", "figure5", "figure6"],
 )
-OWN_TEST = ["ablation", "diffusion"]  # own smoke runs: test_ablation.py (authors' VAE), test_diffusion.py
+# own smoke runs: test_ablation.py (authors' VAE), test_diffusion.py (bench UNets and a zoo of tiny ones)
+OWN_TEST = ["ablation", "diffusion", "diffusion-zoo"]
 assert sorted(GROUPS[0] + GROUPS[1] + OWN_TEST) == sorted(EXPERIMENTS), "every experiment is tested"
 
 # ``ROSEOOD_TESTS=full``: every experiment of both groups on both sets (155 s of CPU on an idle 2-core

@@ -35,3 +35,50 @@ def test_diffusion_bench_smoke(tmp_path):
     for method in METHODS:
         assert set(summary[method]) == set(OOD["fashion_mnist"])
         assert all(0.0 <= mean <= 1.0 for mean, _ in summary[method].values())
+
+
+def test_the_zoo_decision_rule_needs_every_model():
+    from roseood.bench.experiments.diffusion_zoo import summary, verdicts
+
+    cells = {
+        "a": {"x": [[0.9, 0.8], [0.7], [0.6]], "y": [[0.5], [0.9], [0.9]]},
+        "b": {"x": [[0.8], [0.6], [0.5]], "y": [[0.6], [0.8], [0.8]]},
+    }
+    assert verdicts(cells, ["x", "y"], [("a", "b"), ("b", "a")]) == [
+        ["a vs b", "a", "undecided"],
+        ["b vs a", "a", "undecided"],
+    ]
+    assert summary(cells["a"]["x"]).startswith(
+        "0.717 ± "
+    ) and "0.850 / 0.700 / 0.600; draw sd 0.071" in summary(cells["a"]["x"])
+
+
+@needs_shared_data
+@pytest.mark.slow
+def test_diffusion_zoo_bench_smoke(tmp_path, monkeypatch):
+    """The zoo experiment end to end on a zoo of tiny stand-ins (same names, checksummed): every method on
+    every model, the drawn methods once per draw, and the decision rule's table."""
+    import torch
+
+    from roseood.bench.experiments.diffusion_zoo import DRAWN
+    from roseood.models.diffusion import DiffusionModel, export_diffusers
+    from roseood.models.zoo import write_checksums
+
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = DiffusionModel(in_channels=1, image_size=32, widths=(8, 16), denoising={"k": 2})
+        export_diffusers(model, tmp_path / "zoo" / f"ddpm-fmnist-s{seed}")
+    write_checksums(tmp_path / "zoo")
+    monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path / "zoo"))
+    ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
+    report = run_experiment("diffusion-zoo", ws)
+    text = report.read_text()
+    assert "Decision rule, zoo DDPMs on fashion_mnist" in text and "draw sd" in text
+    results = json.loads((report.parent / "results.json").read_text())["results"]
+    assert {f"fashion_mnist/ddpm-fmnist-s{s}/draw{d}" for s in range(3) for d in range(2)} <= set(results)
+    summary = results["fashion_mnist/summary"]
+    for method in METHODS:
+        draws = 2 if method in DRAWN else 1
+        assert all(
+            len(models) == 3 and all(len(v) == draws for v in models) for models in summary[method].values()
+        )

@@ -201,8 +201,10 @@ PROFILES: dict[str, Profile] = {
             diffusion_train=both((64, 1)),
             diffusion_seeds=(0, 1),
             diffusion_k=2,
+            diffusion_draws=2,
             experiment_overrides={
-                "diffusion": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}}
+                "diffusion": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
+                "diffusion-zoo": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
             },
         ),
     )
