@@ -145,9 +145,9 @@ def cmd_sample(args: argparse.Namespace) -> None:
 
     out = checked_output(args, args.out)
     model = as_diffusion_model(load_model_arg(args), f"sample {args.model}")
-    images = sample_images(model, n=args.n, steps=args.steps, seed=args.seed)
+    images = sample_images(model, n=args.images, steps=args.steps, seed=args.seed)
     save_grid(images.numpy(), out)
-    print(f"wrote {out}: {args.n} images by DDIM in {args.steps} steps (seed {args.seed})")
+    print(f"wrote {out}: {args.images} images by DDIM in {args.steps} steps (seed {args.seed})")
 
 
 def _add_train_args(p: argparse.ArgumentParser) -> None:
@@ -265,7 +265,7 @@ def register(sub: Any) -> None:
         "--model", required=True, help="a diffusion model (checkpoint, diffusers folder or zoo name)"
     )
     p.add_argument("--out", required=True, help="PNG file to write")
-    p.add_argument("--n", type=v.count, default=64, help="images to generate")
+    p.add_argument("--images", type=v.count, default=64, help="images to generate")
     p.add_argument("--steps", type=v.count, default=50, help="DDIM steps")
     p.add_argument("--seed", type=v.seed, default=0, help="seed of the starting noise")
     add_device(p)

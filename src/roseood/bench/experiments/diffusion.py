@@ -26,6 +26,7 @@ from roseood.bench.workspace import ModelRecipe, Workspace
 from roseood.detectors import make_detector
 from roseood.evaluation.evaluate import EvalSpec
 from roseood.evaluation.report import markdown_rows
+from roseood.evaluation.result import EvaluationResult
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model
 
 OOD = {
@@ -64,6 +65,20 @@ def nfe(model: DiffusionModel, method: str, kwargs: dict[str, Any]) -> str:
     return str(make_detector(method, model, **kwargs).nfe_per_image)  # type: ignore[attr-defined]
 
 
+def evaluate_methods(
+    ws: Workspace, model: DiffusionModel, data: str, methods: list[str], seed: int
+) -> tuple[EvaluationResult, dict[str, dict[str, float]]]:
+    """``methods`` on one model of training seed ``seed`` (data seed + ``seed``), the cheap baselines first
+    so that an interrupted run has them; the result and each method's AUROC per OOD set."""
+    order = sorted(methods, key=lambda m: m.startswith("rose"))
+    kwargs = {m: ws.detector_kwargs(m) for m in order}
+    spec = ws.spec(model, data, OOD[data], order, detector_kwargs=kwargs, seed=DATA_SEED + seed)
+    result = ws.evaluate(model, spec)
+    metrics = result.metrics()
+    values = {m: {s: common.metric_of(metrics, m, s) for s in OOD[data]} for m in order}
+    return result, {m: {s: v for s, v in got.items() if v is not None} for m, got in values.items()}
+
+
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     p = ws.profile
     rep.parts.append(
@@ -78,19 +93,12 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         for seed in p.diffusion_seeds:
             model = as_diffusion_model(ws.model(recipe(ws, data, seed)), "the diffusion bench")
             model.set_denoising(k=p.diffusion_k)
-            kwargs = {m: ws.detector_kwargs(m) for m in METHODS}
-            # the cheap baselines first, so that an interrupted run has them for every seed it reached
-            order = sorted(METHODS, key=lambda m: m.startswith("rose"))
-            spec = ws.spec(model, data, OOD[data], order, detector_kwargs=kwargs, seed=DATA_SEED + seed)
-            result = ws.evaluate(model, spec)
-            metrics = result.metrics()
+            result, values = evaluate_methods(ws, model, data, METHODS, seed)
             for m in METHODS:
-                for s in OOD[data]:
-                    value = common.metric_of(metrics, m, s)
-                    if value is not None:
-                        aurocs[m][s].append(value)
+                for s, value in values[m].items():
+                    aurocs[m][s].append(value)
                 speed[m].append(result.images_per_second.get(m, float("nan")))
-                nfes[m] = nfe(model, m, kwargs[m])
+                nfes[m] = nfe(model, m, ws.detector_kwargs(m))
             rep.results[f"{data}/seed{seed}"] = result.to_json()
         rows = [[s, *(cell(aurocs[m][s]) for m in METHODS)] for s in OOD[data]]
         rows.append(["NFEs/image", *(nfes[m] for m in METHODS)])

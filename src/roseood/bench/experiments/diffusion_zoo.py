@@ -15,12 +15,11 @@ above B's on every zoo model of that data set; where the models disagree, the co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from roseood.bench.experiments import common
-from roseood.bench.experiments.diffusion import DATA_SEED, METHODS, OOD, cell, nfe
+from roseood.bench.experiments.diffusion import DATA_SEED, METHODS, OOD, cell, evaluate_methods, nfe
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.evaluation.report import markdown_rows
@@ -88,19 +87,13 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
             for d in range(draws):
                 model.set_denoising(**(base | {"seed": base["seed"] + d}))
                 methods = [m for m in METHODS if d == 0 or m in DRAWN]
-                order = sorted(methods, key=lambda m: m.startswith("rose"))  # cheap ones first
-                kwargs: dict[str, Any] = {m: ws.detector_kwargs(m) for m in order}
-                spec = ws.spec(model, data, OOD[data], order, detector_kwargs=kwargs, seed=DATA_SEED + seed)
-                result = ws.evaluate(model, spec)
-                metrics = result.metrics()
-                for m in order:
-                    for s in OOD[data]:
-                        value = common.metric_of(metrics, m, s)
-                        if value is not None:
-                            per_draw[m][s].append(value)
+                result, values = evaluate_methods(ws, model, data, methods, seed)
+                for m in methods:
+                    for s, value in values[m].items():
+                        per_draw[m][s].append(value)
                     if d == 0:
                         speed[m].append(result.images_per_second.get(m, float("nan")))
-                        nfes[m] = nfe(model, m, kwargs[m])
+                        nfes[m] = nfe(model, m, ws.detector_kwargs(m))
                 rep.results[f"{data}/{name}/draw{d}"] = result.to_json()
             model.set_denoising(**base)
             for m in METHODS:
