@@ -131,11 +131,10 @@ def test_ctrl_c_inside_torch_save_stays_an_interrupt(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_during_a_cli_save_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from roseood import serialization
     from roseood.cli import main
 
-    real = torch.save
-    monkeypatch.setattr(serialization.torch, "save", lambda obj, f: real(obj, InterruptingFile(f)))
+    real = torch.save  # what roseood.serialization.atomic_save calls
+    monkeypatch.setattr(torch, "save", lambda obj, f: real(obj, InterruptingFile(f)))
     monkeypatch.setenv("ROSEOOD_DATA", str(tmp_path))
     np.savez(tmp_path / "fashion_mnist_train.npz", images=np.zeros((8, 28, 28), np.uint8))
     args = ["train", "vae", "--ngf", "2", "--nz", "2", "--epochs", "1", "--out", str(tmp_path / "m.pt")]

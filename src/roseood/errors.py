@@ -3,6 +3,15 @@
 The CLI prints their message on one line and exits non-zero; library users catch them as ``RoseError``.
 """
 
+MAX_SHOWN = 80  # characters of a file's own text shown in a message
+
+
+def shown(value: object) -> str:
+    """A value read from a file as it may appear in a message: ``repr``, one line, at most MAX_SHOWN chars
+    (a crafted file cannot flood or restyle the terminal)."""
+    text = repr(value).encode("ascii", "backslashreplace").decode()
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
 
 class RoseError(Exception):
     """Base class for errors caused by the user's input rather than by a bug."""

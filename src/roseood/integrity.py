@@ -25,23 +25,15 @@ from typing import Any, Union, get_args, get_origin
 import torch
 from torch import Tensor
 
-from roseood.errors import CheckpointError, RoseWarning
+from roseood.errors import CheckpointError, RoseWarning, shown
 from roseood.registry import Registry
 
 CHECKSUM = "checksum"
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
-MAX_SHOWN = 80  # characters of a file's own text shown in a message
 
 
 class UnverifiedFileWarning(RoseWarning):
     """A roseood file written before checksums existed: loaded, but damage to it cannot be detected."""
-
-
-def shown(value: object) -> str:
-    """A value read from a file as it may appear in a message: ``repr``, one line, at most MAX_SHOWN chars
-    (a crafted file cannot flood or restyle the terminal)."""
-    text = repr(value).encode("ascii", "backslashreplace").decode()
-    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
 def _update(h: Any, obj: Any) -> None:

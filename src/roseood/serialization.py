@@ -29,13 +29,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from roseood.errors import CheckpointError, RoseError
-from roseood.integrity import same, seal, shown, verify
+from roseood.errors import CheckpointError, RoseError, shown
+
+if TYPE_CHECKING:  # torch loads with the first file read or written, not with the command line
+    import torch
 
 
 def _escape_unencodable(exc: UnicodeError) -> tuple[str, int]:
@@ -205,11 +206,15 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path
 
 def atomic_save(obj: Any, path: str | Path) -> Path:
     """Write ``obj`` with ``torch.save`` to ``path`` atomically."""
+    import torch
+
     return atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def save_file(obj: dict[str, Any], path: str | Path) -> Path:
     """Write a roseood file (a dict with ``format``) atomically, sealed with its payload checksum."""
+    from roseood.integrity import seal
+
     return atomic_save(seal(obj), path)
 
 
@@ -320,6 +325,8 @@ def check_output(
 
 def read_torch_file(path: str | Path) -> Any:
     """``torch.load`` (weights only, to CPU); a missing or corrupt file is a one-line ``CheckpointError``."""
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file")
@@ -332,6 +339,8 @@ def read_torch_file(path: str | Path) -> Any:
 def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
     """Load a roseood file and verify its checksum, raising ``CheckpointError`` with a one-line reason
     if it is unusable (see ``roseood.integrity``)."""
+    from roseood.integrity import same, verify
+
     obj = read_torch_file(path)
     if not isinstance(obj, dict) or not same(obj.get("format"), expected_format):
         found = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
@@ -352,6 +361,8 @@ def share_equal_tensors(
 ) -> Any:
     """``obj`` with equal tensors (anywhere in nested dicts/lists) replaced by one object, so that
     ``torch.save`` writes them once (e.g. two layers fed the same input share an eigenbasis)."""
+    import torch
+
     seen = {} if seen is None else seen
     if isinstance(obj, dict):
         return {k: share_equal_tensors(v, seen) for k, v in obj.items()}
@@ -370,6 +381,8 @@ def share_equal_tensors(
 
 def fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:
     """A short content hash of a model's parameters and buffers, to tie detectors to their model."""
+    import torch
+
     h = hashlib.sha256()
     for key in sorted(state_dict):
         t = state_dict[key].detach().to("cpu").contiguous()

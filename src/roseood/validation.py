@@ -13,8 +13,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from roseood.errors import RoseError
-from roseood.integrity import shown
+from roseood.errors import RoseError, shown
 
 T = TypeVar("T")
 SEED_LIMIT = 2**32  # numpy's legacy seeding and torch's generators accept 0 <= seed < 2**32

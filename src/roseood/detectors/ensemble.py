@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from roseood.detectors.base import DETECTORS, Detector, built_from_file, register_detector
-from roseood.errors import CheckpointError, DataError, RoseError
-from roseood.integrity import same, shown, tensor
+from roseood.errors import CheckpointError, DataError, RoseError, shown
+from roseood.integrity import same, tensor
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.validation import check_float

@@ -20,8 +20,8 @@ from torch import Tensor
 
 from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.nll import model_nll
-from roseood.errors import CheckpointError, RoseError
-from roseood.integrity import FINGERPRINT, field, shown
+from roseood.errors import CheckpointError, RoseError, shown
+from roseood.integrity import FINGERPRINT, field
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.validation import check_seed

@@ -42,8 +42,8 @@ from roseood.detectors.aggregation import (
     tie_problem,
 )
 from roseood.detectors.base import Detector, register_detector
-from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError
-from roseood.integrity import field, same, shown, tensor
+from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError, shown
+from roseood.integrity import field, same, tensor
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.progress import note

@@ -14,11 +14,11 @@ from typing import Any, cast
 from torch import Tensor, nn
 
 from roseood.data.preprocess import Preprocessing
-from roseood.errors import CheckpointError, RoseError
-from roseood.integrity import field, same, shown
+from roseood.errors import CheckpointError, RoseError, shown
+from roseood.integrity import field, same, verify
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.state import first_line, load_state
-from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file, verify
+from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file
 from roseood.validation import check_memory, check_model_config, module_bytes
 
 MODEL_FORMAT = "roseood-model"

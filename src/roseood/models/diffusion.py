@@ -26,8 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roseood.errors import CheckpointError, RoseError
-from roseood.integrity import shown
+from roseood.errors import CheckpointError, RoseError, shown
 from roseood.models.base import GenerativeModel
 from roseood.models.state import check_state, first_line, load_state
 from roseood.progress import state

@@ -8,8 +8,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from roseood.errors import CheckpointError
-from roseood.integrity import shown
+from roseood.errors import CheckpointError, shown
 from roseood.models.base import RoseModel
 
 
