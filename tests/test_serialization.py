@@ -27,6 +27,7 @@ from roseood.serialization import (
     check_output,
     printable,
     save_npy,
+    spreadsheet_safe,
     write_bytes,
     write_csv,
     write_text,
@@ -80,7 +81,7 @@ def test_csv_round_trip(tmp_path: Path, rows: list[tuple[str, float]]) -> None:
     write_csv(tmp_path / "s.csv", ["file", "score"], rows)
     with (tmp_path / "s.csv").open(newline="") as f:
         back = list(csv.reader(f))
-    assert back == [["file", "score"], *([name, str(x)] for name, x in rows)]
+    assert back == [["file", "score"], *([spreadsheet_safe(name), str(x)] for name, x in rows)]
 
 
 @FIXTURE_OK
@@ -92,7 +93,8 @@ def test_names_of_any_bytes_are_written_as_utf8_with_their_bytes_escaped(
     escaped = raw.decode("utf-8", "backslashreplace")  # every byte that is not UTF-8 as \xNN
     assert printable(name) == escaped and printable(text) == text and printable("a\ud800") == "a\\ud800"
     write_csv(tmp_path / "s.csv", ["file"], [[name], [text]])
-    assert (tmp_path / "s.csv").read_bytes().decode("utf-8") == csv_text(["file"], [[escaped], [text]])
+    expected = csv_text(["file"], [[spreadsheet_safe(escaped)], [spreadsheet_safe(text)]])
+    assert (tmp_path / "s.csv").read_bytes().decode("utf-8") == expected
     write_text(tmp_path / "r.md", f"{name}|{text}")
     assert (tmp_path / "r.md").read_bytes().decode("utf-8") == f"{escaped}|{text}"
 
@@ -363,3 +365,15 @@ def test_a_full_disk_during_a_cli_save_is_one_line_and_keeps_the_old_file(
     assert re.fullmatch(full, errors[0])
     assert (disk_workdir / "det.pt").read_bytes() == old
     assert files(disk_workdir) == before  # nothing new, not even a temporary file
+
+
+def test_csv_cells_a_spreadsheet_would_run_as_formulas_get_a_quote(tmp_path: Path) -> None:
+    """OWASP's CSV-injection rule on file names: a leading =, +, -, @, tab or CR is neutralised by a
+    leading ', while numbers (negative scores) and ordinary names stay as they are."""
+    import csv
+
+    names = ["=cmd|' /C calc'!A0.png", "+1.png", "-x.png", "@SUM(A1).png", "\tt.png", "ok.png", "a=b.png"]
+    out = write_csv(tmp_path / "s.csv", ["file", "score"], [[n, "-0.5"] for n in names])
+    rows = list(csv.reader(out.open(newline="")))[1:]
+    assert [r[0] for r in rows] == ["'" + n for n in names[:5]] + names[5:]
+    assert {r[1] for r in rows} == {"-0.5"}

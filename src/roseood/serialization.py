@@ -233,16 +233,32 @@ def write_json(path: str | Path, obj: Any, indent: int = 2) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, default=str) + "\n")
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell starting so as a formula
+
+
+def spreadsheet_safe(cell: Any) -> Any:
+    """A text cell that a spreadsheet would run as a formula (``=cmd|...``, ``+1``, ``@SUM``) with a
+    leading ``'``, as OWASP's guidance on CSV injection says; numbers (``-0.5`` too) and other text
+    unchanged."""
+    if not isinstance(cell, str) or not cell.startswith(FORMULA_START):
+        return cell
+    try:
+        float(cell)
+    except ValueError:
+        return "'" + cell
+    return cell
+
+
 def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
     """Write a UTF-8 CSV with ``header`` and ``rows`` to ``path`` atomically (file names that are not UTF-8
-    as ``\\xNN``); rows are streamed to the temporary file as they come, so a long generator of rows
-    needs no memory for them."""
+    as ``\\xNN``, text that a spreadsheet would run as a formula behind a ``'``: ``spreadsheet_safe``);
+    rows are streamed to the temporary file as they come, so a long generator of rows needs no memory."""
 
     def write(f: IO[bytes]) -> None:
         text = io.TextIOWrapper(f, encoding="utf-8", errors=NAME_ERRORS, newline="")
         writer = csv.writer(text)
         writer.writerow(header)
-        writer.writerows(rows)
+        writer.writerows([spreadsheet_safe(c) for c in row] for row in rows)
         text.flush()
         text.detach()  # leave the binary file open for atomic_write's fsync
 
