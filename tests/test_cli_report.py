@@ -45,3 +45,20 @@ def test_evaluate_report_writes_an_html_page_beside_the_markdown(workdir):  # no
     assert {"figures/roc_0.png", "figures/roc_1.png", "figures/hist_1.png"} <= set(page.sources)
     assert (workdir / "rep" / "report.md").exists()
     assert 'href="report.md"' in (workdir / "rep" / "index.html").read_text()
+
+
+def test_a_report_never_replaces_another_commands_page_without_overwrite(workdir, capsys):  # noqa: F811
+    """issue 48: evaluate refused only when report.md existed, so it wiped a page `rose score --report`
+    wrote; score replaced a folder holding only thumbs/. Each output a page writes now blocks."""
+    assert run("fit", "--model", "model.pt", "--method", "nll", *FIT, "--out", "det.pt", "--quiet") == 0
+    score = ("score", "--model", "model.pt", "--detector", "det.pt", "--data", "mnist", "--subset", "8")
+    assert run(*score, "--out", "s.csv", "--report", "rep", "--quiet") == 0
+    page = (workdir / "rep" / "index.html").read_text()
+    evaluate = ("evaluate", "--model", "model.pt", "--ood", "noise", "--methods", "nll", *FIT)
+    assert run(*evaluate, "--test-samples", "8", "--bootstrap", "0", "--report", "rep", "--quiet") == 2
+    assert "index.html exists" in capsys.readouterr().err
+    assert (workdir / "rep" / "index.html").read_text() == page
+    (workdir / "only").mkdir()
+    (workdir / "only" / "thumbs").mkdir()
+    assert run(*score, "--out", "t.csv", "--report", "only", "--quiet") == 2
+    assert "thumbs exists" in capsys.readouterr().err

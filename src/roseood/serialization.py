@@ -298,7 +298,7 @@ def check_output(
     inputs: Iterable[str | Path | None] = (),
     overwrite: bool = False,
     folder: bool = False,
-    marker: str | None = None,
+    markers: Sequence[str] = (),
     hint: str = "pass --overwrite to replace it",
     stdout: bool = False,
 ) -> Path:
@@ -306,8 +306,9 @@ def check_output(
     expected, an existing output only with ``overwrite``, and its folder writable; then claim it, so
     that if another process writes it before this one does, this one's write fails (``atomic_write``).
 
-    ``folder=True`` means ``path`` is a folder the output goes into; ``marker`` then names the file in it
-    whose presence means an earlier output would be replaced (e.g. ``report.md``). ``hint`` ends the
+    ``folder=True`` means ``path`` is a folder the output goes into; ``markers`` then name the files and
+    folders in it whose presence means an earlier output would be replaced (e.g. ``report.md``,
+    ``index.html``, ``thumbs``).
     message about an existing output. ``stdout``: ``-`` means standard output. An existing character
     device or FIFO (``/dev/null``) is written in place: it needs no ``overwrite``, only write access.
     """
@@ -330,9 +331,10 @@ def check_output(
         return out
     if not folder and out.exists() and not out.is_file():
         raise RoseError(f"{path} exists and is not a regular file; name a file for this output")
-    existing = out / marker if folder and marker else None if folder else out
-    if existing is not None and existing.exists() and not overwrite:
-        raise RoseError(f"{existing} exists; {hint}")
+    existing = [out / m for m in markers] if folder else [out]
+    for item in existing:
+        if item.exists() and not overwrite:
+            raise RoseError(f"{item} exists; {hint}")
     _writable_folder(out if folder else out.parent)
     if not folder:
         _CLAIMS[real] = _state(out)

@@ -212,7 +212,7 @@ def checked_output(
     path: str,
     *,
     folder: bool = False,
-    marker: str | None = None,
+    markers: Sequence[str] = (),
     stdout: bool = False,
 ) -> Path:
     """Check one output of this command before any work (see ``serialization.check_output``): never an
@@ -224,7 +224,7 @@ def checked_output(
         inputs=_input_paths(args),
         overwrite=overwrite,
         folder=folder,
-        marker=marker,
+        markers=markers,
         hint=hint or "pass --overwrite to replace it",
         stdout=stdout,
     )

@@ -52,7 +52,9 @@ def cmd_score(args: argparse.Namespace) -> None:
 
     out = checked_output(args, args.out, stdout=True)
     if args.report:
-        checked_output(args, args.report, folder=True, marker="index.html")
+        from roseood.evaluation.html_report import PAGE_OUTPUTS
+
+        checked_output(args, args.report, folder=True, markers=PAGE_OUTPUTS)
     models = load_models_arg(args)
     prep = model_preprocessing(models[0])
     det = load_detector(

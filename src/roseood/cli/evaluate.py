@@ -67,7 +67,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.json:
         checked_output(args, args.json)
     if args.report:
-        checked_output(args, args.report, folder=True, marker="report.md")
+        from roseood.evaluation.html_report import PAGE_OUTPUTS
+
+        checked_output(args, args.report, folder=True, markers=("report.md", *PAGE_OUTPUTS))
     if args.cache:
         checked_output(args, args.cache, folder=True)  # an existing cache is the point: only writable
     for option in ("scores", "save_detector"):

@@ -23,6 +23,11 @@ from roseood.evaluation.report import html_page
 from roseood.evaluation.result import EvaluationResult
 from roseood.serialization import atomic_write, write_text
 
+PAGE_OUTPUTS = (
+    "index.html",
+    "figures",
+    "thumbs",
+)  # what a page writes into its folder: replaced only on request
 THUMB = 96  # largest thumbnail side in pixels; smaller images are shown enlarged, pixels kept sharp
 TPR = 0.95  # an evaluation's threshold without a calibrated one: this share of in-distribution test images
 
