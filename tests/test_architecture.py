@@ -5,6 +5,7 @@ detector implements the fit hook its ``keeps_held_out`` flag names."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import roseood
@@ -114,6 +115,25 @@ def test_no_isinstance_on_plug_in_classes_outside_their_own_module():
                 name = item.attr if isinstance(item, ast.Attribute) else getattr(item, "id", None)
                 if name in classes and classes[name] != mod:
                     offences.append(f"{mod}:{node.lineno} {ast.unparse(node)}")
+    assert not offences, "\n".join(offences)
+
+
+def test_no_contract_of_a_model_or_detector_is_read_by_name():
+    """What a model or detector may offer beyond its base contract is a protocol of roseood.contracts,
+    checked with isinstance: getattr(model, "rows_per_input") would hide it from mypy and from readers."""
+    offences = []
+    for mod, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+                and re.fullmatch(r"(self\.)?(model|detector)\w*", ast.unparse(node.args[0]))
+            ):
+                offences.append(f"{mod}:{node.lineno} {ast.unparse(node)}")
     assert not offences, "\n".join(offences)
 
 

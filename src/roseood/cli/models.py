@@ -115,12 +115,13 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_check_model(args: argparse.Namespace) -> None:
+    from roseood.contracts import Named
     from roseood.curvature import format_layer_report
     from roseood.models.base import model_name
     from roseood.models.check import check_model
 
     model = load_model_arg(args)
-    name = getattr(model, "name", None) or model_name(model)
+    name = model.name if isinstance(model, Named) and model.name else model_name(model)
     print(f"model: {name}, {model.input_kind} inputs of shape {model.input_shape}")
     for set_name, names in model.layer_sets().items():
         print(f"layer set {set_name!r}: {', '.join(names) or '(empty)'}")

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from roseood.contracts import ModelInputs
 from roseood.errors import DataError
 from roseood.progress import progress
 
@@ -101,7 +102,9 @@ def as_model_input(
 
 def check_model_input(data: Tensor | np.ndarray, model: object) -> Tensor:
     """``as_model_input`` driven by the model's declared ``input_kind`` and ``input_shape``."""
-    return as_model_input(data, getattr(model, "input_kind", "image"), getattr(model, "input_shape", None))
+    if isinstance(model, ModelInputs):
+        return as_model_input(data, model.input_kind, model.input_shape)
+    return as_model_input(data, "image", None)
 
 
 def iter_batches(x: Tensor, batch_size: int, desc: str | None = None) -> Iterator[Tensor]:

@@ -26,6 +26,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from roseood import distributed
+from roseood.contracts import ModelInputs
 from roseood.data.loading import ImageStream
 from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
 from roseood.detectors.aggregation import DECISION_TPR, threshold_at
@@ -141,7 +142,7 @@ class Detector(ABC):
 
     def _require_images(self) -> None:
         """Refuse a model whose inputs are not images (for methods built on image perturbations/codecs)."""
-        kind = getattr(self.model, "input_kind", "image")
+        kind = self.model.input_kind if isinstance(self.model, ModelInputs) else "image"
         if kind != "image":
             raise RoseError(f"the {self.method} method works on images only; this model takes {kind} inputs")
 

@@ -24,7 +24,7 @@ from torch.func import functional_call, grad, vmap
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
 from roseood.errors import DataError, RoseError
-from roseood.models.base import GenerativeModel, is_latent_model
+from roseood.models.base import GenerativeModel, is_latent_model, model_name
 from roseood.models.vae import VAE
 from roseood.randomness import per_input_seed, randn
 from roseood.validation import check_float, check_seed
@@ -114,7 +114,7 @@ class LikelihoodRegret(Detector):
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
         if not is_latent_model(model):
-            found = "no model" if model is None else f"a {getattr(model, 'kind', type(model).__name__)}"
+            found = "no model" if model is None else f"a {model_name(model)}"
             raise RoseError(f"Likelihood Regret needs a VAE (it fine-tunes the encoder), got {found}")
         self.steps = self._per_image(steps, "steps", low=0)
         self.lr = check_float(lr, "lr", low=0.0, low_open=True)

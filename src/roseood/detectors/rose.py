@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
+from roseood.contracts import RowsModel, rows_per_input
 from roseood.curvature import (
     FISHERS,
     FactorCache,
@@ -167,13 +168,13 @@ class ROSE(Detector):
         the model's K timesteps (``layer@t``, layer-major)."""
         if self.rows == "sum":
             return list(self.layers)
-        steps = [int(t) for t in getattr(self.model, "loss_timesteps", torch.arange(self._k))]
+        steps = self.model.row_labels() if isinstance(self.model, RowsModel) else list(range(self._k))
         return [f"{name}@{t}" for name in self.layers for t in steps]
 
     @property
     def _k(self) -> int:
         """Rows per image of the model's loss (1 for a model that runs each image once)."""
-        return int(getattr(self.model, "rows_per_input", 1))
+        return rows_per_input(self.model)
 
     def _stream(
         self, x: Tensor, consume: Callable[[str, LayerGrad], None], only: set[str] | None = None
@@ -457,7 +458,7 @@ def check_rows(rows: Any, model: RoseModel, stochastic: bool) -> str:
     if rows not in ("sum", "each"):
         raise RoseError(f"rows must be 'sum' or 'each', got {shown(rows)}")
     if rows == "each":
-        if not callable(getattr(model, "row_loss", None)):
+        if not isinstance(model, RowsModel):
             raise RoseError(
                 "rows='each' scores each row of a loss that runs every image several times (a diffusion "
                 "model's K pairs); this model's loss has one row per image"

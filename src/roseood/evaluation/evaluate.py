@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from roseood import __version__
+from roseood.contracts import CountsEvaluations, Preprocessed, rows_per_input
 from roseood.data import DATASETS, ImageSet, load_images, take
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
@@ -115,7 +116,7 @@ def model_preprocessing(model: RoseModel) -> Preprocessing:
             f"this model takes {model.input_kind} inputs, not images: datasets and image files cannot "
             "feed it; fit and score it from Python (detector.fit(tensor), detector.score(tensor))"
         )
-    recorded = getattr(model, "preprocessing", None)
+    recorded = model.preprocessing if isinstance(model, Preprocessed) else None
     resize = recorded.resize if isinstance(recorded, Preprocessing) else "crop"
     if shape is None:
         return Preprocessing(1, 32, resize)
@@ -255,8 +256,9 @@ def pass_weight(detector: Detector, model: RoseModel) -> float:
     """A method's cost per image in the forecast's unit, one forward + backward pass of the model's
     per-image loss: a detector that counts its UNet evaluations (``nfe_per_image``, forward only) costs
     those over the loss's K rows at about three forward passes each (forward, then backward); 1 else."""
-    nfe = getattr(detector, "nfe_per_image", None)
-    return nfe / (3 * getattr(model, "rows_per_input", 1)) if isinstance(nfe, int) else 1.0
+    if not isinstance(detector, CountsEvaluations):
+        return 1.0
+    return detector.nfe_per_image / (3 * rows_per_input(model))
 
 
 def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str, models: int = 1) -> None:
@@ -265,9 +267,9 @@ def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str
     untimed one), times ``passes`` and the ``models`` of an ensemble. A rough guide (methods differ:
     a likelihood needs no backward pass, ROSE's EKFAC fits in two passes); the global RNG is left as it was.
     """
-    loss = getattr(model, "rose_loss", None)
-    if not callable(loss) or not len(images):
+    if not len(images):
         return
+    loss = model.rose_loss
     device = next(model.parameters(), torch.empty(0)).device
     x = check_model_input(images, model).to(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from roseood.contracts import Configured, Described
 from roseood.errors import RoseError
 
 INPUT_KINDS = ("image", "tensor", "tokens")
@@ -65,34 +66,23 @@ class RoseModel(Protocol):
     def state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
-@runtime_checkable
-class HeldOutMetrics(Protocol):
-    """A model that says how well it fits held-out inputs in its own terms (a DDPM: held-out ε-MSE and
-    variational bound), where the mean training loss is not the figure a person reads."""
-
-    def held_out_metrics(self, x: Tensor) -> dict[str, float]:
-        """Named figures of merit of the inputs ``x`` (lower is better), under the evaluated weights."""
-        ...
-
-
 def named_layers(model: Any, sets: dict[str, list[str]], which: str | None) -> list[str]:
     """Pick one of ``sets`` by name (the first when ``which`` is None), with a clear error if unknown."""
     key = which or next(iter(sets))
     if key not in sets:
-        name = getattr(model, "kind", type(model).__name__)
+        name = model_name(model)
         raise RoseError(f"unknown layer set {key!r} for {name}; choose from {sorted(sets)}")
     return sets[key]
 
 
 def model_name(model: Any) -> str:
     """A short description of a model for settings and messages: its family kind or its given name."""
-    return str(getattr(model, "kind", None) or type(model).__name__)
+    return str(model.kind if isinstance(model, Described) and model.kind else type(model).__name__)
 
 
 def model_config(model: Any) -> dict[str, Any]:
     """The model's architecture config when it has one (built-in families and wrapped models)."""
-    config = getattr(model, "config", None)
-    return config() if callable(config) else {}
+    return model.config() if isinstance(model, Configured) else {}
 
 
 def input_dims(model: RoseModel) -> int:

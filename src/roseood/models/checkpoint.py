@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from torch import Tensor, nn
 
+from roseood.contracts import FromFactory, Preprocessed
 from roseood.data.preprocess import Preprocessing
 from roseood.errors import CheckpointError, RoseError, shown
 from roseood.integrity import field, same, verify
@@ -36,10 +37,9 @@ def save_model(model: RoseModel, path: str | Path, train_state: dict[str, Any] |
         "config": model_config(model),
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
     }
-    factory = getattr(model, "factory", None)
-    if factory is not None:
-        obj["factory"] = factory  # informational: says which --model-module loads it back
-    prep = getattr(model, "preprocessing", None)
+    if isinstance(model, FromFactory) and model.factory is not None:
+        obj["factory"] = model.factory  # informational: says which --model-module loads it back
+    prep = model.preprocessing if isinstance(model, Preprocessed) else None
     if isinstance(prep, Preprocessing):
         obj["preprocessing"] = prep.to_dict()
     if train_state is not None:

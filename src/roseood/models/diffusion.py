@@ -445,6 +445,10 @@ class DiffusionModel(GenerativeModel):
         """UNet batch rows per image in the per-image loss (K): ROSE sizes its batches by rows."""
         return self.k
 
+    def row_labels(self) -> list[int]:
+        """The timestep of each of an image's K rows."""
+        return [int(t) for t in self.loss_timesteps]
+
     def config(self) -> dict[str, Any]:
         return {
             "unet": _plain(self.unet.config),

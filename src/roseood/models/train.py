@@ -22,10 +22,11 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
+from roseood.contracts import HeldOutMetrics, Trainable
 from roseood.data.tensors import check_model_input
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import same
-from roseood.models.base import HeldOutMetrics, RoseModel, input_dims, model_config, model_name
+from roseood.models.base import RoseModel, input_dims, model_config, model_name
 from roseood.models.checkpoint import MODEL_FORMAT, save_model
 from roseood.progress import duration, eta, forecast, note, resolve
 from roseood.progress import progress as progress_bar
@@ -374,12 +375,12 @@ def train(
     ``held_out_*``; ``curve``: a CSV the same rows go to with the training seconds so far (appended on
     resume), for a learning curve against time. Returns the model (eval mode) and the per-epoch history.
     """
-    train_loss = getattr(model, "train_loss", None)
-    if not callable(train_loss):
+    if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
+    train_loss = model.train_loss
     x = check_model_input(images, model)
     dims = input_dims(model)
-    objective = getattr(model, "train_objective", "nll")
+    objective = model.train_objective
     # the per-dimension figure a person reads: bits per dimension of an NLL, else the objective per dimension
     per_dim, unit = (dims * math.log(2), "bpd") if objective == "nll" else (dims, objective)
     flips = cfg.hflip and model.input_kind == "image"

@@ -28,6 +28,7 @@ class WrappedModel(nn.Module):
     """
 
     kind = "wrapped"
+    train_objective = "nll"  # its training loss is its NLL
 
     def __init__(
         self,

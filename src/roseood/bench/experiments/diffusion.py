@@ -23,6 +23,7 @@ from scipy import stats
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import ModelRecipe, Workspace
+from roseood.contracts import CountsEvaluations
 from roseood.detectors import make_detector
 from roseood.evaluation.evaluate import EvalSpec
 from roseood.evaluation.report import markdown_rows
@@ -62,7 +63,8 @@ def recipe(ws: Workspace, data: str, seed: int) -> ModelRecipe:
 def nfe(model: DiffusionModel, method: str, kwargs: dict[str, Any]) -> str:
     if method.startswith("rose"):
         return f"{model.k} + backward"
-    return str(make_detector(method, model, **kwargs).nfe_per_image)  # type: ignore[attr-defined]
+    detector = make_detector(method, model, **kwargs)
+    return str(detector.nfe_per_image) if isinstance(detector, CountsEvaluations) else "–"
 
 
 def evaluate_methods(

@@ -1,0 +1,110 @@
+"""The optional contracts of models and detectors: what one may offer beyond the ``RoseModel`` protocol and
+the ``Detector`` base, as typed protocols that consumers test with ``isinstance`` instead of looking
+attributes up by name. Each is met by class-level members (methods, properties, class attributes), so the
+check holds on every Python version (from 3.12 ``isinstance`` on a protocol reads attributes statically).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from torch import Tensor
+
+
+@runtime_checkable
+class ModelInputs(Protocol):
+    """What a model takes: ``input_kind`` ("image", "tensor" or "tokens") and one input's shape (None:
+    any); every ``RoseModel`` has them."""
+
+    @property
+    def input_kind(self) -> str: ...
+
+    @property
+    def input_shape(self) -> tuple[int, ...] | None: ...
+
+
+@runtime_checkable
+class Described(Protocol):
+    """A model that names its family (``vae``, ``diffusion``, ``wrapped``) in settings and messages."""
+
+    kind: str
+
+
+@runtime_checkable
+class Named(Protocol):
+    """A model with a name of its own (a wrapped module: its class name or the one given to ``wrap``)."""
+
+    name: str
+
+
+@runtime_checkable
+class Configured(Protocol):
+    """A model whose architecture is rebuilt from keyword arguments (stored in its checkpoint)."""
+
+    def config(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Preprocessed(Protocol):
+    """A model that records the image preprocessing it was trained with (a ``Preprocessing`` or None)."""
+
+    preprocessing: Any
+
+
+@runtime_checkable
+class FromFactory(Protocol):
+    """A model built by the user's code, naming the ``--model-module`` that rebuilds it (or None)."""
+
+    factory: str | None
+
+
+@runtime_checkable
+class RowsModel(Protocol):
+    """A model whose per-input loss sums several rows of one batch (a DDPM: each image's K noisy copies):
+    ROSE sizes its batches in rows, can score each row on its own (``rows="each"``) and labels the
+    columns that gives by ``row_labels``."""
+
+    @property
+    def rows_per_input(self) -> int: ...
+
+    def row_loss(self, rows: Tensor) -> Tensor:
+        """The loss of each row (N·rows_per_input,), each input ``rows_per_input`` times in a row."""
+        ...
+
+    def row_labels(self) -> list[int]:
+        """One label per row of an input (a DDPM: its timesteps), in row order."""
+        ...
+
+
+def rows_per_input(model: object) -> int:
+    """Rows per input of a model's loss: its own count (``RowsModel``), else 1."""
+    return int(model.rows_per_input) if isinstance(model, RowsModel) else 1
+
+
+@runtime_checkable
+class Trainable(Protocol):
+    """A model ``roseood.models.train`` can train: a per-sample stochastic loss and what it measures
+    ("nll": nats, also reported in bits per dimension; else its name, e.g. a DDPM's "eps_mse")."""
+
+    train_objective: str
+
+    def train_loss(self, x: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class HeldOutMetrics(Protocol):
+    """A model that says how well it fits held-out inputs in its own terms (a DDPM: held-out ε-MSE and
+    variational bound), where the mean training loss is not the figure a person reads."""
+
+    def held_out_metrics(self, x: Tensor) -> dict[str, float]:
+        """Named figures of merit of the inputs ``x`` (lower is better), under the evaluated weights."""
+        ...
+
+
+@runtime_checkable
+class CountsEvaluations(Protocol):
+    """A detector that states its cost as the network evaluations it makes per scored image (the
+    diffusion detectors: UNet forward passes), for forecasts and reports."""
+
+    @property
+    def nfe_per_image(self) -> int: ...
