@@ -22,15 +22,8 @@ from safetensors.torch import load_file, save_file
 from roseood import validation
 from roseood.errors import CheckpointError, RoseError
 from roseood.models import load_model
-from roseood.models.diffusion import (
-    LOSS_DEFAULTS,
-    SCHEDULER_FIELDS,
-    UNET_FIELDS,
-    WEIGHTS,
-    DiffusionModel,
-    export_diffusers,
-    load_diffusers,
-)
+from roseood.models.diffusion import LOSS_DEFAULTS, WEIGHTS, DiffusionModel, export_diffusers, load_diffusers
+from roseood.models.diffusion.config import SCHEDULER_FIELDS, UNET_FIELDS
 
 WEIGHT_FILE = f"unet/{WEIGHTS}.safetensors"
 

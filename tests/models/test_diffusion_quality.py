@@ -12,7 +12,7 @@ from torch.distributions import Normal, kl_divergence
 
 from roseood.errors import RoseError
 from roseood.models.diffusion import DiffusionModel
-from roseood.models.diffusion_quality import discretised_log_likelihood, held_out_metrics
+from roseood.models.diffusion.quality import discretised_log_likelihood, held_out_metrics
 
 
 def tiny(t: int = 10, variance: str = "fixed_small") -> DiffusionModel:
@@ -100,7 +100,7 @@ def test_bad_settings_are_refused_in_one_line():
 
 def test_samples_are_images_repeatable_by_seed(tmp_path):
     from roseood.evaluation.gallery import save_grid
-    from roseood.models.diffusion_quality import sample_images
+    from roseood.models.diffusion.quality import sample_images
 
     model = tiny()
     a = sample_images(model, n=5, steps=3, seed=1, batch=2)

@@ -142,7 +142,7 @@ def cmd_export_diffusers(args: argparse.Namespace) -> None:
 def cmd_sample(args: argparse.Namespace) -> None:
     from roseood.evaluation.gallery import save_grid
     from roseood.models.diffusion import as_diffusion_model
-    from roseood.models.diffusion_quality import sample_images
+    from roseood.models.diffusion.quality import sample_images
 
     out = checked_output(args, args.out)
     model = as_diffusion_model(load_model_arg(args), f"sample {args.model}")

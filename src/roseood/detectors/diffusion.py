@@ -52,7 +52,9 @@ class DiffusionDetector(Detector):
         out = []
         with torch.no_grad():
             for batch in iter_batches(x, self.batch_size, desc if self.progress else None):
-                out.append(fn(self.model.to_model_space(batch.to(self.device))).double().cpu())
+                rows = self.model.to_model_space(batch.to(self.device))
+                self.model.check_batch(rows)  # once per batch, not per UNet call of fn
+                out.append(fn(rows).double().cpu())
         return torch.cat(out)
 
 

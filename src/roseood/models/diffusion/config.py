@@ -1,0 +1,252 @@
+"""The settings of a diffusion model, checked before anything is built: a ``UNet2DModel`` config (every
+number of a diffusers config in a sane range), a ``DDPMScheduler`` config, the per-image loss's K
+(timestep, noise) pairs (``denoising``) and the EMA decay. A checked config keeps the checked values (an
+image size given as ``[S, S]`` is ``S`` from then on)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from roseood.errors import RoseError, shown
+from roseood.validation import check_float, check_int, check_seed
+
+WEIGHTINGS = ("simple", "elbo")
+LOSS_DEFAULTS: dict[str, Any] = {"k": 8, "t_min": 0.0, "t_max": 1.0, "weighting": "simple", "seed": 0}
+# Sane ranges of a UNet2DModel/DDPMScheduler config: published pixel-space UNet2DModels are at most 1024
+# pixels wide (latent ones 128), with a few thousand channels and timesteps; a number outside is a damaged
+# or hostile file, refused before anything is built.
+MAX_SAMPLE_SIZE = 2048
+MAX_CHANNELS = 8192
+MAX_BLOCKS = 12
+MAX_LAYERS = 64
+MAX_TIMESTEPS = 100_000
+
+
+def unet_config(
+    in_channels: int,
+    image_size: int,
+    widths: tuple[int, ...],
+    layers_per_block: int,
+    attention: bool,
+) -> dict[str, Any]:
+    """A ``UNet2DModel`` config: one down/up block per width (resolution halves between them), plain
+    ResNet blocks, and (``attention``) one self-attention block in the middle, at the lowest resolution."""
+    groups = math.gcd(*widths, 8)
+    return {
+        "sample_size": image_size,
+        "in_channels": in_channels,
+        "out_channels": in_channels,
+        "block_out_channels": list(widths),
+        "layers_per_block": layers_per_block,
+        "down_block_types": ["DownBlock2D"] * len(widths),
+        "up_block_types": ["UpBlock2D"] * len(widths),
+        "add_attention": attention,
+        "norm_num_groups": groups,
+        "attention_head_dim": widths[-1],
+    }
+
+
+# -- config checks: every number of a diffusers config in a sane range, before anything is built ----------
+
+Check = Callable[[Any, str, type[RoseError]], Any]
+
+
+def _int(low: int, high: int, optional: bool = False) -> Check:
+    def check(value: Any, name: str, error: type[RoseError]) -> Any:
+        return None if optional and value is None else check_int(value, name, low=low, high=high, error=error)
+
+    return check
+
+
+def _float(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Check:
+    def check(value: Any, name: str, error: type[RoseError]) -> float:
+        x = check_float(value, name, low=low, high=high, low_open=low_open, error=error)
+        if high_open and x == high:
+            raise error(f"{name} must be below {high:g}, got {x:g}")
+        return x
+
+    return check
+
+
+def _choice(*choices: Any) -> Check:
+    def check(value: Any, name: str, error: type[RoseError]) -> Any:
+        if not any(type(value) is type(c) and value == c for c in choices):  # True is no 1, 1.0 no "1"
+            raise error(f"{name} must be one of {', '.join(map(str, choices))}, got {shown(value)}")
+        return value
+
+    return check
+
+
+def _names(value: Any, name: str, error: type[RoseError]) -> list[str]:
+    if not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) for v in value):
+        raise error(f"{name} must be a non-empty list of block names, got {shown(value)}")
+    if len(value) > MAX_BLOCKS:
+        raise error(f"{name} must name at most {MAX_BLOCKS} blocks, got {len(value)}")
+    return list(value)
+
+
+def _widths(value: Any, name: str, error: type[RoseError]) -> list[int]:
+    if not isinstance(value, list | tuple) or not 1 <= len(value) <= MAX_BLOCKS:
+        raise error(f"{name} must be a list of 1 to {MAX_BLOCKS} channel counts, got {shown(value)}")
+    return [check_int(v, f"{name}[{i}]", high=MAX_CHANNELS, error=error) for i, v in enumerate(value)]
+
+
+def _sample_size(value: Any, name: str, error: type[RoseError]) -> int:
+    if isinstance(value, list | tuple):  # (height, width): roseood's models take square images
+        if len(value) != 2 or value[0] != value[1]:
+            raise error(f"{name} must be one size (square images), got {shown(value)}")
+        value = value[0]
+    return check_int(value, name, high=MAX_SAMPLE_SIZE, error=error)
+
+
+FLAG = _choice(True, False)
+UNET_FIELDS: dict[str, Check] = {
+    "sample_size": _sample_size,
+    "in_channels": _int(1, 256),
+    "out_channels": _int(1, 256),
+    "block_out_channels": _widths,
+    "down_block_types": _names,
+    "up_block_types": _names,
+    "layers_per_block": _int(1, MAX_LAYERS),
+    "norm_num_groups": _int(1, MAX_CHANNELS),
+    "attn_norm_num_groups": _int(1, MAX_CHANNELS, optional=True),
+    "attention_head_dim": _int(1, MAX_CHANNELS, optional=True),
+    "time_embedding_dim": _int(1, 8 * MAX_CHANNELS, optional=True),
+    "num_train_timesteps": _int(1, MAX_TIMESTEPS, optional=True),
+    "time_embedding_type": _choice("positional", "fourier", "learned"),
+    "freq_shift": _float(0.0, 1.0),
+    "mid_block_scale_factor": _float(1e-3, 1e3),  # divides the mid block: 1e-291 overflowed to NaN
+    "downsample_padding": _int(0, 8),
+    "dropout": _float(0.0, 1.0, high_open=True),
+    "norm_eps": _float(0.0, 1.0, low_open=True),
+    "act_fn": _choice("silu", "swish", "mish", "gelu", "relu"),
+    "resnet_time_scale_shift": _choice("default", "scale_shift"),
+    "downsample_type": _choice("conv", "resnet"),
+    "upsample_type": _choice("conv", "resnet"),
+    "mid_block_type": _choice("UNetMidBlock2D", None),
+    "center_input_sample": FLAG,
+    "flip_sin_to_cos": FLAG,
+    "add_attention": FLAG,
+}
+SCHEDULER_FIELDS: dict[str, Check] = {
+    "num_train_timesteps": _int(1, MAX_TIMESTEPS),
+    "beta_start": _float(0.0, 1.0, low_open=True, high_open=True),
+    "beta_end": _float(0.0, 1.0, low_open=True, high_open=True),
+    "beta_schedule": _choice("linear", "scaled_linear", "squaredcos_cap_v2", "sigmoid"),
+    "variance_type": _choice(
+        "fixed_small", "fixed_small_log", "fixed_large", "fixed_large_log", "learned", "learned_range"
+    ),
+    "prediction_type": _choice("epsilon", "v_prediction", "sample"),
+    "timestep_spacing": _choice("linspace", "leading", "trailing"),
+    "dynamic_thresholding_ratio": _float(0.0, 1.0, low_open=True),
+    "clip_sample_range": _float(0.0, 1e6, low_open=True),
+    "sample_max_value": _float(0.0, 1e6, low_open=True),
+    "steps_offset": _int(0, MAX_TIMESTEPS),
+    "clip_sample": FLAG,
+    "thresholding": FLAG,
+    "rescale_betas_zero_snr": FLAG,
+}
+
+
+def _fields(config: Any, table: Mapping[str, Check], where: str, error: type[RoseError]) -> dict[str, Any]:
+    """``config`` (a JSON object) with every field of ``table`` it holds replaced by its checked value
+    (``[32, 32]`` → ``32``, ``1`` → ``1.0``); other fields kept."""
+    if not isinstance(config, Mapping) or not all(isinstance(k, str) for k in config):
+        raise error(f"{where} must be a JSON object of named settings, found {type(config).__name__}")
+    out = dict(config)
+    for name, check in table.items():
+        if name in out:
+            out[name] = check(out[name], f"{where}: {name}", error)
+    return out
+
+
+def check_unet_config(
+    config: Any, where: str = "unet config", error: type[RoseError] = RoseError
+) -> dict[str, Any]:
+    """A ``UNet2DModel`` config as roseood reads it: every number in a sane range, block lists of one
+    length, groups dividing the channels, an image size the blocks can halve, no class conditioning."""
+    cfg = _fields(config, UNET_FIELDS, where, error)
+    if cfg.get("_class_name", "UNet2DModel") != "UNet2DModel":
+        raise error(f"{where} holds a {shown(cfg['_class_name'])}; roseood reads UNet2DModel folders")
+    if cfg.get("num_class_embeds") is not None or cfg.get("class_embed_type") is not None:
+        raise error(f"{where}: class-conditional UNets are not supported: roseood needs p(x), not p(x|y)")
+    if cfg.get("in_channels", 3) != cfg.get("out_channels", 3):
+        raise error(f"{where}: the UNet must predict as many channels as it takes (ε, v or x0 prediction)")
+    widths = cfg.get("block_out_channels", (224, 448, 672, 896))
+    for key in ("down_block_types", "up_block_types"):
+        if key in cfg and len(cfg[key]) != len(widths):
+            raise error(f"{where}: {key} names {len(cfg[key])} blocks, block_out_channels {len(widths)}")
+    for key in ("norm_num_groups", "attn_norm_num_groups"):
+        groups = cfg.get(key, 32 if key == "norm_num_groups" else None)
+        bad = [w for w in widths if groups is not None and w % groups]
+        if bad:
+            raise error(f"{where}: {key} = {groups} does not divide block_out_channels {bad[0]}")
+    head = cfg.get("attention_head_dim", 8)
+    down = cfg.get("down_block_types", ("DownBlock2D", *["AttnDownBlock2D"] * 3))
+    up = cfg.get("up_block_types", (*["AttnUpBlock2D"] * 3, "UpBlock2D"))
+    attended = [w for w, b in zip(widths, down, strict=False) if "Attn" in b]
+    attended += [w for w, b in zip(widths[::-1], up, strict=False) if "Attn" in b]
+    attended += [widths[-1]] if cfg.get("add_attention", True) else []
+    if head is not None and attended and head > min(attended):
+        raise error(
+            f"{where}: attention_head_dim {head} exceeds the {min(attended)} channels it attends over"
+        )
+    if "sample_size" not in cfg:
+        raise error(f"{where}: sample_size is missing (the image size the UNet takes)")
+    size = cfg["sample_size"]
+    if size % 2 ** (len(widths) - 1):
+        raise error(
+            f"{where}: sample_size {size} is not divisible by 2**{len(widths) - 1}, as its blocks need"
+        )
+    return cfg
+
+
+def check_scheduler_config(
+    config: Any, where: str = "scheduler config", error: type[RoseError] = RoseError
+) -> dict[str, Any]:
+    """A ``DDPMScheduler`` config: every number in a sane range, β_start ≤ β_end, trained betas in (0, 1),
+    one per timestep."""
+    cfg = _fields(config, SCHEDULER_FIELDS, where, error)
+    if cfg.get("beta_start", 1e-4) > cfg.get("beta_end", 0.02):
+        raise error(f"{where}: beta_start {cfg['beta_start']} exceeds beta_end {cfg.get('beta_end', 0.02)}")
+    betas = cfg.get("trained_betas")
+    if betas is not None:
+        steps = cfg.get("num_train_timesteps", 1000)
+        if not isinstance(betas, list) or len(betas) != steps:
+            raise error(f"{where}: trained_betas must be a list of num_train_timesteps = {steps} numbers")
+        for i, b in enumerate(betas):
+            _float(0.0, 1.0, low_open=True, high_open=True)(b, f"{where}: trained_betas[{i}]", error)
+    return cfg
+
+
+def check_denoising(
+    options: Any,
+    where: str = "denoising",
+    error: type[RoseError] = RoseError,
+    base: Mapping[str, Any] = LOSS_DEFAULTS,
+) -> dict[str, Any]:
+    """The per-image loss's settings (``base`` updated by ``options``): known names, k ≥ 1, 0 ≤ t_min <
+    t_max ≤ 1, a known weighting, a seed numpy and torch accept."""
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise error(f"{where} must be a mapping of denoising options, found {type(options).__name__}")
+    unknown = sorted(set(options) - set(LOSS_DEFAULTS))
+    if unknown:
+        raise error(f"{where} has unknown options {unknown}; known: {sorted(LOSS_DEFAULTS)}")
+    opts = dict(base) | dict(options)
+    out = {
+        "k": check_int(opts["k"], f"{where}.k", error=error),
+        "t_min": check_float(opts["t_min"], f"{where}.t_min", low=0.0, high=1.0, error=error),
+        "t_max": check_float(opts["t_max"], f"{where}.t_max", low=0.0, high=1.0, error=error),
+        "weighting": _choice(*WEIGHTINGS)(opts["weighting"], f"{where}.weighting", error),
+        "seed": check_seed(opts["seed"], f"{where}.seed", error=error),
+    }
+    if out["t_min"] >= out["t_max"]:
+        raise error(f"{where} needs t_min < t_max, got {out['t_min']:g} and {out['t_max']:g}")
+    return out
+
+
+def check_ema_decay(value: Any, name: str = "ema_decay", error: type[RoseError] = RoseError) -> float:
+    """An EMA decay in [0, 1)."""
+    return _float(0.0, 1.0, high_open=True)(value, name, error)

@@ -1,0 +1,164 @@
+"""Diffusers folders in and out: a ``DDPMPipeline`` folder (or a ``UNet2DModel``'s own) read by roseood
+itself and checked before anything is built, and a model written as one with ``roseood.json`` (its loss
+pairs' settings) beside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from roseood.errors import CheckpointError, RoseError, shown
+from roseood.models.diffusion.config import (
+    check_denoising,
+    check_ema_decay,
+    check_scheduler_config,
+    check_unet_config,
+)
+from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model, diffusers_module
+from roseood.models.state import check_state, first_line, load_state
+from roseood.progress import state
+
+ROSEOOD_JSON = "roseood.json"  # our loss settings beside an exported diffusers pipeline
+ROSEOOD_KEYS = ("denoising", "ema_decay")  # what roseood.json may hold
+WEIGHTS = "diffusion_pytorch_model"  # diffusers' weight file name (.safetensors, .bin, sharded .index.json)
+
+
+def export_diffusers(model: DiffusionModel, folder: str | Path) -> Path:
+    """Write ``model`` as a diffusers ``DDPMPipeline`` folder (``unet/`` with the EMA weights,
+    ``scheduler/``, ``model_index.json``) plus ``roseood.json`` with its denoising-loss pairs' settings."""
+    model = as_diffusion_model(model, "export to diffusers")
+    d = diffusers_module()
+    folder = Path(folder)
+    d.DDPMPipeline(unet=model.unet, scheduler=model.scheduler).save_pretrained(folder)
+    (folder / ROSEOOD_JSON).write_text(
+        json.dumps({"denoising": model.denoising, "ema_decay": model.ema_decay})
+    )
+    return folder
+
+
+def is_diffusers_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder saved by diffusers (a pipeline, or a UNet's own folder)."""
+    p = Path(path)
+    return p.is_dir() and any(
+        (p / f).is_file() for f in ("model_index.json", "unet/config.json", "config.json")
+    )
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object read from ``path``; unreadable, invalid JSON or another JSON value is a one-line
+    ``CheckpointError`` naming the file."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({first_line(exc)})") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: must hold a JSON object, found a JSON {type(obj).__name__}")
+    return obj
+
+
+def _weight_file(path: Path) -> dict[str, Tensor]:
+    """One weight file of a diffusers folder: safetensors, or a torch ``.bin`` (weights only: no code)."""
+    from roseood.serialization import read_torch_file
+
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            state: Any = load_file(path)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
+    else:
+        state = read_torch_file(path)
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()
+    ):
+        raise CheckpointError(f"{path}: does not hold a mapping of tensor names to tensors")
+    return state
+
+
+def read_unet_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
+    """The UNet's state dict from a diffusers model folder (``diffusion_pytorch_model.safetensors``, ``.bin``,
+    or their sharded ``.index.json``), read without running code; also the file it came from."""
+    for ext in (".safetensors", ".bin"):
+        single, index = folder / f"{WEIGHTS}{ext}", folder / f"{WEIGHTS}{ext}.index.json"
+        if single.is_file():
+            return _weight_file(single), single
+        if index.is_file():
+            weight_map = read_json(index).get("weight_map")
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise CheckpointError(f"{index}: field 'weight_map' must map tensor names to shard files")
+            state: dict[str, Tensor] = {}
+            for shard in sorted(set(weight_map.values())):
+                if Path(shard).name != shard or not shard.startswith(WEIGHTS):
+                    raise CheckpointError(f"{index}: {shown(shard)} is not a shard file of this folder")
+                state |= _weight_file(folder / shard)
+            return state, index
+    raise CheckpointError(f"{folder}: no {WEIGHTS}.safetensors or {WEIGHTS}.bin (the UNet's weights)")
+
+
+def read_roseood_json(path: Path) -> dict[str, Any]:
+    """Our ``roseood.json``: an object with ``denoising`` (the loss pairs' settings) and ``ema_decay``, each
+    checked like the model's arguments; anything else is a one-line ``CheckpointError`` naming the file."""
+    obj = read_json(path)
+    unknown = sorted(set(obj) - set(ROSEOOD_KEYS))
+    if unknown:
+        raise CheckpointError(f"{path}: unknown field {shown(unknown[0])} (known: {', '.join(ROSEOOD_KEYS)})")
+    out: dict[str, Any] = {}
+    if "denoising" in obj:
+        out["denoising"] = check_denoising(obj["denoising"], f"{path}: denoising", CheckpointError)
+    if "ema_decay" in obj:
+        out["ema_decay"] = check_ema_decay(obj["ema_decay"], f"{path}: ema_decay", CheckpointError)
+    return out
+
+
+def load_diffusers(folder: str | Path) -> DiffusionModel:
+    """A diffusion model from a diffusers folder: a pipeline (``model_index.json``, ``unet/``,
+    ``scheduler/``), or a UNet2DModel's own folder (``config.json`` + weights; the scheduler then from a
+    sibling ``scheduler/`` folder, else DDPM's defaults, said in one line). Our ``roseood.json`` restores
+    the loss pairs. Every file is read by roseood itself and checked before anything is built (configs:
+    ``check_unet_config``, ``check_scheduler_config``; weights: safetensors or weights-only torch files,
+    loaded strictly); nothing is fetched from the network and no code in the folder is run."""
+    diffusers_module()  # says which extra to install before any file is read
+    folder = Path(folder)
+    unet_dir = folder / "unet" if (folder / "unet" / "config.json").is_file() else folder
+    config_file = unet_dir / "config.json"
+    unet = check_unet_config(read_json(config_file), str(config_file), CheckpointError)
+    sched_dir = next(
+        (
+            s
+            for s in (folder / "scheduler", unet_dir.parent / "scheduler")
+            if (s / "scheduler_config.json").is_file()
+        ),
+        None,
+    )
+    if sched_dir is None:
+        state(
+            f"{folder}: no scheduler/scheduler_config.json; using DDPMScheduler's defaults "
+            "(1000 timesteps, linear betas 0.0001 to 0.02, ε prediction)"
+        )
+        scheduler: dict[str, Any] = {}
+    else:
+        sched_file = sched_dir / "scheduler_config.json"
+        scheduler = check_scheduler_config(read_json(sched_file), str(sched_file), CheckpointError)
+    ours = next((f / ROSEOOD_JSON for f in (folder, unet_dir.parent) if (f / ROSEOOD_JSON).is_file()), None)
+    extra = read_roseood_json(ours) if ours is not None else {}
+    weights, weights_file = read_unet_weights(unet_dir)
+    plain = {k: v for k, v in unet.items() if not k.startswith("_")}
+    sched = {k: v for k, v in scheduler.items() if not k.startswith("_")}
+    what = f"the UNet2DModel of {config_file}"
+    try:
+        check_state(DiffusionModel.meta_unet(plain), weights, weights_file, what)  # before any allocation
+        model = DiffusionModel(unet=plain, scheduler=sched, **extra)
+    except CheckpointError:
+        raise
+    except RoseError as exc:
+        raise CheckpointError(f"{folder}: {exc}") from None
+    load_state(model.unet, weights, weights_file, what)
+    model.online.load_state_dict(model.unet.state_dict())
+    return model.eval()

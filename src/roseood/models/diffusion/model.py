@@ -1,0 +1,346 @@
+"""The DDPM as a roseood generative model: a diffusers ``UNet2DModel`` + ``DDPMScheduler`` with EMA
+weights and the per-image denoising loss at K fixed (timestep, noise) pairs (see the package doc)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roseood.errors import RoseError
+from roseood.models.base import GenerativeModel
+from roseood.models.diffusion.config import (
+    LOSS_DEFAULTS,
+    MAX_CHANNELS,
+    check_denoising,
+    check_ema_decay,
+    check_scheduler_config,
+    check_unet_config,
+    unet_config,
+)
+from roseood.models.state import first_line
+from roseood.validation import check_int, check_memory, module_bytes
+
+
+def diffusers_module() -> Any:
+    """The ``diffusers`` package, or a one-line ``RoseError`` naming the extra that installs it."""
+    try:
+        import diffusers
+    except ImportError:
+        raise RoseError("diffusion models need diffusers: pip install roseood[diffusion]") from None
+    try:  # a torchvision built for another torch breaks diffusers' optional import of it
+        import torchvision  # noqa: F401
+    except Exception:  # any failure: diffusers must not try it
+        import diffusers.utils.import_utils as import_utils
+
+        import_utils._torchvision_available = False
+    return diffusers
+
+
+@contextlib.contextmanager
+def quiet_diffusers() -> Iterator[None]:
+    """diffusers' logger at error level inside the block (its notices, e.g. "install accelerate for faster
+    loading", are no news to a roseood user); the caller's level after it."""
+    logging = diffusers_module().utils.logging
+    before = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(before)
+
+
+class DiffusionModel(GenerativeModel):
+    """A DDPM on images in [0, 1] (seen by the UNet in [-1, 1]).
+
+    Architecture: ``widths`` (block_out_channels), ``layers_per_block``, ``attention`` (a mid-block
+    self-attention), ``image_size``, ``in_channels``, ``train_timesteps``; or a full diffusers
+    ``unet`` config (and ``scheduler`` config) for a model brought from a diffusers folder.
+    ``denoising``: the K (timestep, noise) pairs of the per-image loss — ``k``, the timestep range
+    ``t_min``..``t_max`` (fractions of the train timesteps; the K timesteps are the midpoints of K
+    equal strata of it), ``weighting`` ("simple": ε-MSE; "elbo": each term weighted as in the DDPM
+    variational bound), ``seed`` (of the noise).
+    """
+
+    kind = "diffusion"
+    train_objective = "eps_mse"  # train_loss is DDPM's ε-MSE, not a likelihood
+    alphas_cumprod: Tensor
+    ema_steps: Tensor
+    loss_timesteps: Tensor
+    loss_noise: Tensor
+    unet: Any
+    online: Any
+
+    def __init__(
+        self,
+        in_channels: int = 1,
+        image_size: int = 32,
+        widths: tuple[int, ...] | list[int] = (32, 64, 64),
+        layers_per_block: int = 1,
+        attention: bool = True,
+        train_timesteps: int = 1000,
+        ema_decay: float = 0.999,
+        denoising: dict[str, Any] | None = None,
+        unet: dict[str, Any] | None = None,
+        scheduler: dict[str, Any] | None = None,
+    ) -> None:
+        d = diffusers_module()
+        if unet is None:
+            if isinstance(widths, int) or not widths:
+                raise RoseError(f"diffusion widths must be a list of channel counts, got {widths}")
+            widths = [check_int(w, "diffusion width", high=MAX_CHANNELS) for w in widths]
+            unet = unet_config(in_channels, image_size, tuple(widths), layers_per_block, attention)
+        unet = check_unet_config(unet)
+        scheduler = check_scheduler_config(
+            scheduler if scheduler is not None else {"num_train_timesteps": train_timesteps}
+        )
+        self.ema_decay = check_ema_decay(ema_decay)
+        denoising = check_denoising(denoising if denoising is not None else {})
+        with quiet_diffusers():
+            net = self._build_unet(d, unet, denoising["k"])
+            try:
+                sched = d.DDPMScheduler.from_config(scheduler)
+            except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
+                raise RoseError(f"cannot build a DDPMScheduler from its config ({first_line(exc)})") from None
+        alphas = sched.alphas_cumprod.float()
+        if len(alphas) != sched.config.num_train_timesteps or not bool(((alphas >= 0) & (alphas <= 1)).all()):
+            raise RoseError("the scheduler config gives no valid noise schedule (ᾱ_t outside [0, 1])")
+        super().__init__(net.config.in_channels, unet["sample_size"])
+        self.unet = net  # the EMA weights: what evaluation, ROSE and export use
+        self.online = copy.deepcopy(net)  # the optimised weights
+        self.online.requires_grad_(True)
+        self.scheduler = sched
+        self.register_buffer("ema_steps", torch.zeros((), dtype=torch.long))
+        self.register_buffer("alphas_cumprod", alphas.clone())
+        self.set_denoising(**denoising)
+
+    @staticmethod
+    def meta_unet(config: dict[str, Any]) -> Any:
+        """The UNet of a checked ``config`` built and run once on torch's meta device (no memory): finds a
+        config the blocks cannot be built or run from (one-line ``RoseError``), and gives the weights'
+        names and shapes before any is allocated."""
+        d = diffusers_module()
+        size = config["sample_size"]  # checked: one int
+        channels = config.get("in_channels", 3)
+        try:
+            with quiet_diffusers(), torch.device("meta"), torch.no_grad():
+                net = d.UNet2DModel.from_config(config)
+                net(torch.zeros(1, channels, size, size), torch.zeros(1, dtype=torch.long))
+        except (
+            TypeError,
+            ValueError,
+            KeyError,
+            AttributeError,
+            RuntimeError,
+            IndexError,
+            ArithmeticError,
+        ) as exc:
+            raise RoseError(f"cannot build a UNet2DModel from its config ({first_line(exc)})") from None
+        return net
+
+    @staticmethod
+    def _build_unet(d: Any, config: dict[str, Any], k: int) -> Any:
+        """The UNet of a checked ``config``, once ``meta_unet`` has built it without memory and its two
+        copies (EMA and optimised) and the K-pair noise buffer are known to fit in memory."""
+        meta = DiffusionModel.meta_unet(config)
+        weights = module_bytes(lambda: meta)
+        size, channels = config["sample_size"], meta.config.in_channels
+        noise = k * channels * size * size * 4
+        check_memory(
+            2 * weights + noise,
+            f"a UNet2DModel of {weights // 4:,} weights (EMA and optimised copies) with denoising k = {k} "
+            f"noise images of {channels}×{size}×{size}",
+            hint="lower denoising k" if noise > 2 * weights else "the model is too large for this machine",
+        )
+        return d.UNet2DModel.from_config(config)
+
+    # -- the fixed (timestep, noise) pairs ---------------------------------------------------------
+    def set_denoising(self, **options: Any) -> None:
+        """Set the per-image loss's K (timestep, noise) pairs (see the class doc); unknown keys are an
+        error. Changes the model's fingerprint: detectors fitted before must be refitted."""
+        opts = check_denoising(options, base=getattr(self, "denoising", LOSS_DEFAULTS))
+        k, lo, hi = opts["k"], opts["t_min"], opts["t_max"]
+        image = math.prod(self.input_shape)
+        check_memory(
+            k * (image * 4 + 16),
+            f"denoising k = {k} (a buffer of k noise images of shape {self.input_shape})",
+            hint="lower k",
+        )
+        self.denoising = opts
+        total = self.train_timesteps
+        strata = lo + (hi - lo) * (torch.arange(k, dtype=torch.float64) + 0.5) / k
+        t = (strata * total).floor().clamp(0, total - 1).long()
+        gen = torch.Generator().manual_seed(int(opts["seed"]))
+        noise = torch.randn(k, *self.input_shape, generator=gen)
+        device = self.alphas_cumprod.device
+        self.register_buffer("loss_timesteps", t.to(device))
+        self.register_buffer("loss_noise", noise.to(device))
+
+    @property
+    def train_timesteps(self) -> int:
+        return int(self.scheduler.config.num_train_timesteps)
+
+    @property
+    def k(self) -> int:
+        """Number of (timestep, noise) pairs of the per-image loss (UNet evaluations per image)."""
+        return int(self.loss_timesteps.shape[0])
+
+    @property
+    def rows_per_input(self) -> int:
+        """UNet batch rows per image in the per-image loss (K): ROSE sizes its batches by rows."""
+        return self.k
+
+    def row_labels(self) -> list[int]:
+        """The timestep of each of an image's K rows."""
+        return [int(t) for t in self.loss_timesteps]
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "unet": _plain(self.unet.config),
+            "scheduler": _plain(self.scheduler.config),
+            "ema_decay": self.ema_decay,
+            "denoising": dict(self.denoising),
+        }
+
+    # -- the network as an ε-predictor -----------------------------------------------------------
+    def net(self) -> Any:
+        """The UNet in use: the optimised one while training, the EMA one otherwise."""
+        return self.online if self.training else self.unet
+
+    def to_model_space(self, x: Tensor) -> Tensor:
+        """Images in [0, 1] → the UNet's [-1, 1]."""
+        return x * 2.0 - 1.0
+
+    def check_batch(self, rows: Tensor) -> None:
+        """Refuse in one line a UNet batch like ``rows`` whose first block's activations alone (two of
+        them, float32) cannot fit in memory: once per batch by whoever forms it, not per UNet call."""
+        first = self.unet.config.block_out_channels[0]
+        check_memory(
+            2 * rows.shape[0] * first * rows.shape[-2] * rows.shape[-1] * 4,
+            f"a UNet batch of {rows.shape[0]} rows (images × k noisy copies) of {tuple(rows.shape[1:])}",
+            device=rows.device,
+            hint="lower --batch-size or denoising k",
+        )
+
+    def eps(self, xt: Tensor, t: Tensor, net: Any = None, alpha_bar: Tensor | None = None) -> Tensor:
+        """The predicted noise ε̂(x_t, t), whatever the UNet predicts (ε, v or x0); ``alpha_bar``: ᾱ of
+        each row where ``t`` is fractional (default: the schedule's ᾱ_t)."""
+        net = net if net is not None else self.net()
+        out = net(xt, t).sample
+        kind = self.scheduler.config.prediction_type
+        if kind == "epsilon":
+            return out
+        a = (self.alphas_cumprod[t] if alpha_bar is None else alpha_bar).view(-1, 1, 1, 1)
+        if kind == "v_prediction":
+            return a.sqrt() * out + (1 - a).sqrt() * xt
+        if kind == "sample":
+            return (xt - a.sqrt() * out) / (1 - a).sqrt()
+        raise RoseError(f"unsupported prediction_type {kind!r}")
+
+    def noised(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
+        """x_t = √ᾱ_t x0 + √(1 − ᾱ_t) ε."""
+        a = self.alphas_cumprod[t].view(-1, 1, 1, 1)
+        return a.sqrt() * x0 + (1 - a).sqrt() * noise
+
+    def _weights(self, t: Tensor) -> Tensor:
+        if self.denoising["weighting"] == "simple":
+            return torch.ones_like(t, dtype=torch.float32)
+        # DDPM's bound: L_t = β_t² / (2 σ_t² α_t (1 − ᾱ_t)) ‖ε − ε̂‖², σ_t² = β_t (1 − ᾱ_{t-1}) / (1 − ᾱ_t)
+        a = self.alphas_cumprod
+        prev = torch.cat([a.new_ones(1), a[:-1]])
+        beta = 1 - a / prev
+        sigma2 = (beta * (1 - prev) / (1 - a)).clamp_min(1e-20)
+        w = beta**2 / (2 * sigma2 * (1 - beta) * (1 - a))
+        w[0] = 1.0 / (2 * (1 - beta[0]))  # t = 0: the decoder term, an ε-MSE at σ_1
+        return w[t].float()
+
+    def denoising_loss(self, x: Tensor) -> Tensor:
+        """Per-image loss at the K fixed pairs: the K noisy copies of each image in one batch of N·K
+        rows (image-major), each image's loss the sum of its K rows' weighted ε-MSE (summed over pixels)."""
+        return self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k).sum(1)
+
+    def row_loss(self, rows: Tensor) -> Tensor:
+        """The weighted ε-MSE of each row (N·K,) of ``rows``: each image K times in a row (image-major),
+        row j noised at pair j mod K. What ROSE with ``rows="each"`` differentiates: one gradient per
+        (image, timestep) row instead of their sum."""
+        k = self.k
+        if rows.shape[0] % k:
+            raise RoseError(f"row_loss takes each image {k} times in a row, got {rows.shape[0]} rows")
+        n = rows.shape[0] // k
+        self.check_batch(rows)
+        t = self.loss_timesteps.repeat(n)
+        noise = self.loss_noise.repeat(n, 1, 1, 1)
+        err = (self.eps(self.noised(self.to_model_space(rows), t, noise), t) - noise).pow(2).flatten(1).sum(1)
+        return err * self._weights(t)
+
+    # -- GenerativeModel ---------------------------------------------------------------------------
+    def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
+        """The denoising loss at the fixed pairs; ``stochastic``: K fresh random pairs instead."""
+        return self.train_loss(x, draws=self.k) if stochastic else self.denoising_loss(x)
+
+    def nll(self, x: Tensor) -> Tensor:
+        """The denoising loss at the K fixed pairs (a bound on −log p(x) up to constants with
+        ``weighting="elbo"``); no gradients."""
+        with torch.no_grad():
+            return self.denoising_loss(x)
+
+    def train_loss(self, x: Tensor, draws: int = 1) -> Tensor:
+        """DDPM's ε-MSE at a random timestep and noise (``draws`` of them per image, summed); in train
+        mode with gradients it first moves the EMA weights towards the optimised ones."""
+        if self.training and torch.is_grad_enabled():
+            self._update_ema()
+        n = x.shape[0]
+        x0 = self.to_model_space(x).repeat_interleave(draws, 0)
+        self.check_batch(x0)
+        t = torch.randint(0, self.train_timesteps, (n * draws,), device=x.device)
+        noise = torch.randn_like(x0)
+        err = (self.eps(self.noised(x0, t, noise), t) - noise).pow(2).flatten(1).sum(1)
+        return err.view(n, draws).sum(1)
+
+    def held_out_metrics(self, x: Tensor) -> dict[str, float]:
+        """Held-out ε-MSE and variational bound in bits/dim (``roseood.models.diffusion.quality``)."""
+        from roseood.models.diffusion.quality import held_out_metrics
+
+        return held_out_metrics(self, x)
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        """EMA with diffusers' warm-up: decay min(ema_decay, (1 + s) / (10 + s)) at step s."""
+        s = int(self.ema_steps)
+        decay = min(self.ema_decay, (1 + s) / (10 + s))
+        for e, p in zip(self.unet.parameters(), self.online.parameters(), strict=True):
+            e.lerp_(p, 1 - decay)
+        self.ema_steps += 1
+
+    def layer_sets(self) -> dict[str, list[str]]:
+        """Layers of the EMA UNet: ``all`` (every convolution, linear map and norm affine), ``weights``
+        (convolutions and linear maps), ``down``/``mid``/``up`` (one part of the UNet, all layers)."""
+        names = [
+            f"unet.{n}"
+            for n, m in self.unet.named_modules()
+            if n and any(p.requires_grad for p in m.parameters(recurse=False))
+        ]
+        weights = [n for n in names if isinstance(self.get_submodule(n), torch.nn.Conv2d | torch.nn.Linear)]
+        sets = {"all": names, "weights": weights}
+        for part in ("down", "mid", "up"):
+            sets[part] = [n for n in names if n.startswith(f"unet.{part}_block")]
+        return sets
+
+
+def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
+    """``model`` if it is a diffusion model, else a one-line ``RoseError`` saying that ``what`` needs one
+    (the one place outside the class that asks for its type)."""
+    if not isinstance(model, DiffusionModel):
+        raise RoseError(f"{what} needs a diffusion model (rose train diffusion, a diffusers folder)")
+    return model
+
+
+def _plain(config: Any) -> dict[str, Any]:
+    """A diffusers config as JSON-able plain values (lists, not tuples), without private keys."""
+    return json.loads(json.dumps({k: v for k, v in dict(config).items() if not k.startswith("_")}))
