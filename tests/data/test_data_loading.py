@@ -302,3 +302,15 @@ def test_npy_and_channel_first_arrays(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         load_images(write_npz(tmp_path / "c.npz", chw), channels=3, size=16).images, chw
     )
+
+
+def test_a_tie_for_the_most_common_size_asks_for_size(tmp_path: Path) -> None:
+    """issue 48: two 7-pixel strips and two 32×32 images tied, and the strip's 7 was taken; now the error
+    names the tied shapes and --size, and a size given settles it."""
+    for i, (h, w) in enumerate([(7, 40), (7, 40), (32, 32), (32, 32), (20, 20)]):
+        Image.fromarray(np.full((h, w), 50 * i, np.uint8)).save(tmp_path / f"{i}.png")
+    with pytest.raises(DataError, match=r"2 images each at 40×7, 32×32; .*--size S"):
+        load_images(tmp_path, size=None)  # size from the data, as the command line's unset --size
+    assert load_images(tmp_path, size=32).images.shape == (5, 1, 32, 32)
+    Image.fromarray(np.zeros((32, 32), np.uint8)).save(tmp_path / "5.png")  # no tie: the common size
+    assert load_images(tmp_path, size=None).images.shape == (6, 1, 32, 32)

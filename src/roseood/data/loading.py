@@ -200,14 +200,21 @@ class _Wanted:
     ) -> tuple[Preprocessing, str | None]:
         """The preprocessing for images with these (height, width) and channel counts, and the one-line
         conversion it makes, after the ``decoding`` steps (counted per image) that files need:
-        channels 3 if any image has colour, size the shorter side of the most common shape (ties: the
-        smaller)."""
+        channels 3 if any image has colour, size the shorter side of the most common shape; where shapes
+        of different sizes tie for most common, a one-line ``DataError`` asks for a size."""
         channels = self.channels or (3 if colours[3] else 1)
         if self.size is not None:
             size = self.size
         else:
-            (h, w), _ = min(shapes.items(), key=lambda kv: (-kv[1], min(kv[0])))
-            size = min(h, w)
+            top = max(shapes.values())
+            sizes = sorted({min(hw) for hw, count in shapes.items() if count == top})
+            if len(sizes) > 1:
+                tied = ", ".join(f"{w}×{h}" for (h, w), count in sorted(shapes.items()) if count == top)
+                raise DataError(
+                    f"no single most common image size: {top} image{'s' * (top > 1)} each at {tied}; "
+                    "choose the size to bring them to with --size S (size=S in Python)"
+                )
+            size = sizes[0]
         prep = Preprocessing(channels, size, self.resize)
         return prep, describe_conversion(shapes, colours, prep, decoding)
 
