@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from roseood import validation
+from roseood import memory
 from roseood.models import VAE
 
 SHARED_DATA = Path(os.environ.get("ROSEOOD_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -37,13 +37,13 @@ def _bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     size is accepted then does not depend on the machine, and a hypothesis example the machine could just
     hold (denoising k = 2**26 is 17 GB) is refused in one line instead of filling memory beside another
     worker until the kernel kills both (seen twice on a 24 GB machine)."""
-    real = validation.available_memory
+    real = memory.available
 
     def capped(device: object = None) -> int | None:
         free = real(device)
         return TEST_MEMORY if free is None else min(free, TEST_MEMORY)
 
-    monkeypatch.setattr(validation, "available_memory", capped)
+    monkeypatch.setattr(memory, "available", capped)
 
 
 @pytest.fixture

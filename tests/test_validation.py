@@ -12,19 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from roseood import validation
 from roseood.data import load_images
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
 from roseood.errors import DataError, RoseError
-from roseood.validation import (
-    available_memory,
-    check_float,
-    check_int,
-    check_memory,
-    check_seed,
-    module_bytes,
-)
+from roseood.memory import available, check_memory, module_bytes
+from roseood.validation import check_float, check_int, check_seed
 
 ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5))
 
@@ -125,14 +118,17 @@ def test_int_checks_with_an_upper_bound(value: object, high: int) -> None:
 def test_memory_checks_refuse_what_cannot_fit_and_measure_without_allocating(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    free = available_memory()
+    from roseood import memory
+
+    free = available()
     assert free is None or free > 0
     assert module_bytes(lambda: torch.nn.Linear(10**5, 10**5)) == (10**10 + 10**5) * 4  # 40 GB, on meta
-    monkeypatch.setattr(validation, "available_memory", lambda device=None: 2 * 10**9)
-    check_memory(10**9, "a buffer")
+    monkeypatch.setattr(memory, "available", lambda device=None: 2 * 2**30)
+    check_memory(2**30, "a buffer")
     with pytest.raises(
-        RoseError, match=r"^a buffer needs about 3 GB, more than the 2 GB free on this machine; lower k$"
+        RoseError,
+        match=r"^a buffer needs about 3\.0 GiB, more than the 2\.0 GiB free on this machine; lower k$",
     ):
-        check_memory(3 * 10**9, "a buffer", hint="lower k")
-    monkeypatch.setattr(validation, "available_memory", lambda device=None: None)
+        check_memory(3 * 2**30, "a buffer", hint="lower k")
+    monkeypatch.setattr(memory, "available", lambda device=None: None)
     check_memory(10**30, "anything")  # where the free memory cannot be told, nothing is refused

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -100,57 +99,6 @@ def check_choice(value: T, choices: Iterable[T], name: str = "value") -> T:
     if value not in allowed:
         raise RoseError(f"unknown {name} {value!r}; choose from {', '.join(map(str, allowed))}")
     return value
-
-
-def available_memory(device: Any = None) -> int | None:
-    """Bytes that an allocation on ``device`` (default: the CPU) can take now: a CUDA device's free
-    memory, else the system's available memory (Linux's MemAvailable, elsewhere the physical memory);
-    None where it cannot be told."""
-    import torch
-
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    if dev.type == "cuda":
-        return int(torch.cuda.mem_get_info(dev)[0])
-    if dev.type != "cpu":
-        return None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def gigabytes(nbytes: float) -> str:
-    """``12.3 GB``: a byte count for a message."""
-    return f"{nbytes / 1e9:,.3g} GB" if nbytes < 1e12 else f"{nbytes / 1e9:,.0f} GB"
-
-
-def check_memory(nbytes: float, what: str, *, device: Any = None, hint: str = "") -> None:
-    """Refuse, before it is made, an allocation of about ``nbytes`` that cannot fit in the memory of
-    ``device`` (see ``available_memory``): one line saying ``what`` needs it, and ``hint`` (what to lower)."""
-    free = available_memory(device)
-    if free is not None and nbytes > free:
-        where = "on this machine" if device is None or str(device) == "cpu" else f"on {device}"
-        more = f"; {hint}" if hint else ""
-        raise RoseError(
-            f"{what} needs about {gigabytes(nbytes)}, more than the {gigabytes(free)} free {where}{more}"
-        )
-
-
-def module_bytes(build: Callable[[], Any]) -> int:
-    """Bytes of the parameters and buffers of the ``torch.nn.Module`` that ``build()`` returns, measured by
-    building it on torch's meta device (no memory is allocated): how much building it for real takes."""
-    import torch
-
-    with torch.device("meta"):
-        module = build()
-    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 
 
 def check_names(text: str, choices: Iterable[str], name: str = "name") -> tuple[str, ...]:

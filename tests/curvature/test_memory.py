@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roseood.curvature import memory
-from roseood.curvature.memory import MemoryPlan, format_size, parse_size, saved_bytes
+from roseood import memory
+from roseood.curvature.memory import MemoryPlan, saved_bytes
 from roseood.errors import RoseError
+from roseood.memory import format_size, parse_size
 
 
 @pytest.mark.parametrize(

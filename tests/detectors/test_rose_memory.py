@@ -116,8 +116,8 @@ def test_the_memory_probe_moves_no_random_number_generator(tiny_vae, images):
 
 
 def test_cli_memory_and_max_size(cli_data, capsys):
+    from roseood import memory
     from roseood.cli import main
-    from roseood.curvature import memory
 
     fit = ["fit", "--model", "model.pt", "--method", "rose-ekfac", "--fit-samples", "20"]
     fit += ["--stats-samples", "8"]

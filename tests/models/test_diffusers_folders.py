@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from roseood import validation
+from roseood import memory
 from roseood.errors import CheckpointError, RoseError
 from roseood.models import load_model
 from roseood.models.diffusion import LOSS_DEFAULTS, WEIGHTS, DiffusionModel, export_diffusers, load_diffusers
@@ -130,7 +130,7 @@ def test_a_huge_denoising_k_is_refused_before_allocating(pipeline: Path, tmp_pat
     folder = damaged(
         pipeline, tmp_path, lambda f: (f / "roseood.json").write_text('{"denoising": {"k": 1000000000}}')
     )
-    refused(folder, "k = 1000000000", "GB free", "lower denoising k")
+    refused(folder, "k = 1000000000", "GiB free", "lower denoising k")
     model = load_model(pipeline)
     with pytest.raises(RoseError, match="lower k"):
         model.set_denoising(k=10**9)
@@ -245,8 +245,8 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_built(
     pipeline: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = load_model(pipeline)
-    monkeypatch.setattr(validation, "available_memory", lambda device=None: 100_000)
-    with pytest.raises(CheckpointError, match=r"EMA and optimised copies.*more than the 0\.0001 GB free"):
+    monkeypatch.setattr(memory, "available", lambda device=None: 100_000)
+    with pytest.raises(CheckpointError, match=r"EMA and optimised copies.*more than the 98 KiB free"):
         load_diffusers(pipeline)
     with pytest.raises(RoseError, match="a UNet batch of 64 rows"):
         model.nll(torch.rand(32, 1, 8, 8))
@@ -258,7 +258,7 @@ def test_weights_that_do_not_fit_the_config_are_refused_before_the_unet_is_alloc
     # A config whose UNet is far larger than its weights file (time_embedding_dim 45000: 8 GB of weights,
     # which once took two 8 GB copies before the mismatch was found, and the kernel killed the process):
     # the file is checked against the UNet built on the meta device, so no memory is asked for at all.
-    monkeypatch.setattr(validation, "available_memory", lambda device=None: 100_000)
+    monkeypatch.setattr(memory, "available", lambda device=None: 100_000)
     folder = damaged(pipeline, tmp_path, set_json("unet/config.json", "time_embedding_dim", 45000))
     refused(folder, "weights do not match", "time_embedding.linear_1.weight' has shape (32, 8) in the file")
 

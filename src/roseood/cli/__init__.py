@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
         return exc.code if isinstance(exc.code, int) else 2
     from roseood import distributed
-    from roseood.curvature.memory import set_memory
+    from roseood.memory import set_memory
     from roseood.progress import show_warnings_as_notes
 
     show_warnings_as_notes()

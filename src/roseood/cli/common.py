@@ -109,7 +109,7 @@ def add_memory(p: argparse.ArgumentParser) -> None:
 
 
 def _memory_size(text: str, _name: str) -> int:
-    from roseood.curvature.memory import parse_size
+    from roseood.memory import parse_size
 
     return parse_size(text)
 

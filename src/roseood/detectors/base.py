@@ -32,12 +32,13 @@ from roseood.data.tensors import ImageData, check_model_input, collect, loader_b
 from roseood.detectors.aggregation import DECISION_TPR, threshold_at
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import check_detector_file
+from roseood.memory import check_memory
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.progress import progress, resolve
 from roseood.registry import Registry
 from roseood.serialization import safe_load, save_file, share_equal_tensors
-from roseood.validation import check_float, check_int, check_memory
+from roseood.validation import check_float, check_int
 
 DETECTOR_FORMAT = "roseood-detector"
 D = TypeVar("D", bound="Detector")

@@ -27,9 +27,10 @@ from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
 from roseood.errors import CheckpointError, DataError
 from roseood.integrity import count, field, tensor
+from roseood.memory import check_memory, module_bytes
 from roseood.models.base import RoseModel
 from roseood.progress import progress as progress_bar
-from roseood.validation import check_float, check_int, check_memory, check_seed, module_bytes
+from roseood.validation import check_float, check_int, check_seed
 
 MAX_CHANNELS, MAX_IMAGE_SIZE = 64, 4096  # a stored net larger than this is a damaged file, not a model
 

@@ -32,7 +32,7 @@ from roseood.curvature import (
     check_layers,
     make_fisher,
 )
-from roseood.curvature.memory import MemoryPlan, budget, format_size, in_use, parse_size, saved_bytes
+from roseood.curvature.memory import MemoryPlan, saved_bytes
 from roseood.data.tensors import ImageData, iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
@@ -45,6 +45,7 @@ from roseood.detectors.aggregation import (
 from roseood.detectors.base import Detector, register_detector
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError, shown
 from roseood.integrity import field, same, tensor
+from roseood.memory import budget, format_size, in_use, parse_size
 from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.progress import note

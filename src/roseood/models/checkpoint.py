@@ -17,10 +17,11 @@ from roseood.contracts import FromFactory, Preprocessed
 from roseood.data.preprocess import Preprocessing
 from roseood.errors import CheckpointError, RoseError, shown
 from roseood.integrity import field, same, verify
+from roseood.memory import check_memory, module_bytes
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.state import first_line, load_state
 from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file
-from roseood.validation import check_memory, check_model_config, module_bytes
+from roseood.validation import check_model_config
 
 MODEL_FORMAT = "roseood-model"
 MODEL_VERSION = 1

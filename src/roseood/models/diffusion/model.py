@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from roseood.errors import RoseError
+from roseood.memory import check_memory, module_bytes
 from roseood.models.base import GenerativeModel
 from roseood.models.diffusion.config import (
     LOSS_DEFAULTS,
@@ -25,7 +26,7 @@ from roseood.models.diffusion.config import (
     unet_config,
 )
 from roseood.models.state import first_line
-from roseood.validation import check_int, check_memory, module_bytes
+from roseood.validation import check_int
 
 
 def diffusers_module() -> Any:
