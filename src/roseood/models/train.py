@@ -347,6 +347,41 @@ class _Curve:
             )
 
 
+class _Recorder:
+    """An epoch's history row: the mean training loss per input and per dimension, then the held-out
+    figures (timed apart from training), also written to the curve CSV when there is one."""
+
+    def __init__(
+        self,
+        model: Any,
+        objective: str,
+        per_dim: float,
+        state: dict[str, Any],
+        device: str | torch.device,
+        held: Tensor | None,
+        log: _Curve | None,
+    ) -> None:
+        self.model, self.objective, self.per_dim, self.state = model, objective, per_dim, state
+        self.device, self.held, self.log = device, held, log
+
+    def __call__(self, sums: dict[str, float]) -> dict[str, float]:
+        mean = sums["loss"] / sums["seen"]
+        if self.objective == "nll":
+            row = {"loss_nats": mean, "bits_per_dim": mean / self.per_dim}
+        else:
+            row = {"loss": mean, self.objective: mean / self.per_dim}
+        if self.held is not None:
+            started = time.monotonic()
+            row |= {
+                f"held_out_{k}": v for k, v in _held_out_metrics(self.model, self.held, self.device).items()
+            }
+            if self.log is not None:  # the curve's clock counts training, not this evaluation
+                self.log.offset -= time.monotonic() - started
+        if self.log is not None:
+            self.log.write(self.state["epoch"] + 1, self.state["step"], row)
+        return row
+
+
 def train(
     model: RoseModel,
     images: Tensor | np.ndarray,
@@ -388,11 +423,9 @@ def train(
         raise RoseError(
             f"perturb={cfg.perturb!r} perturbs images; this model takes {model.input_kind} inputs"
         )
-    perturb = None
-    if cfg.perturb:
-        from roseood.data.perturbations import make_perturbation
+    from roseood.data.perturbations import make_perturbation
 
-        perturb = make_perturbation(cfg.perturb)
+    perturb = make_perturbation(cfg.perturb) if cfg.perturb else None
     checkpoint = Path(checkpoint)
     gen = torch.Generator().manual_seed(cfg.seed)
     device = distributed.device(device)
@@ -416,22 +449,7 @@ def train(
 
     held = None if held_out is None else check_model_input(held_out, model)
     log = _Curve(Path(curve), state["step"]) if curve is not None and distributed.is_main() else None
-
-    def record(sums: dict[str, float]) -> dict[str, float]:
-        mean = sums["loss"] / sums["seen"]
-        if objective == "nll":
-            row = {"loss_nats": mean, "bits_per_dim": mean / per_dim}
-        else:
-            row = {"loss": mean, objective: mean / per_dim}
-        if held is not None:
-            started = time.monotonic()
-            row |= {f"held_out_{k}": v for k, v in _held_out_metrics(model, held, device).items()}
-            if log is not None:  # the curve's clock counts training, not this evaluation
-                log.offset -= time.monotonic() - started
-        if log is not None:
-            log.write(state["epoch"] + 1, state["step"], row)
-        return row
-
+    record = _Recorder(model, objective, per_dim, state, device, held, log)
     history = run_epochs(
         model,
         opt,
