@@ -367,6 +367,15 @@ def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
     return obj
 
 
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes (``algorithm``: a ``hashlib`` name), read in 1 MiB chunks."""
+    digest = hashlib.new(algorithm, usedforsecurity=False)
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def array_digest(images: np.ndarray) -> str:
     """Hash of an array's shape, dtype and bytes: identifies an image set exactly."""
     h = hashlib.sha256(f"{images.shape}{images.dtype}".encode())

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from roseood.errors import DataError, RoseError
 from roseood.progress import progress as progress_bar
-from roseood.serialization import atomic_write, save_npz
+from roseood.serialization import atomic_write, file_digest, save_npz
 
 CHUNK = 1 << 20
 TIMEOUT_S = 60.0
@@ -212,15 +212,6 @@ DOWNLOADS: dict[str, Download] = {
 # --- fetching ---------------------------------------------------------------------------------------
 
 
-def md5sum(path: Path) -> str:
-    """Hex md5 of a file, read in chunks."""
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _fetch_one(url: str, dest: Path, md5: str, progress: bool) -> None:
     """Stream ``url`` into ``dest`` atomically; the file appears only if the md5 matches."""
     with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
@@ -275,7 +266,7 @@ def download_dataset(name: str, split: str, data_dir: Path, *, progress: bool = 
     try:
         for resource in spec.resources[split]:
             path = raw_dir / resource.filename
-            if not (path.is_file() and md5sum(path) == resource.md5):
+            if not (path.is_file() and file_digest(path, "md5") == resource.md5):
                 fetch(resource, path, progress=progress)
             paths.append(path)
     except (DownloadError, OSError) as e:

@@ -8,11 +8,11 @@ once its folder's files match ``zoo/SHA256SUMS``; ``$ROSEOOD_ZOO`` points to ano
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 from roseood.errors import CheckpointError, RoseError
+from roseood.serialization import file_digest
 
 ZOO_DATA = {"fmnist": "fashion_mnist", "cifar10": "cifar10"}  # name part -> training data set
 ZOO_SEEDS = (0, 1, 2)
@@ -48,14 +48,6 @@ def checksums(folder: Path | None = None) -> dict[str, str]:
         if digest and rel:
             sums[rel] = digest
     return sums
-
-
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def zoo_path(name: str, verify: bool = True) -> Path:
