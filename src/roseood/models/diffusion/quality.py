@@ -101,12 +101,14 @@ def held_out_metrics(
     t = torch.cat([torch.zeros(n, 1, dtype=torch.long), strata.clamp(max=total - 1)], 1).to(device)
     noise = torch.randn(n, k + 1, *x0.shape[1:], generator=gen, dtype=torch.float64).to(device)
     a, prev, beta, var = (v.to(device) for v in _schedule(model))
-    rows_x0 = x0.repeat_interleave(k + 1, 0)
     rows_t, rows_noise = t.flatten(), noise.flatten(0, 1)
     terms = torch.empty(rows_t.shape[0], dtype=torch.float64, device=device)
     sq_err = torch.empty_like(terms)
     for s in range(0, rows_t.shape[0], batch_rows):
-        tt, e, z0 = rows_t[s : s + batch_rows], rows_noise[s : s + batch_rows], rows_x0[s : s + batch_rows]
+        tt, e = rows_t[s : s + batch_rows], rows_noise[s : s + batch_rows]
+        z0 = x0[
+            torch.arange(s, s + len(tt), device=device) // (k + 1)
+        ]  # each row's image, not N·(K+1) copies
         view = (-1,) + (1,) * (z0.dim() - 1)
         ab, ap, b, v = (q[tt].view(view) for q in (a, prev, beta, var))
         xt = ab.sqrt() * z0 + (1 - ab).sqrt() * e
