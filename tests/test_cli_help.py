@@ -83,3 +83,28 @@ def test_closed_pipe_gives_no_traceback() -> None:
         timeout=120,
     )
     assert len(proc.stdout) == 10 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["bench", "--list-x"], ["datasets", "--bogus"], ["nonsense"]])
+def test_help_and_refusals_outside_the_model_commands_import_no_torch(argv: list[str]) -> None:
+    """`rose --help` lists every command without building the groups that need torch (model families,
+    detectors): a fresh interpreter answers these without torch, scipy or sklearn in sys.modules."""
+    code = (
+        "import sys\n"
+        "from roseood.cli import main\n"
+        f"code = main({argv!r})\n"
+        "heavy = sorted(m for m in ('torch', 'scipy', 'sklearn') if m in sys.modules)\n"
+        "print('heavy:', heavy, 'code:', code)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "heavy: [] code:" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_listing_parser_names_every_command_with_its_full_help() -> None:
+    """The help `rose --help` shows (commands listed, not built) is the help of the full parser."""
+
+    def listed(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {c.dest: c.help for c in action._choices_actions}
+
+    assert listed(build_parser(["--help"])) == listed(build_parser())

@@ -69,10 +69,10 @@ def check_seed(value: Any, name: str = "seed", *, error: type[RoseError] = RoseE
 def check_device(value: Any, name: str = "device") -> str:
     """``auto`` (the best device here: see ``roseood.distributed.device``) or a device string torch knows
     and this machine has (``cuda`` needs a visible GPU, ``mps`` Apple's Metal)."""
-    import torch
-
     if str(value) == "auto":
         return "auto"
+    import torch
+
     try:
         device = torch.device(str(value))
     except (RuntimeError, ValueError):

@@ -16,14 +16,22 @@ from roseood.serialization import NAME_ERRORS
 COMMAND_GROUPS = (models, evaluate, detect, bench, info)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``rose`` parser: every command group's sub-commands."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``rose`` parser. Without ``argv`` every command is built in full; with it, only the group of
+    the command ``argv`` names, the others listing their commands by name and help only, so that
+    ``rose --help`` and a command's bad argument are answered without importing what other commands
+    need (model families and detectors import torch)."""
     parser = Parser(
         prog="rose", description="Out-of-distribution detection with deep generative models (ROSE)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    command = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     for group in COMMAND_GROUPS:
-        group.register(sub)
+        if argv is None or command in group.COMMANDS:
+            group.register(sub)
+        else:
+            for name, text in group.COMMANDS.items():
+                sub.add_parser(name, help=text)
     return parser
 
 
@@ -41,8 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (2: bad input, 130: interrupted). Under torchrun
     (``torchrun --nproc-per-node N -m roseood ...``) every process runs it on its share of the work and only
     rank 0 prints and writes files."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
         args = apply_preset(parser, argv, parser.parse_args(argv))
     except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
         return exc.code if isinstance(exc.code, int) else 2

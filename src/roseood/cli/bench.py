@@ -10,6 +10,11 @@ from typing import Any
 from roseood import validation as v
 from roseood.cli.common import add_data_dir, add_device, add_quiet, checked_output, csv_list
 
+# The commands this group adds and their one-line help: `rose --help` lists them without building them.
+COMMANDS = {
+    "bench": "regenerate the paper's tables and figures (reports with paper | ours | Δ)",
+}
+
 
 def cmd_bench(args: argparse.Namespace) -> None:
     from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
@@ -41,9 +46,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 def register(sub: Any) -> None:
     """Add ``bench`` to the ``rose`` sub-parsers ``sub``."""
-    p = sub.add_parser(
-        "bench", help="regenerate the paper's tables and figures (reports with paper | ours | Δ)"
-    )
+    p = sub.add_parser("bench", help=COMMANDS["bench"])
     p.add_argument("experiments", nargs="*", help="experiment names, or all (see --list)")
     p.add_argument("--list", action="store_true", help="list the experiments")
     p.add_argument("--profile", default="cpu", help="smoke (seconds), cpu (this machine) or paper (GPU)")

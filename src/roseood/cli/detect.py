@@ -23,6 +23,12 @@ from roseood.cli.common import (
     spec_from_args,
 )
 
+# The commands this group adds and their one-line help: `rose --help` lists them without building them.
+COMMANDS = {
+    "fit": "fit one detector, calibrate its threshold and save it to a file",
+    "score": "write one score and OOD decision per image (CSV) with a saved detector",
+}
+
 
 def cmd_fit(args: argparse.Namespace) -> None:
     from roseood.evaluation.evaluate import fit_calibrated
@@ -105,7 +111,7 @@ def register(sub: Any) -> None:
     from roseood.detectors import METHODS
 
     methods = ", ".join(METHODS)
-    p = sub.add_parser("fit", help="fit one detector, calibrate its threshold and save it to a file")
+    p = sub.add_parser("fit", help=COMMANDS["fit"])
     ensemble = "; give it again for an ensemble (one detector per model, their z-scores averaged)"
     add_eval_args(p, "in-distribution set (detectors are fitted on its training split)", ensemble)
     p.add_argument(
@@ -121,7 +127,7 @@ def register(sub: Any) -> None:
     add_quiet(p)
     p.set_defaults(func=cmd_fit)
 
-    p = sub.add_parser("score", help="write one score and OOD decision per image (CSV) with a saved detector")
+    p = sub.add_parser("score", help=COMMANDS["score"])
     add_model_args(p, "; an ensemble's models again, in the order given to rose fit")
     p.add_argument("--detector", required=True, help="file written by `rose fit`")
     p.add_argument("--data", required=True, help="dataset name, .npz file or image folder")

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     from roseood.evaluation.result import AcrossModels, EvaluationResult
 
 
+# The commands this group adds and their one-line help: `rose --help` lists them without building them.
+COMMANDS = {
+    "evaluate": "fit detectors and compare them on in-distribution vs OOD sets",
+}
+
+
 def _print_grid(
     title: str, methods: list[str], sets: list[str], cell: Callable[[str, str], str], width: int
 ) -> None:
@@ -185,7 +191,7 @@ def register(sub: Any) -> None:
     """Add ``evaluate`` to the ``rose`` sub-parsers ``sub``."""
     from roseood.detectors import METHODS
 
-    p = sub.add_parser("evaluate", help="fit detectors and compare them on in-distribution vs OOD sets")
+    p = sub.add_parser("evaluate", help=COMMANDS["evaluate"])
     several = "; give it again for more models, e.g. one per training seed: each is evaluated alike, then "
     add_eval_args(
         p,

@@ -8,6 +8,12 @@ from typing import Any
 from roseood import validation as v
 from roseood.cli.common import add_data_dir, add_quiet
 
+# The commands this group adds and their one-line help: `rose --help` lists them without building them.
+COMMANDS = {
+    "datasets": "list the named datasets and whether their files are present",
+    "demo": "offline demo: the authors' FMNIST VAE, ROSE vs NLL on Fashion-MNIST vs MNIST",
+}
+
 
 def cmd_datasets(args: argparse.Namespace) -> None:
     from roseood.data import DATASETS, resolve_data_dir
@@ -32,13 +38,11 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 def register(sub: Any) -> None:
     """Add ``datasets`` and ``demo`` to the ``rose`` sub-parsers ``sub``."""
-    p = sub.add_parser("datasets", help="list the named datasets and whether their files are present")
+    p = sub.add_parser("datasets", help=COMMANDS["datasets"])
     add_data_dir(p)
     p.set_defaults(func=cmd_datasets)
 
-    p = sub.add_parser(
-        "demo", help="offline demo: the authors' FMNIST VAE, ROSE vs NLL on Fashion-MNIST vs MNIST"
-    )
+    p = sub.add_parser("demo", help=COMMANDS["demo"])
     p.add_argument("--fit-samples", type=v.count, default=2000, help="Fashion-MNIST images for the Fisher")
     p.add_argument("--test-samples", type=v.count, default=1000, help="test images per set")
     add_quiet(p)

@@ -24,6 +24,16 @@ from roseood.errors import RoseError
 USER_MODEL = "module"  # `rose train module --model-module FILE.py:FACTORY`
 
 
+# The commands this group adds and their one-line help: `rose --help` lists them without building them.
+COMMANDS = {
+    "import-vae": "convert the ROSE authors' released VAE (netE/netG .pth) to a roseood model",
+    "train": "train a model family or your own model (per-epoch checkpoints, --resume)",
+    "check-model": "dry run: which layers of a model ROSE can use, and why not (one tiny batch)",
+    "export-diffusers": "save a diffusion model as a diffusers folder (DDPMPipeline.from_pretrained)",
+    "sample": "a diffusion model's samples as one PNG grid (DDIM): what the model learned",
+}
+
+
 def cmd_import_vae(args: argparse.Namespace) -> None:
     from roseood.models import load_authors_vae, save_model
 
@@ -215,18 +225,14 @@ def register(sub: Any) -> None:
     """Add the model commands to the ``rose`` sub-parsers ``sub``."""
     from roseood.models.families import FAMILIES
 
-    p = sub.add_parser(
-        "import-vae", help="convert the ROSE authors' released VAE (netE/netG .pth) to a roseood model"
-    )
+    p = sub.add_parser("import-vae", help=COMMANDS["import-vae"])
     p.add_argument("--encoder", required=True, help="the authors' netE .pth file")
     p.add_argument("--decoder", required=True, help="the authors' netG .pth file")
     p.add_argument("--out", required=True, help="roseood model checkpoint to write")
     add_overwrite(p, "--force")
     p.set_defaults(func=cmd_import_vae)
 
-    p = sub.add_parser(
-        "train", help="train a model family or your own model (per-epoch checkpoints, --resume)"
-    )
+    p = sub.add_parser("train", help=COMMANDS["train"])
     families = p.add_subparsers(
         dest="kind", required=True, metavar="FAMILY", help="model family (`rose train FAMILY --help`)"
     )
@@ -242,16 +248,12 @@ def register(sub: Any) -> None:
     _add_train_args(fp)
     fp.add_argument("--model-module", required=True, metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
-    p = sub.add_parser(
-        "check-model", help="dry run: which layers of a model ROSE can use, and why not (one tiny batch)"
-    )
+    p = sub.add_parser("check-model", help=COMMANDS["check-model"])
     add_model_args(p)
     add_device(p)
     p.set_defaults(func=cmd_check_model)
 
-    p = sub.add_parser(
-        "export-diffusers", help="save a diffusion model as a diffusers folder (DDPMPipeline.from_pretrained)"
-    )
+    p = sub.add_parser("export-diffusers", help=COMMANDS["export-diffusers"])
     p.add_argument(
         "--model", required=True, help="a diffusion model (roseood checkpoint or diffusers folder)"
     )
@@ -259,9 +261,7 @@ def register(sub: Any) -> None:
     add_overwrite(p)
     p.set_defaults(func=cmd_export_diffusers, device="cpu")
 
-    p = sub.add_parser(
-        "sample", help="a diffusion model's samples as one PNG grid (DDIM): what the model learned"
-    )
+    p = sub.add_parser("sample", help=COMMANDS["sample"])
     p.add_argument(
         "--model", required=True, help="a diffusion model (checkpoint, diffusers folder or zoo name)"
     )
