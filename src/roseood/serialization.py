@@ -118,8 +118,11 @@ def _state(path: Path) -> FileState:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _stream(path: Path) -> bool:
-    """Whether ``path`` is an existing character device or FIFO: written in place, never replaced."""
+def written_in_place(path: str | Path) -> bool:
+    """Whether ``path`` is standard output (``-``) or an existing character device or FIFO: written in
+    place, never replaced."""
+    if str(path) == STDOUT:
+        return True
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -178,7 +181,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path
     (standard output) and an existing device or FIFO are written in place instead.
     """
     path = Path(path)
-    if str(path) == STDOUT or _stream(path):
+    if written_in_place(path):
         return _write_in_place(path, write)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -265,6 +268,103 @@ def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[A
     return atomic_write(path, write)
 
 
+class GrowingCsv:
+    """A CSV written as it grows, for long runs that may be interrupted: rows go to ``PATH.partial``,
+    each ``append`` flushed to disk and recorded (row count and byte length) with the run's ``settings``
+    in ``PATH.partial.json``; ``finish`` renames it to ``PATH``, so ``PATH`` only ever holds a whole run.
+    ``resume=True`` continues the partial file of an interrupted run with the same header and settings
+    (rows past its last record are dropped, their work redone); ``resumed`` are the rows it already
+    held (as text), ``count`` the rows written in all.
+    Without ``resume`` an existing partial file is refused, unless ``overwrite``."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        header: Sequence[str],
+        settings: Mapping[str, Any],
+        *,
+        resume: bool = False,
+        overwrite: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.partial = self.path.with_name(self.path.name + ".partial")
+        self.record = self.path.with_name(self.path.name + ".partial.json")
+        self.settings = {"header": list(header), **settings}
+        self.resumed: list[list[str]] = []
+        self.count = 0
+        if GrowingCsv.check(path, resume=resume, overwrite=overwrite):
+            self._resume()
+        else:
+            self._append_text(header, [], mode="wb")
+
+    @staticmethod
+    def check(path: str | Path, *, resume: bool, overwrite: bool) -> bool:
+        """Whether a run writing ``path`` resumes a partial file; refuses, before any work, a partial file
+        left by an interrupted run that is neither resumed nor overwritten."""
+        partial = Path(path).with_name(Path(path).name + ".partial")
+        record = partial.with_name(partial.name + ".json")
+        if resume and record.exists():
+            return True
+        if (partial.exists() or record.exists()) and not (resume or overwrite):
+            raise RoseError(
+                f"{partial} holds an interrupted run's rows: continue it with --resume, or start over "
+                "with --overwrite"
+            )
+        return False
+
+    def _resume(self) -> None:
+        try:
+            record = json.loads(self.record.read_text())
+            length, count = int(record["bytes"]), int(record["rows"])
+            with open(self.partial, "rb") as f:
+                text = f.read(length).decode("utf-8")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RoseError(f"cannot resume {self.partial}: {exc}; start over with --overwrite") from None
+        if record.get("settings") != self.settings:
+            changed = sorted(
+                k
+                for k in {*self.settings, *record.get("settings", {})}
+                if self.settings.get(k) != record.get("settings", {}).get(k)
+            )
+            raise RoseError(
+                f"cannot resume {self.partial}: it was written with other settings ({', '.join(changed)}); "
+                "start over with --overwrite"
+            )
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+        if len(rows) != count + 1 or len(text.encode("utf-8")) != length:
+            raise RoseError(f"cannot resume {self.partial}: it is shorter than its record; use --overwrite")
+        self.resumed, self.count = rows[1:], count
+        with open(self.partial, "r+b") as f:  # drop what was written after the last record
+            f.truncate(length)
+
+    def _append_text(self, header: Sequence[str] | None, rows: list[list[Any]], mode: str) -> None:
+        try:
+            with open(self.partial, mode) as f:
+                text = io.TextIOWrapper(f, encoding="utf-8", errors=NAME_ERRORS, newline="")
+                writer = csv.writer(text)
+                if header is not None:
+                    writer.writerow(header)
+                writer.writerows([spreadsheet_safe(c) for c in row] for row in rows)
+                text.flush()
+                os.fsync(f.fileno())
+                length = f.tell()
+                text.detach()
+        except OSError as exc:
+            raise _cannot_write(self.partial, exc) from None
+        self.count = self.count + len(rows) if header is None else 0
+        write_json(self.record, {"settings": self.settings, "rows": self.count, "bytes": length})
+
+    def append(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Add ``rows`` (cells as ``write_csv`` writes them) and record them as written."""
+        self._append_text(None, [list(r) for r in rows], mode="ab")
+
+    def finish(self) -> Path:
+        """Rename the whole file to ``PATH`` (refused if another process wrote ``PATH`` meanwhile)."""
+        _replace_if_unclaimed(str(self.partial), self.path)
+        self.record.unlink(missing_ok=True)
+        return self.path
+
+
 def save_npy(path: str | Path, array: np.ndarray) -> Path:
     """Write one array as ``.npy`` (no pickles) to ``path`` atomically."""
     return atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
@@ -325,7 +425,7 @@ def check_output(
         raise RoseError(f"{path} is a file; name a folder for this output")
     if not folder and out.is_dir():
         raise RoseError(f"{path} is a folder; name a file for this output")
-    if not folder and _stream(out):
+    if not folder and written_in_place(out):
         if not os.access(out, os.W_OK):
             raise RoseError(f"cannot write to {path}: permission denied")
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from roseood import validation as v
@@ -22,6 +23,7 @@ from roseood.cli.common import (
     load_models_arg,
     spec_from_args,
 )
+from roseood.errors import RoseError
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
@@ -55,8 +57,16 @@ def cmd_score(args: argparse.Namespace) -> None:
     from roseood.detectors import load_detector
     from roseood.evaluation.evaluate import model_preprocessing
     from roseood.evaluation.scoring import write_scores
+    from roseood.serialization import GrowingCsv, file_digest, written_in_place
 
+    to_stdout = str(args.out) == "-"
     out = checked_output(args, args.out, stdout=True)
+    if args.resume and written_in_place(out):
+        raise RoseError(
+            f"--resume continues a CSV file; {args.out} is written as it goes and cannot be resumed"
+        )
+    if not written_in_place(out):
+        GrowingCsv.check(out, resume=args.resume, overwrite=args.overwrite)
     if args.report:
         from roseood.evaluation.html_report import PAGE_OUTPUTS
 
@@ -75,17 +85,49 @@ def cmd_score(args: argparse.Namespace) -> None:
         channels=prep.channels,
         size=prep.size,
         resize=prep.resize,
+        errors="skip",
     )
     data.state_preprocessing()
+    log = sys.stderr if to_stdout else sys.stdout
+    pixels = args.chunk * prep.channels * prep.size**2
+    print(
+        f"scoring {len(data)} images, {args.chunk} read at a time per process (≈ "
+        f"{5 * pixels / 2**20:.0f} MiB of decoded pixels, uint8 and float32, besides the detector's own)",
+        file=log,
+    )
+    unreadable: list[int] = []
+
+    def skipped(index: int, message: str) -> None:
+        unreadable.append(index)
+        print(f"skipped: {message}", file=sys.stderr)
+
     chunks: list[np.ndarray] | None = [] if args.report else None
+    settings = {
+        "detector": file_digest(Path(args.detector)),
+        "data": data.source,
+        "split": args.split,
+        "subset": args.subset,
+        "seed": args.seed,
+    }
     threshold = write_scores(
-        det, data, out, threshold=args.threshold, chunk=args.chunk, progress=not args.quiet, collect=chunks
+        det,
+        data,
+        out,
+        threshold=args.threshold,
+        chunk=args.chunk,
+        progress=not args.quiet,
+        collect=chunks,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        settings=settings,
+        on_error=skipped,
     )
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
-    where = "standard output" if str(out) == "-" else out
+    where = "standard output" if to_stdout else out
+    bad = f"; {len(unreadable)} unreadable files skipped (score empty)" if unreadable else ""
     print(
-        f"wrote {len(data)} {det.name} scores for {data.name} ({data.source}) to {where}; {cut}",
-        file=sys.stderr if str(out) == "-" else sys.stdout,
+        f"wrote {len(data)} {det.name} scores for {data.name} ({data.source}) to {where}; {cut}{bad}",
+        file=log,
     )
     if chunks is not None and distributed.is_main():
         from roseood.evaluation.gallery import extremes
@@ -95,15 +137,15 @@ def cmd_score(args: argparse.Namespace) -> None:
         shown = extremes(scores, lambda i: data.read(i, i + 1)[0], data.files, args.gallery)
         page = write_score_page(
             args.report,
-            scores,
+            scores[~np.isnan(scores)],
             shown,
             method=det.name,
             data_name=data.name,
             source=data.source,
             threshold=threshold,
-            csv=None if str(out) == "-" else str(out),
+            csv=None if to_stdout else str(out),
         )
-        print(f"wrote {page}", file=sys.stderr if str(out) == "-" else sys.stdout)
+        print(f"wrote {page}", file=log)
 
 
 def register(sub: Any) -> None:
@@ -143,6 +185,12 @@ def register(sub: Any) -> None:
     add_overwrite(p)
     p.add_argument("--background", help="background model, for a saved lratio detector")
     p.add_argument("--chunk", type=v.count, default=2048, help="images read at a time per process")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run: the rows in OUT.partial are kept, the rest scored (the same "
+        "detector, data and threshold)",
+    )
     add_report_args(p, "an HTML page (index.html) with the histogram of the scores and the threshold")
     add_data_args(p)
     add_memory(p)

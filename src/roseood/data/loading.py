@@ -39,6 +39,7 @@ from roseood.progress import state
 from roseood.serialization import printable
 from roseood.validation import check_int, check_seed
 
+READ_ERRORS = ("raise", "skip")  # open_images(errors=): what a folder's unreadable file does
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 DEFAULT_GENERATED_N = 10000
 
@@ -118,6 +119,7 @@ class ImageOptions(TypedDict, total=False):
     brightness: float
     resize: str
     download: bool
+    errors: str
 
 
 def load_images(source: str | os.PathLike[str], **options: Unpack[ImageOptions]) -> ImageSet:
@@ -140,6 +142,7 @@ def open_images(
     brightness: float = 1.0,
     resize: str = "crop",
     download: bool = True,
+    errors: str = "raise",
 ) -> ImageStream:
     """Open a named set (``"mnist"``, ``"cifar10:train"``, ``"noise"``), an ``.npz``/``.npy`` file or an image
     folder (PNG, JPEG, WebP, TIFF, BMP, GIF; recursive; class subfolders become labels).
@@ -153,8 +156,13 @@ def open_images(
     ``{data_dir}/{name}_{split}.npz`` and downloaded when missing if possible. A known name wins over a
     same-named path: pass ``./mnist`` or a ``Path`` to mean the folder. Images are read and preprocessed
     only when ``read(lo, hi)`` asks for them (a folder file by file: bounded memory for any number).
+    ``errors="skip"``: a folder's files that cannot be read are kept in their places but left out of the
+    size and colour statistics, and reading them raises their ``DataError`` then, so that a consumer
+    such as ``Detector.score_stream(on_error=...)`` goes on past them (``"raise"``: refused at once).
     """
     check_options(channels or 1, size or 1, brightness)
+    if errors not in READ_ERRORS:
+        raise DataError(f"errors must be one of {', '.join(READ_ERRORS)}, got {errors!r}")
     Preprocessing(channels or 1, size or 1, resize)  # refuses an unknown resize method
     check_seed(seed, error=DataError)
     if n is not None:
@@ -174,7 +182,7 @@ def open_images(
         return _array_stream(name, str(path), *_read_array(path), n, seed, want)
     path = Path(source).expanduser()
     if path.is_dir():
-        return _folder_stream(path, n, seed, want)
+        return _folder_stream(path, n, seed, want, skip=errors == "skip")
     if path.is_file():
         return _array_stream(printable(str(source)), printable(str(path)), *_read_array(path), n, seed, want)
     raise DataError(
@@ -342,9 +350,10 @@ def _array_stream(
     return ImageStream(name, source, labels, read, None, conversion, prep)
 
 
-def _folder_stream(folder: Path, n: int | None, seed: int, want: _Wanted) -> ImageStream:
+def _folder_stream(folder: Path, n: int | None, seed: int, want: _Wanted, skip: bool) -> ImageStream:
     """Every image file under ``folder``, read on demand; images in class subfolders are labelled with
-    their folder's index among the sorted class folders (images at the top: -1)."""
+    their folder's index among the sorted class folders (images at the top: -1). ``skip``: files whose
+    header cannot be read stay in place and raise their ``DataError`` when read (see ``open_images``)."""
     files = sorted(
         (p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")),
         key=lambda p: p.relative_to(folder).as_posix(),
@@ -359,10 +368,19 @@ def _folder_stream(folder: Path, n: int | None, seed: int, want: _Wanted) -> Ima
     keep = _subsample(len(files), n, seed)
     if keep is not None:
         files, labels = [files[i] for i in keep], labels[keep]
-    headers = []
-    for file in files:  # headers (float images: values), so every conversion is known before any pixel
-        with _reading(file) as img:
-            headers.append(inspect(img, file))
+    headers, unreadable = [], {}
+    for i, file in enumerate(files):  # headers (float images: values): every conversion known up front
+        try:
+            with _reading(file) as img:
+                headers.append(inspect(img, file))
+        except DataError as exc:
+            if not skip:
+                raise
+            unreadable[i] = str(exc)
+    if not headers:
+        raise DataError(
+            f"none of the {len(files)} image files in {folder} can be read; the first: {unreadable[0]}"
+        )
     scale, floats = float_scale(headers)
     named = [(*h.steps, floats) if h.floating and floats else h.steps for h in headers]
     steps = Counter(step for each in named for step in each)
@@ -371,6 +389,9 @@ def _folder_stream(folder: Path, n: int | None, seed: int, want: _Wanted) -> Ima
     prep, conversion = want.resolve(shapes, Counter(3 if h.colour else 1 for h in headers), decoding)
 
     def read(lo: int, hi: int) -> U8:
+        bad = next((i for i in range(lo, hi) if i in unreadable), None)
+        if bad is not None:
+            raise DataError(unreadable[bad])
         return _read_files(files[lo:hi], prep, want.brightness, scale)
 
     names = tuple(printable(p.relative_to(folder).as_posix()) for p in files)
@@ -399,6 +420,29 @@ def _read_files(files: list[Path], prep: Preprocessing, brightness: float, scale
         with _reading(file) as img:
             images[i] = np.asarray(resize_crop(decode(img, scale), prep.size, prep.resize))
     return preprocess(images, channels=prep.channels, size=prep.size, brightness=brightness)
+
+
+def read_readable(
+    stream: ImageStream, lo: int, hi: int, on_error: Callable[[int, str], None] | None = None
+) -> tuple[U8, npt.NDArray[np.intp]]:
+    """Images ``lo``–``hi`` of ``stream`` and their indices; with ``on_error``, a range holding a file that
+    cannot be read is read again file by file, ``on_error(index, message)`` called for each bad one and
+    the rest returned (without: the ``DataError`` is raised)."""
+    try:
+        return stream.read(lo, hi), np.arange(lo, hi)
+    except DataError:
+        if on_error is None:
+            raise
+    parts, kept = [], []
+    for i in range(lo, hi):
+        try:
+            parts.append(stream.read(i, i + 1))
+            kept.append(i)
+        except DataError as exc:
+            on_error(i, str(exc))
+    if not parts:
+        return np.empty((0, 0, 0, 0), np.uint8), np.empty(0, np.intp)  # nothing to score
+    return np.concatenate(parts), np.array(kept, np.intp)
 
 
 def take(images: ImageSet, n: int, seed: int) -> ImageSet:

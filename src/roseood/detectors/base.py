@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Self, TypeVar
 
@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from roseood import distributed
 from roseood.contracts import ModelInputs
-from roseood.data.loading import ImageStream
+from roseood.data.loading import ImageStream, read_readable
 from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
 from roseood.detectors.aggregation import DECISION_TPR, threshold_at
 from roseood.errors import CheckpointError, DataError, RoseError
@@ -198,14 +198,25 @@ class Detector(ABC):
         out = out.to("cpu", torch.float64)
         return (distributed.gather_rows(out) if shard else out).numpy()
 
-    def score_stream(self, stream: ImageStream, chunk: int = 4096) -> Iterator[tuple[int, np.ndarray]]:
-        """Score images read lazily, ``chunk`` at a time (bounded memory); yields (first index, scores) in
-        input order. Under torchrun each process reads and scores its share of every chunk."""
-        for lo in range(0, len(stream), chunk):
+    def score_stream(
+        self,
+        stream: ImageStream,
+        chunk: int = 4096,
+        *,
+        start: int = 0,
+        on_error: Callable[[int, str], None] | None = None,
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """Score images ``start``… of a lazily read stream, ``chunk`` at a time (bounded memory); yields
+        (first index, scores) in input order. Under torchrun each process reads and scores its share of
+        every chunk. ``on_error(index, message)``: a file that cannot be read scores NaN and the rest go
+        on (without it, its ``DataError`` is raised)."""
+        for lo in range(start, len(stream), chunk):
             hi = min(lo + chunk, len(stream))
             part = distributed.shard(hi - lo)
-            mine = stream.read(lo + part.start, lo + part.stop)
-            local = self.score(mine, shard=False) if len(mine) else np.empty(0)
+            mine, kept = read_readable(stream, lo + part.start, lo + part.stop, on_error)
+            local = np.full(part.stop - part.start, np.nan)
+            if len(kept):
+                local[kept - lo - part.start] = self.score(mine, shard=False)
             yield lo, distributed.gather_rows(torch.from_numpy(local)).numpy()
 
     def calibrate(self, images: ImageData, tpr: float = DECISION_TPR) -> Self:

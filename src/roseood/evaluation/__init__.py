@@ -27,7 +27,7 @@ from roseood.evaluation.evaluate import (
 )
 from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
-from roseood.evaluation.scoring import decision_rows, score_rows, write_decisions, write_scores
+from roseood.evaluation.scoring import decision_rows, score_chunks, write_decisions, write_scores
 
 if TYPE_CHECKING:
     from roseood.evaluation.html_report import write_evaluation_page, write_score_page
@@ -63,7 +63,7 @@ __all__ = [
     "metric_intervals",
     "ood_metrics",
     "roc_points",
-    "score_rows",
+    "score_chunks",
     "write_across_report",
     "write_decisions",
     "write_evaluation_page",

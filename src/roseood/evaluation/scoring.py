@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from roseood import distributed
 from roseood.data.loading import ImageStream
@@ -15,37 +16,48 @@ from roseood.errors import RoseError
 from roseood.evaluation.result import EvaluationResult
 from roseood.progress import progress as progress_bar
 from roseood.progress import resolve
-from roseood.serialization import write_csv
+from roseood.serialization import GrowingCsv, spreadsheet_safe, write_csv, written_in_place
 
 SCORE_COLUMNS = ("index", "file", "label", "score", "ood")
 DECISION_COLUMNS = ("method", "set", *SCORE_COLUMNS)
 
 
 def _row(index: int, file: str | None, label: int, score: float, ood: bool | None) -> list[Any]:
-    """One image's ``SCORE_COLUMNS``: ``ood`` true/false, or empty without a threshold."""
+    """One image's ``SCORE_COLUMNS``: ``ood`` true/false, or empty without a threshold; ``score`` and
+    ``ood`` both empty for a file that could not be read (NaN)."""
+    if np.isnan(score):
+        return [index, file or "", int(label), "", ""]
     return [index, file or "", int(label), f"{score:.6g}", "" if ood is None else str(bool(ood)).lower()]
 
 
-def score_rows(
+def score_chunks(
     detector: Detector,
     stream: ImageStream,
     threshold: float | None = None,
     chunk: int = 2048,
     progress: bool | None = None,
-    collect: list[np.ndarray] | None = None,
-) -> Iterator[list[Any]]:
-    """One row per image (``SCORE_COLUMNS``), read and scored ``chunk`` images per process at a time, so
-    memory stays bounded however many images there are; ``ood`` is empty without a threshold.
-    ``progress``: one bar (or log lines) for the whole stream, from rank 0 (unset: on a terminal).
-    ``collect``: each chunk's scores are appended to it (for a report)."""
+    *,
+    start: int = 0,
+    on_error: Callable[[int, str], None] | None = None,
+) -> Iterator[tuple[np.ndarray, list[list[Any]]]]:
+    """Each chunk's scores and rows (``SCORE_COLUMNS``, one per image from ``start`` on), read and scored
+    ``chunk`` images per process at a time, so memory stays bounded however many images there are;
+    ``ood`` is empty without a threshold. ``progress``: one bar (or log lines) for the whole stream,
+    from rank 0 (unset: on a terminal). ``on_error``: as for ``Detector.score_stream`` (NaN scores,
+    rows with empty score and decision)."""
     shown = resolve(progress) and distributed.is_main()
-    bar = progress_bar(None, "scoring", total=len(stream), unit="image", enabled=shown)
-    for lo, scores in detector.score_stream(stream, chunk=chunk * distributed.world()):
-        if collect is not None:
-            collect.append(scores)
+    bar = progress_bar(None, "scoring", total=len(stream) - start, unit="image", enabled=shown)
+    stream_chunks = detector.score_stream(
+        stream, chunk=chunk * distributed.world(), start=start, on_error=on_error
+    )
+    for lo, scores in stream_chunks:
         decisions = detector.decide(scores, threshold) if threshold is not None else [None] * len(scores)
-        for i, (s, d) in enumerate(zip(scores, decisions, strict=True), lo):
-            yield _row(i, stream.files[i] if stream.files is not None else None, stream.labels[i], s, d)
+        files, labels = stream.files, stream.labels
+        rows = [
+            _row(i, files[i] if files is not None else None, labels[i], s, d)
+            for i, (s, d) in enumerate(zip(scores, decisions, strict=True), lo)
+        ]
+        yield scores, rows
         bar.update(len(scores))
     bar.close()
 
@@ -58,18 +70,71 @@ def write_scores(
     chunk: int = 2048,
     progress: bool | None = None,
     collect: list[np.ndarray] | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    settings: Mapping[str, Any] | None = None,
+    on_error: Callable[[int, str], None] | None = None,
 ) -> float | None:
-    """Write ``score_rows`` to the CSV file ``out`` (atomically; under torchrun rank 0 writes while every
-    process scores its share). ``threshold`` defaults to the detector's calibrated one; returns the
-    threshold used (None: no decisions). ``collect``: as for ``score_rows``."""
+    """Write one row per image (``SCORE_COLUMNS``) to the CSV file ``out`` as the chunks are scored
+    (``GrowingCsv``: ``out.partial`` until the last row, then renamed; ``-`` or a device: in place).
+    Under torchrun rank 0 writes while every process scores its share. ``threshold`` defaults to the
+    detector's calibrated one; returns the threshold used (None: no decisions). ``resume``: continue an
+    interrupted run with the same ``settings`` (and the same images, checked by file name), scoring only
+    the images not yet written. ``collect``: every image's score is appended to it, chunk by chunk (for a
+    report; NaN for unreadable files). ``on_error``: as for ``score_chunks``."""
     threshold = threshold if threshold is not None else detector.threshold_
-    rows = score_rows(detector, stream, threshold, chunk, progress, collect)
+    if written_in_place(out):
+        chunks = score_chunks(detector, stream, threshold, chunk, progress, on_error=on_error)
+        rows = (row for scores, part in _collected(chunks, collect) for row in part)
+        if distributed.is_main():
+            write_csv(out, SCORE_COLUMNS, rows)
+        else:
+            for _ in rows:  # the other processes score their shares of every chunk
+                pass
+        return threshold
+    csv = None
     if distributed.is_main():
-        write_csv(out, SCORE_COLUMNS, rows)
-    else:
-        for _ in rows:  # the other processes score their shares of every chunk
-            pass
+        csv = GrowingCsv(
+            out,
+            SCORE_COLUMNS,
+            {"images": len(stream), "threshold": threshold, **(settings or {})},
+            resume=resume,
+            overwrite=overwrite,
+        )
+        _check_resumed(csv.resumed, stream, collect)
+    start = int(distributed.broadcast(torch.tensor(csv.count if csv is not None else 0)).item())
+    chunks = score_chunks(detector, stream, threshold, chunk, progress, start=start, on_error=on_error)
+    for _, part in _collected(chunks, collect):
+        if csv is not None:
+            csv.append(part)
+    if csv is not None:
+        csv.finish()
     return threshold
+
+
+def _collected(
+    chunks: Iterator[tuple[np.ndarray, list[list[Any]]]], collect: list[np.ndarray] | None
+) -> Iterator[tuple[np.ndarray, list[list[Any]]]]:
+    """``chunks`` as they are, each chunk's scores appended to ``collect`` first (unless None)."""
+    for scores, rows in chunks:
+        if collect is not None:
+            collect.append(scores)
+        yield scores, rows
+
+
+def _check_resumed(rows: list[list[str]], stream: ImageStream, collect: list[np.ndarray] | None) -> None:
+    """Refuse to continue rows written for other images (a folder changed since); their scores into
+    ``collect``."""
+    for i, row in enumerate(rows):
+        file = stream.files[i] if stream.files is not None else ""
+        if len(row) != len(SCORE_COLUMNS) or row[0] != str(i) or row[1] != str(spreadsheet_safe(file)):
+            raise RoseError(
+                f"cannot resume: row {i + 1} of the partial CSV is for {row[1:2] or '?'}, not {file!r} "
+                "(the images changed since it was written); start over with --overwrite"
+            )
+    if collect is not None and rows:
+        collect.append(np.array([float(r[3]) if r[3] else np.nan for r in rows]))
 
 
 def decision_rows(result: EvaluationResult) -> Iterator[list[Any]]:

@@ -1,0 +1,117 @@
+"""`rose score` on a folder as a long job: bad files are reported and skipped, the CSV grows as it goes,
+and an interrupted run resumed with --resume ends with the same CSV as one that was never interrupted."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from roseood.cli import main
+from roseood.models import VAE, save_model
+from roseood.serialization import GrowingCsv
+
+
+@pytest.fixture
+def scored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny VAE, a ROSE-diag detector fitted on noise-free blobs, and a folder of 23 images in which
+    two files mid-folder cannot be read (one is not an image, one is a truncated PNG)."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    fm = np.clip((rng.random((1, 28, 28)) > 0.6) * 200 + rng.integers(0, 40, (60, 28, 28)), 0, 255)
+    labels = np.zeros(60, np.int64)
+    np.savez_compressed(data / "fashion_mnist_train.npz", images=fm.astype(np.uint8), labels=labels)
+    monkeypatch.setenv("ROSEOOD_DATA", str(data))
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    save_model(VAE(ngf=4, nz=4).eval(), tmp_path / "model.pt")
+    fit = ["fit", "--model", "model.pt", "--method", "rose-diag", "--fit-samples", "30"]
+    assert main([*fit, "--stats-samples", "10", "--out", "det.pt", "-q"]) == 0
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(21):
+        Image.fromarray(rng.integers(0, 255, (28, 28), dtype=np.uint8)).save(folder / f"{i:02d}.png")
+    (folder / "05b.png").write_bytes(b"not an image at all")
+    (folder / "12b.png").write_bytes((folder / "12.png").read_bytes()[:60])
+    return tmp_path
+
+
+def score(*extra: str) -> int:
+    base = ["score", "--model", "model.pt", "--detector", "det.pt", "--data", "imgs", "--chunk", "4"]
+    return main([*base, *extra, "-q"])
+
+
+def test_bad_files_mid_folder_are_one_line_each_and_scoring_goes_on(scored: Path, capsys) -> None:
+    assert score("--out", "s.csv") == 0
+    out, err = capsys.readouterr()
+    skipped = [line for line in err.splitlines() if line.startswith("skipped: ")]
+    assert len(skipped) == 2 and "05b.png" in skipped[0] and "12b.png" in skipped[1]
+    assert all(line.startswith("skipped: cannot read image file ") for line in skipped)
+    rows = list(csv.DictReader((scored / "s.csv").open()))
+    assert len(rows) == 23 and [r["index"] for r in rows] == [str(i) for i in range(23)]
+    empty = [r["file"] for r in rows if r["score"] == ""]
+    assert empty == ["05b.png", "12b.png"] and all(r["ood"] == "" for r in rows if r["score"] == "")
+    assert all(np.isfinite(float(r["score"])) for r in rows if r["score"] != "")
+    assert "2 unreadable files skipped" in out and not (scored / "s.csv.partial").exists()
+
+
+def test_an_interrupted_run_resumes_to_the_csv_of_an_uninterrupted_one(
+    scored: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    assert score("--out", "whole.csv") == 0
+    appended = GrowingCsv.append
+    calls = []
+
+    def interrupted(self: GrowingCsv, rows: object) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        appended(self, rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GrowingCsv, "append", interrupted)
+    assert score("--out", "cut.csv") == 130
+    monkeypatch.setattr(GrowingCsv, "append", appended)
+    assert not (scored / "cut.csv").exists()
+    partial = scored / "cut.csv.partial"
+    assert len(partial.read_text().splitlines()) == 1 + 8  # two chunks of 4 written before the stop
+    with partial.open("a") as f:
+        f.write("8,08.png,-1,0.5")  # a row cut short by the interruption: dropped on resume
+    capsys.readouterr()
+    assert score("--out", "cut.csv") == 2  # neither resumed nor overwritten: refused
+    assert "--resume" in capsys.readouterr().err
+    scoring = []
+    original = GrowingCsv.append
+    monkeypatch.setattr(
+        GrowingCsv, "append", lambda self, rows: (scoring.append(len(rows)), original(self, rows))
+    )
+    assert score("--out", "cut.csv", "--resume") == 0
+    assert sum(scoring) == 23 - 8  # only the images not written yet were scored
+    assert (scored / "cut.csv").read_bytes() == (scored / "whole.csv").read_bytes()
+    assert not partial.exists() and not (scored / "cut.csv.partial.json").exists()
+
+
+def test_resume_refuses_other_settings_or_changed_images(scored: Path, monkeypatch, capsys) -> None:
+    appended = GrowingCsv.append
+
+    def stop(self: GrowingCsv, rows: object) -> None:
+        appended(self, rows)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(GrowingCsv, "append", stop)
+    assert score("--out", "s.csv") == 130
+    monkeypatch.setattr(GrowingCsv, "append", appended)
+    capsys.readouterr()
+    assert score("--out", "s.csv", "--resume", "--threshold", "0.5") == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith("error: cannot resume ") and "(threshold)" in errors[0]
+    (scored / "imgs" / "00.png").rename(scored / "imgs" / "zz.png")
+    assert score("--out", "s.csv", "--resume") == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "the images changed" in errors[0]
+    assert score("--out", "s.csv", "--overwrite") == 0
+    assert len(list(csv.DictReader((scored / "s.csv").open()))) == 23
