@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import nn
@@ -18,7 +20,7 @@ from roseood.curvature import (
 )
 from roseood.curvature.fisher import pack_orthogonal, unpack_orthogonal
 from roseood.curvature.handlers import declare_mask
-from roseood.errors import RoseError
+from roseood.errors import CheckpointError, RoseError
 
 pytestmark = pytest.mark.float_sensitive  # Fisher quadratic forms against dense oracles
 
@@ -213,3 +215,64 @@ def test_layers_reading_the_same_inputs_share_one_eigendecomposition(tiny_vae, i
     # exact: the same gradients through the same float64 eigendecomposition, in one process
     assert torch.equal(shared["encoder.logvar"].u_in, alone.u_in)
     assert torch.equal(shared["encoder.logvar"].u_out, alone.u_out)
+
+
+def _axis_layer() -> tuple[list[LayerGrad], Callable[[torch.Tensor], LayerGrad]]:
+    """A 24 → 1 layer fitted on inputs in coordinates 0–3 only (20 unspanned input directions), and
+    test gradients with input 1 in coordinate 0 and ``s`` in coordinate 5, an unspanned one."""
+    gen = torch.Generator().manual_seed(0)
+    fit = []
+    for _ in range(3):
+        a = torch.zeros(64, 1, 24)
+        a[..., :4] = torch.randn(64, 1, 4, generator=gen)
+        fit.append(LayerGrad(a, 1e3 * torch.randn(64, 1, 1, generator=gen)))
+
+    def test(s: torch.Tensor) -> LayerGrad:
+        a = torch.zeros(len(s), 1, 24)
+        a[:, 0, 0], a[:, 0, 5] = 1.0, s
+        return LayerGrad(a, torch.full((len(s), 1, 1), 1e3))
+
+    return fit, test
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac"])
+def test_a_component_crossing_the_rounding_level_moves_the_score_continuously(kind):
+    """Sweeping an unspanned component from 0 to well above its gradient's rounding level: the score
+    rises with no jump. A hard cut (weight 0 below the level, 1/damping above) jumps by the level's
+    whole weight at the crossing, here about 45× the sweep's last step; the counted excess over the
+    level, max(r² − level, 0), is convex in the component, so no step exceeds the last (up to float32
+    rounding of the summed score, a few 1e-7 of it)."""
+    fit, test = _axis_layer()
+    f = fitted(kind, fit, damping=1e-8)
+    s = torch.linspace(0.0, 4e-6, 4001)
+    scores = f.quad(test(s))
+    steps = scores.diff()
+    assert scores[-1] > 10 * scores[0]  # the sweep crosses the level by far
+    assert steps.min() > -1e-6 * scores[-1]
+    assert steps.max() <= 1.5 * steps[-10:].mean()
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac"])
+def test_the_unspanned_level_is_decided_at_fit_saved_and_an_option(kind):
+    """``rcond`` is decided when the Fisher is fitted (the fit gradients' rounding by default), saved with
+    it and read back; 0 counts every direction in full; a bad value in a file is refused."""
+    fit, test = _axis_layer()
+    s = torch.linspace(0.0, 4e-6, 9)
+    f = fitted(kind, fit, damping=1e-8)
+    assert f.rcond_ == pytest.approx(torch.finfo(torch.float32).eps ** 2 * 25)
+    again = make_fisher(kind, 1e-8)
+    again.load_state(f.state())
+    assert again.rcond_ == f.rcond_
+    torch.testing.assert_close(again.quad(test(s)), f.quad(test(s)), rtol=1e-6, atol=0)
+    every = make_fisher(kind, 1e-8, rcond=0.0)
+    for p in range(every.passes):
+        for g in fit:
+            every.update(g, p)
+        every.end_pass(p)
+    assert every.rcond_ == 0.0
+    rot = every._rotate(test(s))  # type: ignore[attr-defined]
+    plain = rot.weighted_square(1.0 / (every._eigenvalues() + 1e-8))  # type: ignore[attr-defined]
+    torch.testing.assert_close(every.quad(test(s)), plain)
+    assert (every.quad(test(s))[1:] > f.quad(test(s))[1:]).all()  # the rounding is counted too
+    with pytest.raises(CheckpointError, match="field 'rcond' must be a number"):
+        again.load_state(f.state() | {"rcond": -1.0})

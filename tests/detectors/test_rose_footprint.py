@@ -41,7 +41,7 @@ def test_compact_file_scores_like_the_float64_fit(fisher, tiny_vae, images, tmp_
 def test_ekfac_file_stores_reflectors_and_no_factors(tiny_vae, images, tmp_path):
     det = ROSE(tiny_vae, fisher="ekfac").fit(images[:16], held_out=images[16:])
     state = det.state()["fishers"]["encoder.mu"]
-    assert set(state) == {"u_in", "u_out", "scale", "count", "scale_count"}
+    assert set(state) == {"u_in", "u_out", "scale", "count", "scale_count", "rcond"}
     n_in = det.fishers_["encoder.mu"].u_in.shape[0]  # type: ignore[attr-defined]
     assert state["u_in"]["reflectors"].numel() == n_in * (n_in - 1) // 2
     assert state["scale"].dtype == torch.float32

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from roseood.curvature.grads import LayerGrad
-from roseood.errors import CheckpointError, RoseError
+from roseood.errors import CheckpointError, RoseError, shown
 from roseood.integrity import count, field, tensor
 from roseood.registry import Registry
 
@@ -146,8 +146,9 @@ class Fisher(ABC):
     sums: ClassVar[dict[int, tuple[str, ...]]]
     coords: ClassVar[str] = "native"  # gradient coordinates it wants: the module's parameters or "weight"
 
-    def __init__(self, damping: float = 1e-8) -> None:
+    def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
         self.damping = damping
+        self.rcond = rcond  # Kronecker Fishers: see ``KFAC.unspanned_level``
         self.count = 0
         self._device: torch.device | None = None  # where quad last found the gradients
 
@@ -214,8 +215,8 @@ class DiagFisher(Fisher):
     name = "diag"
     sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("sq", "count")}
 
-    def __init__(self, damping: float = 1e-8) -> None:
-        super().__init__(damping)
+    def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
+        super().__init__(damping, rcond)
         self.sq: Tensor | None = None
 
     def update(self, g: LayerGrad, pass_index: int) -> None:
@@ -254,8 +255,8 @@ class DenseFisher(Fisher):
     name = "dense"
     sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("outer", "count")}
 
-    def __init__(self, damping: float = 1e-8) -> None:
-        super().__init__(damping)
+    def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
+        super().__init__(damping, rcond)
         self.outer: Tensor | None = None
         self.chol: Tensor | None = None
 
@@ -304,25 +305,13 @@ class DenseFisher(Fisher):
             raise CheckpointError("field 'chol' is not a Cholesky factor (its diagonal must be positive)")
 
 
-def rounding(g: LayerGrad) -> float:
-    """Relative size of the rounding in one rotated gradient component of ``g``: rotating by orthogonal
+def default_rcond(g: LayerGrad, dtype: torch.dtype | None = None) -> float:
+    """The squared relative rounding of one rotated gradient component of ``g``: rotating by orthogonal
     bases of d_in and d_out coordinates rounds a component by about √(d_in + d_out)·ε of the gradient's
-    norm (ε of its dtype)."""
+    norm (ε of ``dtype``, by default the gradient's). Relative to the sum of the eigenvalues, it is
+    also the level that gradients without a component in a direction leave there."""
     d_in, d_out = g.width_in // g.groups, g.width_out // g.groups
-    return torch.finfo(g.dtype).eps * (d_in + d_out) ** 0.5
-
-
-def unspanned(lam: Tensor, tol: float) -> Tensor:
-    """Where the eigenvalues are the Fisher's rounding, not its data: at most ``tol²`` of their sum (the
-    mean squared gradient norm), the level that gradients without a component there leave.
-
-    A layer whose inputs span fewer directions than it has (a diffusion UNet's time-embedding layers see
-    only the embeddings of the K fixed timesteps) has such eigenvalues, and every image's gradient
-    components there are rounding too: their quotient is a number of order one per component that each
-    device rounds to another value (one layer's score: CPU 113–143 against GPU 50–80). Scoring drops a
-    component there when it is itself at the rounding level of its gradient and keeps one that is not
-    (an input the fit images never had)."""
-    return lam <= tol**2 * lam.sum()
+    return torch.finfo(dtype or g.dtype).eps ** 2 * (d_in + d_out)
 
 
 class KFAC(Fisher):
@@ -332,8 +321,8 @@ class KFAC(Fisher):
     sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("a_cov", "d_cov", "count")}
     coords = "weight"
 
-    def __init__(self, damping: float = 1e-8) -> None:
-        super().__init__(damping)
+    def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
+        super().__init__(damping, rcond)
         self.a_cov: Tensor | None = None
         self.d_cov: Tensor | None = None
         self.u_in: Tensor | None = None
@@ -344,6 +333,10 @@ class KFAC(Fisher):
         self._cast: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # the bases in the gradients' dtype
         self.in_support: Tensor | None = None  # inputs and outputs that meet a free entry (masked layers)
         self.out_support: Tensor | None = None
+        self.rcond_: float | None = None  # the unspanned level decided by the fit (``unspanned_level``)
+        self._fit_rcond: float | None = None  # ``default_rcond`` of the gradients fitted on
+        self._unspanned: Tensor | None = None  # where the eigenvalues are at most that level
+        self._decided = False
 
     def _update_factors(self, g: LayerGrad) -> None:
         # Factor scales are irrelevant for EKFAC (only eigenvectors are used); KFAC uses the
@@ -363,6 +356,7 @@ class KFAC(Fisher):
         self.a_cov = ac if self.a_cov is None else self.a_cov + ac
         self.d_cov = dc if self.d_cov is None else self.d_cov + dc
         self.count += g.n
+        self._fit_rcond = default_rcond(g)
 
     def update(self, g: LayerGrad, pass_index: int) -> None:
         if pass_index == 0:
@@ -376,6 +370,37 @@ class KFAC(Fisher):
             self.eig_in, self.u_in = factors.eigh(self.a_cov / self.count, self.in_support)
             self.eig_out, self.u_out = factors.eigh(self.d_cov / self.count, self.out_support)
             self.a_cov = self.d_cov = self.in_support = self.out_support = None  # bases suffice now
+        if pass_index == self.passes - 1:
+            self.rcond_ = self.rcond if self.rcond is not None else self._fit_rcond
+
+    def _unspanned_directions(self, lam: Tensor, g: LayerGrad) -> Tensor | None:
+        """Where ``lam`` is at most ``rcond_`` × its sum (None: nowhere), found once and kept. The saved
+        eigenvalues are float32, so the test is made on float32 values whether fitted or loaded."""
+        if not self._decided:
+            rcond = self.rcond_ if self.rcond_ is not None else default_rcond(g, torch.float32)
+            lam = lam.float().double()  # as saved
+            floor = lam <= rcond * lam.sum()
+            self._unspanned = floor if rcond > 0 and bool(floor.any()) else None
+            self._decided = True
+        return self._unspanned
+
+    def unspanned_level(self) -> float | None:
+        """``rcond``: directions whose eigenvalue is at most ``rcond`` × the sum of the eigenvalues (the
+        mean squared gradient norm) are taken as not spanned by the fit images, as ``rcond`` in
+        ``numpy.linalg.pinv`` marks singular values as zero. Default (``rcond=None``): the square of the
+        fit gradients' rounding, ``(ε·√(d_in + d_out))²`` for their dtype, the level that gradients
+        without a component in a direction leave there; 0 keeps every direction. Decided when the Fisher
+        is fitted and saved with it.
+
+        A layer whose inputs span fewer directions than it has (a diffusion UNet's time-embedding layers
+        see only the embeddings of the K fixed timesteps) has such eigenvalues, and every image's gradient
+        components there are rounding too: their quotient is a number of order one per component that
+        each device rounds to another value (one layer's score: CPU 113–143 against GPU 50–80). In those
+        directions scoring counts only what a component has beyond its gradient's own rounding,
+        ``max(r² − (ε·√(d_in + d_out))²·‖r‖², 0) / (λ + damping)`` (ε of the scored gradients' dtype):
+        continuous in the gradient, zero for rounding, and nearly ``r² / (λ + damping)`` for a component
+        well above it (an input the fit images never had)."""
+        return self.rcond_
 
     def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> None:
         super().map_tensors(fn)
@@ -400,17 +425,17 @@ class KFAC(Fisher):
         )
 
     def quad(self, g: LayerGrad) -> Tensor:
-        """``Σ_ij r_ij² / (λ_ij + damping)`` of the rotated gradient r, without the components that are
-        rounding in directions the Fisher does not span (``unspanned``)."""
+        """``Σ_ij r_ij² / (λ_ij + damping)`` of the rotated gradient r, less each component's rounding in
+        the directions the Fisher does not span (``unspanned_level``)."""
         rot, lam = self._rotate(g), self._eigenvalues()
-        tol = rounding(g)
-        floor = unspanned(lam, tol)
-        if not bool(floor.any()):
+        floor = self._unspanned_directions(lam, g)
+        if floor is None:
             return rot.weighted_square(1.0 / (lam + self.damping))
         weight = (1.0 / (lam + self.damping)).to(rot.dtype)
         sq = rot.matrix().pow(2)
-        noise = floor & (sq <= tol**2 * sq.flatten(1).sum(1)[:, None, None])
-        return (sq.masked_fill(noise, 0.0).flatten(1) @ weight.flatten()).double()
+        own = default_rcond(g) * sq.flatten(1).sum(1)[:, None, None]  # this gradient's rounding level
+        sq = torch.where(floor, (sq - own).clamp_min(0.0), sq)
+        return (sq.flatten(1) @ weight.flatten()).double()
 
     def _values(self) -> dict[str, Tensor | None]:
         """The eigenvalues scoring needs, by attribute name."""
@@ -433,11 +458,12 @@ class KFAC(Fisher):
 
     def state(self) -> dict[str, Any]:
         values = {k: v.float() for k, v in self._values().items() if v is not None}
+        plain = {"count": self.count, "rcond": self.rcond_}
         if self._packed is not None:
-            return self._packed | values | {"count": self.count}
+            return self._packed | values | plain
         assert self.u_in is not None and self.u_out is not None
         bases = {"u_in": pack_orthogonal(self.u_in), "u_out": pack_orthogonal(self.u_out)}
-        return bases | values | {"count": self.count}
+        return bases | values | plain
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Keeps the packed bases; they are rebuilt (≈0.5 s for a 2049-wide layer) when first scored.
@@ -447,6 +473,10 @@ class KFAC(Fisher):
         for k in self._values():
             setattr(self, k, tensor(field(state, k, Tensor), k, nonnegative=k == "scale").double())
         self.count = count(state, "count")
+        rcond = state.get("rcond")  # absent from files saved before it was decided at fit
+        if rcond is not None and (not isinstance(rcond, float) or not 0.0 <= rcond < 1.0):
+            raise CheckpointError(f"field 'rcond' must be a number in [0, 1), got {shown(rcond)}")
+        self.rcond_, self._unspanned, self._decided = rcond, None, False
         self._check_sizes()
 
     def _check_sizes(self) -> None:
@@ -464,8 +494,8 @@ class EKFAC(KFAC):
     passes = 2
     sums: ClassVar[dict[int, tuple[str, ...]]] = KFAC.sums | {1: ("scale", "scale_count")}
 
-    def __init__(self, damping: float = 1e-8) -> None:
-        super().__init__(damping)
+    def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
+        super().__init__(damping, rcond)
         self.scale: Tensor | None = None
         self.scale_count = 0
 
@@ -512,6 +542,7 @@ for _fisher in (DenseFisher, DiagFisher, KFAC, EKFAC):
     FISHERS.register(_fisher.name, _fisher)
 
 
-def make_fisher(kind: str, damping: float = 1e-8) -> Fisher:
-    """A fresh Fisher approximation by name: dense, diag, kfac or ekfac."""
-    return FISHERS.get(kind)(damping)
+def make_fisher(kind: str, damping: float = 1e-8, rcond: float | None = None) -> Fisher:
+    """A fresh Fisher approximation by name: dense, diag, kfac or ekfac (``rcond``: the Kronecker ones'
+    unspanned level, ``KFAC.unspanned_level``)."""
+    return FISHERS.get(kind)(damping, rcond)

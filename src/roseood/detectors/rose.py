@@ -65,6 +65,11 @@ class ROSE(Detector):
     ``fit`` are held out for the layer means/stds unless ``held_out`` images are passed explicitly.
     ``stochastic=True`` samples the latent (VAE) or the dequantisation noise (Glow) instead of the
     deterministic loss the authors used, per image from ``seed`` and the image (``roseood.randomness``).
+    ``damping`` is added to the Fisher's (eigen)values before inverting. ``rcond`` (KFAC/EKFAC layers,
+    as in ``numpy.linalg.pinv``): eigen-directions whose eigenvalue is at most ``rcond`` × the sum of the
+    eigenvalues are taken as not spanned by the fit images, and in them a gradient component counts
+    only beyond its own rounding (``roseood.curvature.fisher.KFAC.unspanned_level``); None (default):
+    the fit gradients' rounding level, decided at fit and saved; 0: every direction counts in full.
 
     ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
     paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
@@ -103,6 +108,7 @@ class ROSE(Detector):
         fisher: str = "ekfac",
         layers: str | list[str] | None = None,
         damping: float = 1e-8,
+        rcond: float | None = None,
         beta: float | list[float] = 0.0,
         p: float = math.inf,
         stats_fraction: float = 0.2,
@@ -123,6 +129,8 @@ class ROSE(Detector):
         super().__init__(model, batch_size=batch_size, progress=progress)
         check_float(p, "p", low=1.0, allow_inf=True)
         check_float(damping, "damping", low=0.0)
+        if rcond is not None:
+            check_float(rcond, "rcond", low=0.0, high=1.0)
         for b in beta if isinstance(beta, list) else [beta]:
             check_float(b, "beta")
         given = {k: v for k, v, default in (("beta", beta, 0.0), ("p", p, math.inf)) if v != default}
@@ -135,6 +143,7 @@ class ROSE(Detector):
         self.layer_spec = layers
         self.layers = layers if isinstance(layers, list) else model.rose_layers(layers)
         self.damping = damping
+        self.rcond = rcond
         self.beta = beta
         self.p = p
         self.aggregate = aggregate
@@ -301,7 +310,9 @@ class ROSE(Detector):
         distributed.check_enough(x.shape[0], "Fisher images")
         x = x[distributed.shard(x.shape[0])]
         self.fisher_kinds_ = self.choose_fishers(self._probe(x)[0])
-        self.fishers_ = {n: make_fisher(kind, self.damping) for n, kind in self.fisher_kinds_.items()}
+        self.fishers_ = {
+            n: make_fisher(kind, self.damping, self.rcond) for n, kind in self.fisher_kinds_.items()
+        }
         passes = max(f.passes for f in self.fishers_.values())
         plan = self._plan(x, self.fisher_kinds_)
         room = plan.budget - plan.peak if plan.budget is not None else self.grad_cache_bytes
@@ -434,7 +445,7 @@ class ROSE(Detector):
         self.fisher_kinds_ = {str(n): str(k) for n, k in kinds.items()}
         self.fishers_ = {}
         for name in fishers:
-            f = make_fisher(self.fisher_kinds_[name], self.damping)
+            f = make_fisher(self.fisher_kinds_[name], self.damping, self.rcond)
             try:
                 f.load_state(field(fishers, name, dict, "state.fishers."))
             except CheckpointError as exc:
