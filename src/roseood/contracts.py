@@ -82,6 +82,17 @@ def rows_per_input(model: object) -> int:
 
 
 @runtime_checkable
+class ImageStatistics(Protocol):
+    """A model that sums up how it fits each input in a few named positive statistics (a VAE: its ELBO's
+    reconstruction and KL terms; a DDPM: its weighted ε-MSE at each of its K timesteps), for detectors
+    that judge them together with ROSE's layer scores (``ROSE(features="layers,stats")``)."""
+
+    def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
+        """Per-input statistics, each (N,) and ≥ 0, in a fixed order of names; no gradients needed."""
+        ...
+
+
+@runtime_checkable
 class Trainable(Protocol):
     """A model ``roseood.models.train`` can train: a per-sample stochastic loss and what it measures
     ("nll": nats, also reported in bits per dimension; else its name, e.g. a DDPM's "eps_mse")."""

@@ -38,6 +38,7 @@ TIE_RULES = ("keep", "max")  # relu-norm's images at 0: left tied (the paper), o
 TIE_SHARE = 0.10  # more than this share of statistics images with one identical layer score: degenerate
 DECISION_TPR = 0.95  # the calibrated threshold's default TPR (Detector.calibrate)
 DYNAMIC_RANGE = 1e8  # a layer whose scores span more than this factor: z-scores are meaningless
+MIN_LOG_SPREAD = 1e-2  # gmm:k=auto: the least std of a log column it models (1 % relative variation)
 MIN_RELATIVE_STD = 1e-6  # a layer whose std / |mean| is below this: its z-scores are rounding noise
 
 
@@ -238,24 +239,67 @@ class Gaussian(Density):
 
 
 class GMM(Density):
-    """A small Gaussian mixture (``k`` full-covariance components, ``reg`` added to the diagonals)."""
+    """A Gaussian mixture (``k`` full-covariance components, ``reg`` added to the diagonals). ``k="auto"``:
+    on the standardised log scores (``reg`` then relative to each column's spread), the number of
+    components (1 … ``max_k``) and the covariance (full or diagonal) that give each half of the statistics
+    images the highest likelihood when fitted on the other half (two folds, split by ``seed``), refitted on
+    all of them."""
 
     name = "gmm"
+    MIN_AUTO = 20  # statistics images k="auto" needs: two halves of ten
 
-    def __init__(self, k: int = 3, reg: float = 1e-3, seed: int = 0) -> None:
+    def __init__(self, k: int | str = 3, reg: float = 1e-3, seed: int = 0, max_k: int = 5) -> None:
         super().__init__()
-        self.k = check_int(k, "gmm k")
+        self.k: int | str = k if k == "auto" else check_int(k, "gmm k")
         self.reg = check_float(reg, "gmm reg", low=0.0)
         self.seed = check_seed(seed, "gmm seed")
+        self.max_k = check_int(max_k, "gmm max_k")
+        self.choice_: tuple[int, str] | None = None  # k="auto": the components and covariance chosen
+
+    def _mixture(self, k: int, covariance: str, v: np.ndarray) -> GaussianMixture:
+        gm = GaussianMixture(
+            k, covariance_type=covariance, reg_covar=self.reg, random_state=self.seed, n_init=2
+        )
+        return gm.fit(v)
+
+    def _choose(self, v: np.ndarray) -> tuple[int, str]:
+        """The (components, covariance) with the highest two-fold held-out log-likelihood."""
+        if len(v) < self.MIN_AUTO:
+            raise RoseError(
+                f"gmm:k=auto needs at least {self.MIN_AUTO} statistics images to choose its mixture by "
+                f"held-out likelihood, got {len(v)}"
+            )
+        order = np.random.default_rng(self.seed).permutation(len(v))
+        halves = (order[: len(v) // 2], order[len(v) // 2 :])
+        best, choice = -np.inf, (1, "full")
+        for covariance in ("full", "diag"):
+            for k in range(1, min(self.max_k, len(halves[0]) // 2) + 1):
+                fits = [self._mixture(k, covariance, v[a]).score(v[b]) for a, b in (halves, halves[::-1])]
+                if np.mean(fits) > best:
+                    best, choice = float(np.mean(fits)), (k, covariance)
+        return choice
 
     def _fit_mixture(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if len(v) < 2 * self.k:
-            raise RoseError(f"gmm:k={self.k} needs at least {2 * self.k} statistics images, got {len(v)}")
-        gm = GaussianMixture(self.k, reg_covar=self.reg, random_state=self.seed, n_init=2).fit(v)
-        return gm.weights_, gm.means_, gm.covariances_
+        if self.k != "auto":
+            k = int(self.k)
+            if len(v) < 2 * k:
+                raise RoseError(f"gmm:k={k} needs at least {2 * k} statistics images, got {len(v)}")
+            gm = self._mixture(k, "full", v)
+            return gm.weights_, gm.means_, gm.covariances_
+        # reg is then relative to each column's spread, at least MIN_LOG_SPREAD: a column that barely
+        # varies (a near-constant statistic) would otherwise give a covariance so thin that scipy's
+        # density calls every other value impossible (an infinite score)
+        centre, scale = v.mean(0), np.maximum(v.std(0), MIN_LOG_SPREAD)
+        z = (v - centre) / scale
+        self.choice_ = k, covariance = self._choose(z)
+        gm = self._mixture(k, covariance, z)
+        cov = gm.covariances_ if covariance == "full" else np.stack([np.diag(c) for c in gm.covariances_])
+        # back to the log scores' own units: the same ranking (the density changes by a constant)
+        return gm.weights_, centre + gm.means_ * scale, cov * scale[:, None] * scale[None, :]
 
     def params(self) -> dict[str, Any]:
-        return {"k": self.k, "reg": self.reg, "seed": self.seed}
+        auto = {"max_k": self.max_k} if self.k == "auto" else {}  # max_k bounds the choice only
+        return {"k": self.k, "reg": self.reg, "seed": self.seed, **auto}
 
 
 AGGREGATIONS: Registry[str, type[Aggregation]] = Registry("aggregation")

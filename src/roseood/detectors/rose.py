@@ -43,6 +43,7 @@ from roseood.detectors.aggregation import (
     tie_problem,
 )
 from roseood.detectors.base import Detector, register_detector
+from roseood.detectors.features import check_features, check_positive, extra_columns
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError, shown
 from roseood.integrity import field, same, tensor
 from roseood.memory import budget, format_size, in_use, parse_size
@@ -77,6 +78,9 @@ class ROSE(Detector):
     divides each layer score by its in-distribution trend in the image's loss, ``both`` aggregates the raw
     and the adjusted layer scores together. Degenerate fits (ties, non-finite, exploding or constant layer
     scores) raise a ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
+    ``features`` (beyond the paper; ``roseood.detectors.features``): what the aggregation judges besides
+    the layer scores, ``layers`` (default) plus any of ``stats`` (the model's own statistics of the image)
+    and ``complexity`` (its compressed length), fitted on the held-out images like the rest.
     ``rows`` (beyond the paper), for a model whose loss runs each image K times (a diffusion model's K
     (timestep, noise) pairs): ``"sum"`` (default) differentiates the image's summed loss; ``"each"`` scores
     every (image, pair) row's own gradient against the Fisher of all rows, giving K columns per layer
@@ -117,6 +121,7 @@ class ROSE(Detector):
         rows: str = "sum",
         aggregate: str = DEFAULT_AGGREGATION,
         adjust: str = "none",
+        features: str = "layers",
         batch_size: int = 64,
         max_size: int | str | None = "auto",
         memory: int | str | None = None,
@@ -148,6 +153,10 @@ class ROSE(Detector):
         self.p = p
         self.aggregate = aggregate
         self.adjust = check_adjust(adjust)
+        self.features = check_features(features)
+        if "complexity" in self.features and model.input_kind != "image":
+            raise RoseError("features=...,complexity needs an image model (it compresses the images)")
+        self.extra_columns_: list[str] = []
         self.trend_ = LikelihoodTrend()
         self.stats_fraction = stats_fraction
         self.stochastic = stochastic
@@ -348,13 +357,16 @@ class ROSE(Detector):
         distributed.check_enough(x.shape[0], "statistics images")
         x = x[distributed.shard(x.shape[0])]
         raw, loss = self._scores_and_loss(x, desc="ROSE layer statistics")
+        extra, self.extra_columns_ = self._extra(x, loss)
         raw, loss = distributed.gather_rows(raw), distributed.gather_rows(loss)
+        extra = distributed.gather_rows(torch.from_numpy(extra)).numpy()
+        check_positive(extra, self.extra_columns_)
         self.mean_ = raw.mean(0)
         self.std_ = raw.std(0).clamp_min(1e-12)
         if self.adjust != "none":
             self.trend_.fit(raw.numpy(), loss.numpy())
-        values = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
-        columns = column_names(self.columns, self.adjust)
+        values = np.concatenate([adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust), extra], 1)
+        columns = column_names(self.columns, self.adjust) + self.extra_columns_
         self.fit_warnings_ = self._warn(layer_problems(values, columns))
         self.aggregation_.fit(values)
         self.fit_warnings_ += self._warn(tie_problem(values, columns, self.aggregation_))
@@ -410,7 +422,21 @@ class ROSE(Detector):
     def _score(self, x: Tensor) -> Tensor:
         raw, loss = self._scores_and_loss(x)
         columns = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
+        if self.extra_columns_:
+            columns = np.concatenate([columns, self._extra(x, loss)[0]], 1)
         return torch.from_numpy(self.aggregation_(columns))
+
+    def _extra(self, x: Tensor, loss: Tensor) -> tuple[np.ndarray, list[str]]:
+        """The columns ``features`` adds beside the layer scores of ``x`` (``roseood.detectors.features``)."""
+        if self.features == "layers":
+            return np.empty((len(x), 0)), []
+        step = self.images_per_batch
+
+        def batches(images: Tensor) -> list[Tensor]:
+            return [images[i : i + step].to(self.device) for i in range(0, len(images), step)]
+
+        self.model.eval()
+        return extra_columns(self.model, x, loss, self.features, batches)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -421,6 +447,7 @@ class ROSE(Detector):
             "std": self.std_,
             "aggregation": self.aggregation_.state(),
             "trend": self.trend_.state(),
+            "extra_columns": list(self.extra_columns_),
             "fit_warnings": self.fit_warnings_,
         }
 
@@ -455,7 +482,15 @@ class ROSE(Detector):
         n = (len(self.columns),)
         self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
         self.std_ = tensor(state.get("std"), "state.std", shape=n, finite=False).double()
-        columns = len(column_names(self.columns, self.adjust))
+        extra = state.get("extra_columns", [])
+        if not isinstance(extra, list) or not all(isinstance(c, str) for c in extra):
+            raise CheckpointError(
+                f"field 'state.extra_columns' must be a list of names, found {shown(extra)}"
+            )
+        if bool(extra) != (self.features != "layers"):
+            raise CheckpointError(f"field 'state.extra_columns' does not fit features={self.features!r}")
+        self.extra_columns_ = [str(c) for c in extra]
+        columns = len(column_names(self.columns, self.adjust)) + len(self.extra_columns_)
         # files from before aggregations were options hold only the paper's z-normalisation
         aggregation = state.get("aggregation", {"mean": self.mean_, "std": self.std_})
         self.aggregation_.load_state(aggregation, columns)
@@ -480,4 +515,13 @@ def check_rows(rows: Any, model: RoseModel, stochastic: bool) -> str:
     return str(rows)
 
 
-register_detector(ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())})
+# ROSE's vector judged whole by a density fitted on held-out images (beyond the paper, for near-OOD): the
+# layer scores, then with the model's statistics, then with the image's complexity too
+DENSITY_METHODS = {
+    "rose-gmm": {"aggregate": "gmm:k=auto"},
+    "rose-gmm-stats": {"aggregate": "gmm:k=auto", "features": "layers,stats"},
+    "rose-gmm-all": {"aggregate": "gmm:k=auto", "features": "layers,stats,complexity"},
+}
+register_detector(
+    ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())} | DENSITY_METHODS
+)

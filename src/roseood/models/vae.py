@@ -162,6 +162,14 @@ class VAE(GenerativeModel):
     def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
         return self.neg_elbo(x, sample=stochastic)
 
+    def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
+        """The two terms of the deterministic negative ELBO ROSE differentiates (z = μ), in nats: the
+        reconstruction's −log p(x|μ) and the KL divergence of q(z|x) from the prior."""
+        with torch.no_grad():
+            mu, logvar = self.encoder(x)
+            kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(1)
+            return {"reconstruction": self.reconstruction_nll(self.decoder(mu), x), "kl": kl}
+
     def train_loss(self, x: Tensor) -> Tensor:
         return self.neg_elbo(x, sample=True)
 

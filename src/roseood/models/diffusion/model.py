@@ -280,6 +280,13 @@ class DiffusionModel(GenerativeModel):
         err = (self.eps(self.noised(self.to_model_space(rows), t, noise), t) - noise).pow(2).flatten(1).sum(1)
         return err * self._weights(t)
 
+    def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
+        """The weighted ε-MSE of each image at each of the K fixed pairs, named ``eps_mse@t``: the
+        denoising loss ROSE differentiates, one statistic per timestep."""
+        with torch.no_grad():
+            rows = self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k)
+        return {f"eps_mse@{t}": rows[:, j] for j, t in enumerate(self.row_labels())}
+
     # -- GenerativeModel ---------------------------------------------------------------------------
     def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
         """The denoising loss at the fixed pairs; ``stochastic``: K fresh random pairs instead."""

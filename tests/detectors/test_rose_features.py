@@ -1,0 +1,114 @@
+"""ROSE's vector judged whole (issue 47): the model's statistics and the image's complexity beside the layer
+scores, and a Gaussian mixture whose size is chosen by held-out likelihood. Each method fits, scores,
+saves and loads; its density is fitted on in-distribution images only; too few held-out images are
+refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from roseood.detectors import ROSE, Detector, make_detector
+from roseood.detectors.aggregation import GMM
+from roseood.errors import DataError, RoseError
+from roseood.evaluation.evaluate import EvalSpec, evaluate
+from roseood.models import VAE, wrap
+
+DENSITY = ["rose-gmm", "rose-gmm-stats", "rose-gmm-all"]
+
+
+@pytest.fixture
+def many() -> torch.Tensor:
+    """60 images: 30 for the Fisher, 30 held out (GMM k=auto needs 20)."""
+    g = torch.Generator().manual_seed(2)
+    return (torch.rand(60, 1, 32, 32, generator=g) * torch.rand(60, 1, 1, 1, generator=g)).clamp(0, 1)
+
+
+@pytest.mark.parametrize("method", DENSITY)
+def test_each_density_method_fits_scores_saves_and_loads(method, tiny_vae, many, tmp_path):
+    det = make_detector(method, tiny_vae, progress=False, stats_fraction=0.5).fit(many)
+    scores = det.score(many[:8])
+    assert scores.shape == (8,) and np.isfinite(scores).all()
+    expected = {"rose-gmm": [], "rose-gmm-stats": ["reconstruction", "kl"]}
+    expected["rose-gmm-all"] = ["reconstruction", "kl", "png_bits_per_dim"]
+    assert det.extra_columns_ == expected[method]
+    det.save(tmp_path / "d.pt")
+    loaded = Detector.load(tmp_path / "d.pt", tiny_vae)
+    # a saved Fisher is float32 (docs/design.md): within 1e-5 of the largest score
+    np.testing.assert_allclose(loaded.score(many[:8]), scores, rtol=0, atol=1e-5 * np.abs(scores).max())
+
+
+def test_the_vae_statistics_are_the_terms_of_the_loss_rose_differentiates(tiny_vae, images):
+    stats = tiny_vae.image_statistics(images)
+    torch.testing.assert_close(stats["reconstruction"] + stats["kl"], tiny_vae.rose_loss(images).detach())
+    assert all((s >= 0).all() for s in stats.values())
+
+
+def test_a_model_without_statistics_offers_its_loss(many):
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 8))
+    model = wrap(net, lambda x: net(x).pow(2).sum(1) + 1.0, input_shape=(1, 32, 32))
+    det = ROSE(model, features="layers,stats", aggregate="gmm:k=auto", stats_fraction=0.5, progress=False)
+    det.fit(many)
+    assert det.extra_columns_ == ["loss"]
+
+
+def test_the_density_is_fitted_on_in_distribution_images_only(monkeypatch, tiny_vae):
+    """The same spec with different OOD sets gives the same fitted detector, to the bit."""
+    states = []
+    for ood in (["mnist"], ["noise", "constant"]):
+        spec = EvalSpec(
+            "fashion_mnist",
+            ood=ood,
+            methods=["rose-gmm-all"],
+            fit_samples=30,
+            stats_samples=24,
+            test_samples=10,
+        )
+        result = evaluate(tiny_vae, spec, progress=False, tpr=0.95)
+        states.append(result.detectors["rose-gmm-all"].state())
+    first, second = states
+    for key in ("mean", "std"):
+        assert torch.equal(first[key], second[key])
+    for key, value in first["aggregation"].items():
+        assert torch.equal(value, second["aggregation"][key])
+
+
+def test_too_few_held_out_images_are_refused_in_one_line(tiny_vae, many):
+    det = make_detector("rose-gmm", tiny_vae, progress=False)
+    with pytest.raises(RoseError, match=r"^gmm:k=auto needs at least 20 statistics images .* got 12$"):
+        det.fit(many[:20], held_out=many[20:32])
+
+
+def test_k_auto_prefers_the_mixture_the_data_has():
+    """Two well-separated clusters of log scores: the held-out likelihood picks more than one component;
+    a single Gaussian cloud: one."""
+    rng = np.random.default_rng(0)
+    two = np.exp(np.concatenate([rng.normal(0, 0.3, (100, 3)), rng.normal(4, 0.3, (100, 3))]))
+    one = np.exp(rng.normal(0, 0.3, (200, 3)))
+    for data, want in ((two, lambda k: k >= 2), (one, lambda k: k == 1)):
+        agg = GMM(k="auto")
+        agg.fit(data)
+        assert agg.choice_ is not None and want(agg.choice_[0]), agg.choice_
+
+
+def test_bad_features_are_refused(tiny_vae):
+    for bad in ("stats", "layers,colour", "layers,stats,stats"):
+        with pytest.raises(RoseError, match="features must be 'layers' followed by"):
+            ROSE(tiny_vae, features=bad)
+    emb = torch.nn.Embedding(5, 2)
+    tokens = wrap(emb, lambda x: emb(x).sum((1, 2)), input_kind="tokens")
+    with pytest.raises(RoseError, match="needs an image model"):
+        ROSE(tokens, features="layers,complexity")
+
+
+def test_non_positive_statistics_are_refused_in_one_line(many):
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1024, 8))
+    model = wrap(net, lambda x: net(x).sum(1), input_shape=(1, 32, 32))  # a loss of either sign
+    det = ROSE(model, features="layers,stats", aggregate="gmm:k=auto", stats_fraction=0.5, progress=False)
+    with pytest.raises(DataError, match=r"^the statistic loss is not positive and finite"):
+        det.fit(many)
+
+
+def test_vae_families_offer_statistics():
+    assert set(VAE(ngf=4, nz=4).image_statistics(torch.rand(2, 1, 32, 32))) == {"reconstruction", "kl"}
