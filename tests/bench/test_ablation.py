@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from roseood.bench import run_experiment
-from roseood.bench.experiments.ablation import VARIANTS, LayerScores, ablation_models, variant_label
+from roseood.bench.experiments.ablation import VARIANTS, ablation_models, variant_label
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
 from roseood.evaluation.evaluate import fisher_count, load_fit_images
+from roseood.evaluation.rescoring import LayerScores
 from tests.bench.smoke import smoke_workspace
 from tests.conftest import needs_shared_data
 
@@ -46,11 +47,12 @@ def test_ablation_on_the_authors_vae(tmp_path):
     # the union of all layer sets: a layer's score must not depend on the other layers)
     fit = load_fit_images(spec, model).images
     layers = model.rose_layers("encoder")
-    scorer = LayerScores(ws, model, spec, "diag", layers, fit)
+    n_fisher = fisher_count(spec, len(fit))
+    scorer = LayerScores(ws.cache, model, "diag", layers, fit[:n_fisher], spec.batch_size)
     agg = make_aggregation("relu-norm")
-    agg.fit(scorer(fit[fisher_count(spec, len(fit)) :])[0])
+    agg.fit(scorer(fit[n_fisher:]).raw)
     test = load_images("fashion_mnist", n=spec.test_samples, seed=spec.seed, channels=1).images
-    zeros = float(np.mean(agg(scorer(test)[0]) == 0.0))
+    zeros = float(np.mean(agg(scorer(test).raw) == 0.0))
     assert zeros > 0 and by[("diag", "encoder", "relu-norm")]["ties_in"] == pytest.approx(zeros)
     text = report.read_text()
     assert "Default rule" in text and "ties in-dist" in text

@@ -357,7 +357,7 @@ class ROSE(Detector):
         distributed.check_enough(x.shape[0], "statistics images")
         x = x[distributed.shard(x.shape[0])]
         raw, loss = self._scores_and_loss(x, desc="ROSE layer statistics")
-        extra, self.extra_columns_ = self._extra(x, loss)
+        extra, self.extra_columns_ = self.extra_features(x, loss)
         raw, loss = distributed.gather_rows(raw), distributed.gather_rows(loss)
         extra = distributed.gather_rows(torch.from_numpy(extra)).numpy()
         check_positive(extra, self.extra_columns_)
@@ -423,10 +423,10 @@ class ROSE(Detector):
         raw, loss = self._scores_and_loss(x)
         columns = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
         if self.extra_columns_:
-            columns = np.concatenate([columns, self._extra(x, loss)[0]], 1)
+            columns = np.concatenate([columns, self.extra_features(x, loss)[0]], 1)
         return torch.from_numpy(self.aggregation_(columns))
 
-    def _extra(self, x: Tensor, loss: Tensor) -> tuple[np.ndarray, list[str]]:
+    def extra_features(self, x: Tensor, loss: Tensor) -> tuple[np.ndarray, list[str]]:
         """The columns ``features`` adds beside the layer scores of ``x`` (``roseood.detectors.features``)."""
         if self.features == "layers":
             return np.empty((len(x), 0)), []

@@ -12,7 +12,6 @@ share of tied scores, and how many degenerate-fit warnings the fit raised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,11 @@ from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.data import load_images
-from roseood.data.tensors import as_image_tensor
 from roseood.demo import demo_model
-from roseood.detectors import ROSE
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, column_names
 from roseood.detectors.aggregation import layer_problems, make_aggregation, tie_problem, tie_share
-from roseood.evaluation.cache import array_digest, cache_key
 from roseood.evaluation.evaluate import (
     OVERALL,
-    EvalSpec,
     fisher_count,
     load_fit_images,
     load_ood_sets,
@@ -38,8 +33,8 @@ from roseood.evaluation.evaluate import (
 )
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
+from roseood.evaluation.rescoring import LayerScores
 from roseood.models.base import GenerativeModel
-from roseood.models.checkpoint import model_fingerprint
 
 AGGREGATES = ["relu-norm", "relu-norm:beta=3", "max-z", "log-z", "gaussian", "gmm:k=3"]
 # (aggregation, adjustment): every aggregation on the raw layer scores, the adjustments with the paper's
@@ -47,41 +42,6 @@ VARIANTS = [(a, "none") for a in AGGREGATES] + [("relu-norm", "nll"), ("relu-nor
 FISHERS = ["diag", "ekfac"]
 PAPER_CONFIG = {"vae": ("ekfac", "encoder"), "glow": ("diag", "invconv")}  # the paper's ROSE per model
 STATS = "statistics images"
-
-
-@dataclass
-class LayerScores:
-    """Raw layer scores (N, layers) and losses (N,) of one model and Fisher for every image set, computed
-    once and cached."""
-
-    ws: Workspace
-    model: GenerativeModel
-    spec: EvalSpec
-    fisher: str
-    layers: list[str]
-    fit: np.ndarray
-    _det: ROSE | None = field(default=None, repr=False)
-
-    def __call__(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        key = {
-            "ablation-layer-scores-and-loss": model_fingerprint(self.model),
-            "fisher": self.fisher,
-            "layers": self.layers,
-            "fit_images": array_digest(self.fit),
-            "n_fisher": fisher_count(self.spec, len(self.fit)),
-            "images": array_digest(images),
-        }
-        both = self.ws.cache.scores(cache_key(key), lambda: self._compute(images), len(images))
-        return both[:, :-1], both[:, -1]
-
-    def _compute(self, images: np.ndarray) -> np.ndarray:
-        if self._det is None:  # the Fisher only: the aggregations are fitted by the ablation itself
-            m = self.model
-            self._det = ROSE(m, fisher=self.fisher, layers=self.layers, batch_size=self.spec.batch_size)
-            fisher_images = self.fit[: fisher_count(self.spec, len(self.fit))]
-            self._det.fit_fisher(as_image_tensor(fisher_images, m.in_channels, m.image_size))
-        raw, loss = self._det.layer_scores_and_loss(images)
-        return np.concatenate([raw.numpy(), loss.numpy()[:, None]], 1)
 
 
 def ablation_models(ws: Workspace) -> list[tuple[str, GenerativeModel, str]]:
@@ -130,9 +90,10 @@ def ablation_rows(
     for fisher in FISHERS:
         layer_sets = ablation_layer_sets(ws, model, fisher)
         union = list(dict.fromkeys(name for names in layer_sets.values() for name in names))
-        scorer = LayerScores(ws, model, spec, fisher, union, fit)
-        raw = {STATS: scorer(stats), in_data: scorer(test)}
-        raw |= {k: scorer(v.images) for k, v in ood_sets.items()}
+        fisher_images = fit[: fisher_count(spec, len(fit))]
+        scorer = LayerScores(ws.cache, model, fisher, union, fisher_images, spec.batch_size)
+        sets = {STATS: stats, in_data: test} | {k: v.images for k, v in ood_sets.items()}
+        raw = {k: (c.raw, c.loss) for k, c in ((k, scorer(v)) for k, v in sets.items())}
         for set_name, names in layer_sets.items():
             cols = [union.index(n) for n in names]
             sub = {k: (v[:, cols], loss) for k, (v, loss) in raw.items()}

@@ -1,0 +1,114 @@
+"""Fit a ROSE Fisher once, then re-score: the raw layer scores, losses and extra feature columns of any
+image set, cached, so that aggregations, layer subsets and feature sets are compared without refitting
+(``rose bench ablation`` and ``near-ood``). Each variant is then fitted on the statistics images' columns
+exactly as ``ROSE.fit_stats`` fits it, by the same functions (``adjusted``, ``make_aggregation``,
+``roseood.detectors.features``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from roseood.data.tensors import as_image_tensor
+from roseood.detectors import ROSE
+from roseood.evaluation.cache import ResultCache, array_digest, cache_key
+from roseood.models.base import RoseModel
+from roseood.models.checkpoint import model_fingerprint
+
+
+@dataclass
+class Columns:
+    """One image set's raw layer scores (N, layers), the loss they differentiate (N,) and the extra
+    feature columns (N, E) named ``extra_names``."""
+
+    raw: np.ndarray
+    loss: np.ndarray
+    extra: np.ndarray
+    extra_names: list[str]
+
+    def features(self, features: str) -> np.ndarray:
+        """The extra columns a ``ROSE(features=...)`` detector adds, in its order (none for ``layers``)."""
+        wanted = set(features.split(","))
+        keep = [i for i, name in enumerate(self.extra_names) if _feature_of(name) in wanted]
+        return self.extra[:, keep]
+
+
+def _feature_of(name: str) -> str:
+    return "complexity" if name == "png_bits_per_dim" else "stats"
+
+
+@dataclass
+class LayerScores:
+    """``scorer(images)`` → ``Columns`` of one model and Fisher (fitted once, on ``fisher_images``, when a
+    set's columns are not cached yet); ``features``: the extra columns to compute beside the layers."""
+
+    cache: ResultCache
+    model: RoseModel
+    fisher: str
+    layers: list[str]
+    fisher_images: np.ndarray
+    batch_size: int = 64
+    features: str = "layers"
+    progress: bool = False
+    _det: ROSE | None = field(default=None, repr=False)
+
+    def _key(self, what: str, images: np.ndarray) -> str:
+        return cache_key(
+            {
+                what: model_fingerprint(self.model),
+                "fisher": self.fisher,
+                "layers": self.layers,
+                "fit_images": array_digest(self.fisher_images),
+                "n_fisher": len(self.fisher_images),
+                "images": array_digest(images),
+            }
+        )
+
+    def __call__(self, images: np.ndarray) -> Columns:
+        both = self.cache.scores(
+            self._key("ablation-layer-scores-and-loss", images), lambda: self._compute(images), len(images)
+        )
+        raw, loss = both[:, :-1], both[:, -1]
+        extra, names = np.empty((len(images), 0)), []
+        if self.features != "layers":
+            detector = self._detector(fit=False)
+            names = detector.extra_features(self._tensor(images[:1]), self._loss_tensor(loss[:1]))[1]
+            key = self._key(f"extra-columns:{self.features}", images)
+            extra = self.cache.scores(
+                key,
+                lambda: detector.extra_features(self._tensor(images), self._loss_tensor(loss))[0],
+                len(images),
+            ).reshape(len(images), -1)
+        return Columns(raw, loss, extra, names)
+
+    def _tensor(self, images: np.ndarray) -> Tensor:
+        shape = self.model.input_shape
+        assert shape is not None  # image models: (C, H, W)
+        return as_image_tensor(images, shape[0], shape[1])
+
+    @staticmethod
+    def _loss_tensor(loss: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(loss))
+
+    def _detector(self, fit: bool) -> ROSE:
+        """The ROSE whose Fisher gives the layer scores (fitted only when ``fit``: the extra columns need
+        none) and whose ``features`` give the extra columns."""
+        if self._det is None:
+            self._det = ROSE(
+                self.model,
+                fisher=self.fisher,
+                layers=self.layers,
+                batch_size=self.batch_size,
+                features=self.features,
+                progress=self.progress,
+            )
+        if fit and not self._det.fishers_:
+            self._det.fit_fisher(self._tensor(self.fisher_images))
+        return self._det
+
+    def _compute(self, images: np.ndarray) -> np.ndarray:
+        raw, loss = self._detector(fit=True).layer_scores_and_loss(images)
+        return np.concatenate([raw.numpy(), loss.numpy()[:, None]], 1)
