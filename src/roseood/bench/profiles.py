@@ -140,6 +140,7 @@ PROFILES: dict[str, Profile] = {
                     "detector_kwargs": {"lratio": {"k": 5}},
                 },
                 "ablation": {"fit_samples": 2000, "stats_samples": 500, "test_samples": 1000},
+                "near-ood": {"fit_samples": 2000, "stats_samples": 500, "test_samples": 1000},
                 "diffusion": {
                     "fit_samples": 300,
                     "stats_samples": 100,
@@ -205,6 +206,7 @@ PROFILES: dict[str, Profile] = {
             experiment_overrides={
                 "diffusion": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
                 "diffusion-zoo": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
+                "near-ood": {"stats_samples": 24},  # gmm:k=auto compares two halves of ten or more
             },
         ),
     )

@@ -29,7 +29,7 @@ from roseood.models.base import GenerativeModel, RoseModel, model_name
 from roseood.models.train import TrainConfig, train
 from roseood.validation import check_choice, check_device
 
-BENCH_MODELS = ("vae", "glow", "pixelcnn")  # generative families experiments know how to build
+BENCH_MODELS = ("vae", "glow", "pixelcnn", "ddpm")  # families experiments know (ddpm: the shipped zoo)
 CHANNELS = {"fashion_mnist": 1, "cifar10": 3}
 DEFAULT_MODELS = ("vae", "glow")  # `rose bench` without --models
 DEFAULT_DATASETS = ("fashion_mnist", "cifar10")  # ... and without --datasets

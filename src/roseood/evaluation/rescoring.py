@@ -74,17 +74,18 @@ class LayerScores:
         raw, loss = both[:, :-1], both[:, -1]
         extra, names = np.empty((len(images), 0)), []
         if self.features != "layers":
-            detector = self._detector(fit=False)
-            names = detector.extra_features(self._tensor(images[:1]), self._loss_tensor(loss[:1]))[1]
+            detector = self.detector(fit=False)
+            names = detector.extra_features(self.as_tensor(images[:1]), self._loss_tensor(loss[:1]))[1]
             key = self._key(f"extra-columns:{self.features}", images)
             extra = self.cache.scores(
                 key,
-                lambda: detector.extra_features(self._tensor(images), self._loss_tensor(loss))[0],
+                lambda: detector.extra_features(self.as_tensor(images), self._loss_tensor(loss))[0],
                 len(images),
             ).reshape(len(images), -1)
         return Columns(raw, loss, extra, names)
 
-    def _tensor(self, images: np.ndarray) -> Tensor:
+    def as_tensor(self, images: np.ndarray) -> Tensor:
+        """``images`` as the model's float (N, C, H, W) input."""
         shape = self.model.input_shape
         assert shape is not None  # image models: (C, H, W)
         return as_image_tensor(images, shape[0], shape[1])
@@ -93,7 +94,7 @@ class LayerScores:
     def _loss_tensor(loss: np.ndarray) -> Tensor:
         return torch.from_numpy(np.ascontiguousarray(loss))
 
-    def _detector(self, fit: bool) -> ROSE:
+    def detector(self, fit: bool = True) -> ROSE:
         """The ROSE whose Fisher gives the layer scores (fitted only when ``fit``: the extra columns need
         none) and whose ``features`` give the extra columns."""
         if self._det is None:
@@ -106,9 +107,9 @@ class LayerScores:
                 progress=self.progress,
             )
         if fit and not self._det.fishers_:
-            self._det.fit_fisher(self._tensor(self.fisher_images))
+            self._det.fit_fisher(self.as_tensor(self.fisher_images))
         return self._det
 
     def _compute(self, images: np.ndarray) -> np.ndarray:
-        raw, loss = self._detector(fit=True).layer_scores_and_loss(images)
+        raw, loss = self.detector(fit=True).layer_scores_and_loss(images)
         return np.concatenate([raw.numpy(), loss.numpy()[:, None]], 1)

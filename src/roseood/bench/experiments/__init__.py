@@ -13,6 +13,7 @@ from roseood.bench.experiments import (
     figure4,
     figure5,
     figure6,
+    near_ood,
     table2,
     table3,
     table6,
@@ -41,6 +42,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         ablation,
         diffusion,
         diffusion_zoo,
+        near_ood,
     )
 }
 

@@ -1,0 +1,35 @@
+"""`rose bench near-ood` under the smoke profile: each variant's row, computed from the shared Fisher's cached
+columns, is what `rose evaluate` gives for that method on the same images, and the rule's verdicts read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roseood.bench import run_experiment
+from roseood.bench.experiments.near_ood import DEFAULT, VARIANTS, near_ood_models
+from tests.bench.smoke import smoke_workspace
+from tests.conftest import needs_shared_data
+
+
+@needs_shared_data
+@pytest.mark.slow
+def test_near_ood_rows_are_the_methods_own_scores(tmp_path):
+    ws = smoke_workspace(tmp_path, models=("vae",), datasets=("fashion_mnist",))
+    report = run_experiment("near-ood", ws)
+    results = json.loads((report.parent / "results.json").read_text())["results"]
+    [(_, label, model, seed)] = near_ood_models(ws, "fashion_mnist")
+    rows = results[f"fashion_mnist/{label}"]["auroc"]
+    assert set(rows) == set(VARIANTS)
+    ws.experiment = "near-ood"
+    spec = ws.spec(model, "fashion_mnist", ["mnist", "noise"], list(VARIANTS), seed=seed)
+    ours = ws.evaluate(model, spec).metrics()
+    for method in VARIANTS:
+        for ood in ("mnist", "noise"):
+            assert rows[method][ood] == pytest.approx(ours[method][ood]["auroc"], abs=1e-9), (method, ood)
+    text = report.read_text()
+    assert "| rose-ekfac |" in text and "the default |" in text and "Cost per scored image" in text
+    costs = results[f"fashion_mnist/{label}"]["costs"]
+    assert costs["rose_s_per_image"] > 0 and costs["stats_s_per_image"] > 0
+    assert DEFAULT == "rose-ekfac"
