@@ -14,6 +14,7 @@ from roseood.curvature import (
     DenseFisher,
     DiagFisher,
     FactorCache,
+    FactoredGrad,
     LayerGrad,
     LayerGradients,
     make_fisher,
@@ -64,8 +65,8 @@ def test_dense_solves_the_damped_fisher(layer_batches):
 
 
 def kron_basis(batches) -> tuple[torch.Tensor, torch.Tensor]:
-    a = torch.cat([g.a.double().flatten(0, 1) for g in batches])
-    d = torch.cat([g.d.double().flatten(0, 1) for g in batches])
+    a = torch.cat([g.factored().a.double().flatten(0, 1) for g in batches])
+    d = torch.cat([g.factored().d.double().flatten(0, 1) for g in batches])
     return torch.linalg.eigh(d.T @ d)[1], torch.linalg.eigh(a.T @ a)[1]
 
 
@@ -119,7 +120,7 @@ def timestep_layer(n: int, seed: int, dtype: torch.dtype, outside: float = 0.0) 
         null = torch.linalg.svd(EMBED)[2][4:]  # (20, 24): orthonormal, orthogonal to the 4 vectors
         a += outside * EMBED.norm(dim=1).mean() * null[0]
     d = 1e3 * torch.randn(n, 4, 16, generator=gen, dtype=torch.float64)
-    return LayerGrad(a.to(dtype), d.to(dtype))
+    return FactoredGrad(a.to(dtype), d.to(dtype))
 
 
 @pytest.mark.parametrize("kind", ["kfac", "ekfac"])
@@ -166,8 +167,8 @@ def test_kronecker_masks_give_the_kronecker_fisher_of_the_free_parameters(kind):
 
 def test_factor_first_and_matrix_first_rotations_agree(layer_batches):
     g = layer_batches[0]
-    u_out = torch.linalg.qr(torch.randn(g.d.shape[2], g.d.shape[2]))[0]
-    u_in = torch.linalg.qr(torch.randn(g.a.shape[2], g.a.shape[2]))[0]
+    u_out = torch.linalg.qr(torch.randn(g.width_out, g.width_out))[0]
+    u_in = torch.linalg.qr(torch.randn(g.width_in, g.width_in))[0]
     via_matrix = u_out.T @ g.matrix() @ u_in
     torch.testing.assert_close(g.rotated(u_out, u_in).matrix(), via_matrix, rtol=1e-4, atol=1e-4)
 
@@ -225,12 +226,12 @@ def _axis_layer() -> tuple[list[LayerGrad], Callable[[torch.Tensor], LayerGrad]]
     for _ in range(3):
         a = torch.zeros(64, 1, 24)
         a[..., :4] = torch.randn(64, 1, 4, generator=gen)
-        fit.append(LayerGrad(a, 1e3 * torch.randn(64, 1, 1, generator=gen)))
+        fit.append(FactoredGrad(a, 1e3 * torch.randn(64, 1, 1, generator=gen)))
 
     def test(s: torch.Tensor) -> LayerGrad:
         a = torch.zeros(len(s), 1, 24)
         a[:, 0, 0], a[:, 0, 5] = 1.0, s
-        return LayerGrad(a, torch.full((len(s), 1, 1), 1e3))
+        return FactoredGrad(a, torch.full((len(s), 1, 1), 1e3))
 
     return fit, test
 

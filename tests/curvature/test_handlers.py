@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from roseood.curvature import (
+    FactoredGrad,
     LayerGrad,
     LayerGradients,
     check_layers,
@@ -224,8 +225,9 @@ def test_conv_matrices_agree_with_their_factors_on_expanded_batches(case, layout
         )
 
     g = LayerGradients(net, ["layer"])(loss, x)["layer"]
-    factored = LayerGrad(g.a, g.d, groups=g.groups, mask=g.mask)
-    assert (g.n, g.positions, g.width_in, g.width_out) == (n, *g.a.shape[1:], g.d.shape[2])
+    f = g.factored()
+    factored = FactoredGrad(f.a, f.d, groups=g.groups, mask=g.mask)
+    assert (g.n, g.positions, g.width_in, g.width_out) == (n, *f.a.shape[1:], f.d.shape[2])
     # two float32 sums of the same products in another order: as the loop comparison above
     torch.testing.assert_close(g.matrix(), factored.matrix(), rtol=2e-4, atol=2e-5)
     expected = as_matrix(net.layer, loop(loss, x, net.layer))
@@ -352,8 +354,12 @@ def test_ekfac_is_the_dense_fisher_in_the_block_diagonal_kronecker_basis(case):
     """One Kronecker eigenbasis per group (block-diagonal); masked entries are zero in every gradient."""
     grads = batches(case)
     groups = grads[0].groups
-    a = torch.cat([g.a.double().flatten(0, 1) for g in grads]).view(-1, groups, grads[0].a.shape[2] // groups)
-    d = torch.cat([g.d.double().flatten(0, 1) for g in grads]).view(-1, groups, grads[0].d.shape[2] // groups)
+    a = torch.cat([g.factored().a.double().flatten(0, 1) for g in grads]).view(
+        -1, groups, grads[0].width_in // groups
+    )
+    d = torch.cat([g.factored().d.double().flatten(0, 1) for g in grads]).view(
+        -1, groups, grads[0].width_out // groups
+    )
     u_in = torch.linalg.eigh(torch.einsum("mgi,mgj->gij", a, a))[1]
     u_out = torch.linalg.eigh(torch.einsum("mgi,mgj->gij", d, d))[1]
     basis = torch.block_diag(*(torch.kron(o, i) for o, i in zip(u_out, u_in, strict=True)))

@@ -29,6 +29,7 @@ from roseood.curvature.handlers import (
     register_layer,
     resolve,
 )
+from roseood.curvature.layergrad import FactoredGrad, SummedGrad
 
 __all__ = [
     "CONV",
@@ -43,6 +44,7 @@ __all__ = [
     "DenseFisher",
     "DiagFisher",
     "FactorCache",
+    "FactoredGrad",
     "Fisher",
     "GradientStore",
     "LayerGrad",
@@ -50,6 +52,7 @@ __all__ = [
     "LayerHandler",
     "LayerReport",
     "LayerShape",
+    "SummedGrad",
     "check_layers",
     "declare_mask",
     "format_layer_report",

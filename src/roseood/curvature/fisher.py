@@ -342,9 +342,9 @@ class KFAC(Fisher):
         # Factor scales are irrelevant for EKFAC (only eigenvectors are used); KFAC uses the
         # per-position average for A and the per-position sum for B, whose product matches E[vec G vec Gᵀ]
         # when positions are independent.
-        t = g.positions
-        a = g.a.double().flatten(0, 1)
-        d = g.d.double().flatten(0, 1)
+        t, factors = g.positions, g.factored()
+        a = factors.a.double().flatten(0, 1)
+        d = factors.d.double().flatten(0, 1)
         # The mask is fixed for a fit, so its support is read once; eigh_on uses only that block.
         if self.in_support is None and (support := g.free_support()) is not None:
             self.in_support, self.out_support = (s.view(g.groups, -1).squeeze(0) for s in support)

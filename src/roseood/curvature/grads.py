@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from roseood.curvature.handlers import LayerHandler, attribute_mask, parametrized_mask, resolve
-from roseood.curvature.layergrad import LayerGrad
+from roseood.curvature.layergrad import FactoredGrad, LayerGrad, join
 from roseood.errors import RoseError
 
 __all__ = ["GradientStore", "LayerGrad", "LayerGradients", "full_float32", "supports"]
@@ -132,28 +132,10 @@ def check_loss_rows(loss: Tensor, n: int) -> None:
         )
 
 
-def _concat_calls(calls: list[LayerGrad]) -> LayerGrad:
-    """A layer run several times in one pass: its per-sample gradient is the sum over its calls, which
-    is one gradient whose positions are all the calls' positions (constants add up)."""
-    if len(calls) == 1:
-        return calls[0]
-    first = calls[0]
-    if any(c.g is not None for c in calls):
-        raise RoseError("a layer called several times needs a handler that gives factors (a, δ)")
-    consts = [c.const for c in calls if c.const is not None]
-    return LayerGrad(
-        torch.cat([c.a for c in calls], 1),
-        torch.cat([c.d for c in calls], 1),
-        const=torch.stack(consts).sum(0) if consts else None,
-        groups=first.groups,
-        mask=first.mask,
-    )
-
-
 def _diagonal(g: Tensor) -> LayerGrad:
     """(N, P) per-sample gradients as P independent 1×1 blocks: every Fisher is then (at most) diagonal,
     except ``dense``, which is exact."""
-    return LayerGrad(g.new_ones(g.shape[0], 1, g.shape[1]), g[:, None], groups=g.shape[1])
+    return FactoredGrad(g.new_ones(g.shape[0], 1, g.shape[1]), g[:, None], groups=g.shape[1])
 
 
 class LayerGradients:
@@ -240,7 +222,7 @@ class LayerGradients:
                 raise RoseError(f"layer {self.names[i]}: {e}") from None
             inputs[i][c] = None
             if len(arrived[i]) == len(shapes[i]):
-                done = _concat_calls([arrived[i].pop(k) for k in sorted(arrived[i])])
+                done = join([arrived[i].pop(k) for k in sorted(arrived[i])])
                 done.coords = self._coords.get(i)
                 consume(i, done)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.utils import parametrize
 
-from roseood.curvature.layergrad import LayerGrad
+from roseood.curvature.layergrad import FactoredGrad, LayerGrad, factors_cheaper
 from roseood.errors import RoseError
 from roseood.registry import Registry
 
@@ -219,7 +220,7 @@ def _linear(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGr
     groups = weight.shape[0] if weight.ndim == 3 else 1
     n, has_bias = x.shape[0], bias is not None
     a = _with_bias(x.reshape(n, -1, groups * weight.shape[-1]), has_bias, groups)
-    return LayerGrad(
+    return FactoredGrad(
         a,
         gy.reshape(n, -1, groups * weight.shape[-2]),
         groups=groups,
@@ -230,11 +231,12 @@ def _linear(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGr
 class RowsGrad(LayerGrad):
     """Per-sample gradients kept as the layer's input and output gradient, row by row (an expanded batch
     has several rows per sample), with the matrices formed straight from them; the factors ``a`` and
-    ``δ`` (for the Kronecker factors and rotations) are formed only when read, and not kept."""
+    ``δ`` (for the Kronecker factors and rotations) are formed only when asked for (``factored``), and
+    not kept."""
 
     def __init__(self, x: Tensor, gy: Tensor, groups: int, mask: Tensor | None) -> None:
         self.x, self.gy, self.samples = x, gy, x.shape[0]
-        self.const, self.coords, self.g, self.groups, self.mask = None, None, None, groups, mask
+        self.groups, self.mask, self.coords = groups, mask, None
 
     def per_sample(self, n: int, order: Tensor | None) -> LayerGrad:
         if n == self.samples:
@@ -245,27 +247,30 @@ class RowsGrad(LayerGrad):
         folded.samples = n
         return folded
 
+    @abstractmethod
     def _inputs(self) -> Tensor:
         """(rows, T, Din): each row's inputs at its positions."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _outputs(self) -> Tensor:
         """(rows, T, Dout): each row's output gradients at its positions."""
-        raise NotImplementedError
 
     def _by_sample(self, t: Tensor) -> Tensor:
         """(rows, …) → (samples, rows per sample, …), image-major."""
         return t.view(self.samples, -1, *t.shape[1:])
 
-    @property
-    def a(self) -> Tensor:  # type: ignore[override]
-        a = self._inputs()
-        return a.reshape(self.samples, -1, a.shape[2])
+    def factored(self) -> FactoredGrad:
+        a, d = self._inputs(), self._outputs()
+        return FactoredGrad(
+            a.reshape(self.samples, -1, a.shape[2]),
+            d.reshape(self.samples, -1, d.shape[2]),
+            coords=self.coords,
+            groups=self.groups,
+            mask=self.mask,
+        )
 
-    @property
-    def d(self) -> Tensor:  # type: ignore[override]
-        d = self._outputs()
-        return d.reshape(self.samples, -1, d.shape[2])
+    def _factors_first(self) -> bool:
+        return self.mask is None and factors_cheaper(self)
 
     @property
     def n(self) -> int:
@@ -292,6 +297,7 @@ class RowsGrad(LayerGrad):
         return sum(t.untyped_storage().nbytes() for t in held if t is not None)
 
     def peak_bytes(self) -> int:
+        """As every kind's, plus the factors, formed when the Kronecker factors or a rotation read them."""
         factors = self.n * self.positions * (self.width_in + self.width_out) * self.dtype.itemsize
         return super().peak_bytes() + factors
 
@@ -365,7 +371,7 @@ def _conv_transpose(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) ->
         raise RoseError(f"layer {m}: {patches.shape[1]} output patches for {d.shape[1]} input positions")
     groups, taps = m.groups, math.prod(m.kernel_size)
     if m.bias is None:
-        return LayerGrad(patches, d, groups=groups, mask=_matrix_mask(mask, False))
+        return FactoredGrad(patches, d, groups=groups, mask=_matrix_mask(mask, False))
     c_in, out = d.shape[2], _positions(gy)
     d_b = _append(out.new_zeros(*out.shape[:2], c_in), groups, 1.0)
     a_b = out.new_zeros(*out.shape, taps)
@@ -374,7 +380,9 @@ def _conv_transpose(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) ->
     rows = torch.zeros(groups, c_in // groups + 1, patches.shape[2] // groups, device=x.device)
     rows[:, :-1] = 1.0 if mask is None else mask.flatten(1).float().view(groups, c_in // groups, -1)
     rows[:, -1, ::taps] = 1.0
-    return LayerGrad(a, torch.cat([_append(d, groups, 0.0), d_b], 1), groups=groups, mask=rows.flatten(0, 1))
+    return FactoredGrad(
+        a, torch.cat([_append(d, groups, 0.0), d_b], 1), groups=groups, mask=rows.flatten(0, 1)
+    )
 
 
 def _embedding(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGrad:
@@ -388,7 +396,7 @@ def _embedding(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> Laye
     if m.padding_idx is not None:
         mask = torch.ones_like(m.weight) if mask is None else mask.clone()
         mask[m.padding_idx] = 0
-    return LayerGrad(gy.reshape(n, -1, m.embedding_dim), onehot, mask=_matrix_mask(mask, False))
+    return FactoredGrad(gy.reshape(n, -1, m.embedding_dim), onehot, mask=_matrix_mask(mask, False))
 
 
 def _norm_check(m: nn.Module) -> str | None:
@@ -466,7 +474,7 @@ def _invertible_conv(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -
     w = m.weight_matrix().detach()  # type: ignore[operator]
     hw = x.shape[2] * x.shape[3]
     const = -hw * torch.linalg.inv(w).T
-    return LayerGrad(_positions(x), _positions(gy), const)
+    return FactoredGrad(_positions(x), _positions(gy), const)
 
 
 LINEAR = LayerHandler("linear", _linear)

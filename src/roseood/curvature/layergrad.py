@@ -6,21 +6,144 @@ A layer with ``groups`` independent blocks (grouped convolutions, norm affines, 
 fallback gradients) splits ``a`` and ``δ`` into equal contiguous blocks; ``G_n`` then stacks the blocks'
 (Dout/g, Din/g) gradients vertically, which is exactly PyTorch's grouped weight layout. A ``mask``
 marks the matrix entries that are parameters (nonzero) and scales the gradient, as ``W ⊙ mask`` does.
+
+``LayerGrad`` is the interface the Fishers read; three kinds meet it honestly: ``FactoredGrad`` keeps the
+factors (or, once rotated, the matrices), ``RowsGrad`` (``roseood.curvature.handlers``) keeps the layer's
+input and output gradient and forms the matrices straight from them (the factors only when read), and
+``SummedGrad`` is a layer called several times in one pass, the sum of its calls, each kept in its own
+form (``join``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 
+class LayerGrad(ABC):
+    """Per-sample gradients ``G_n`` of one layer for a batch, block by block; shape (Dout, Din/groups).
+    ``groups``, ``mask`` (Dout, Din/groups) and ``coords`` (maps (N, Dout, Din) to (N, P) parameter
+    coordinates, or None) are those of the layer."""
+
+    groups: int = 1
+    mask: Tensor | None = None
+    coords: Callable[[Tensor], Tensor] | None = None
+
+    @property
+    @abstractmethod
+    def n(self) -> int:
+        """Samples."""
+
+    @property
+    @abstractmethod
+    def positions(self) -> int:
+        """Positions per sample (T)."""
+
+    @property
+    @abstractmethod
+    def width_in(self) -> int:
+        """Inputs per position, all groups (Din, bias columns included)."""
+
+    @property
+    @abstractmethod
+    def width_out(self) -> int:
+        """Outputs per position, all groups (Dout)."""
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device: ...
+
+    @property
+    @abstractmethod
+    def dtype(self) -> torch.dtype: ...
+
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Memory held now (whole storages: a view keeps its base alive)."""
+
+    @abstractmethod
+    def matrix(self) -> Tensor:
+        """Per-sample gradient matrices (N, Dout, Din/groups)."""
+
+    @abstractmethod
+    def factored(self) -> FactoredGrad:
+        """The same gradients as factors ``a`` (N, T, Din) and ``δ`` (N, T, Dout), for the Kronecker
+        factors and factor-first rotations (formed on demand by the kinds that do not keep them)."""
+
+    @abstractmethod
+    def per_sample(self, n: int, order: Tensor | None) -> LayerGrad:
+        """One row per sample when the batch was expanded inside the loss (K rows per sample, in
+        ``order``; None: already image-major, no copy): each sample's rows are folded into its
+        positions, so ``G_n`` is the exact sum over its copies."""
+
+    def peak_bytes(self) -> int:
+        """Memory these gradients take while a Fisher reads them, at most: what they hold, and three
+        products the size of the per-sample gradient matrices (formed, squared, rotated)."""
+        return self.nbytes() + 3 * self._matrix_bytes()
+
+    def _matrix_bytes(self) -> int:
+        return self.n * self.width_out * self.width_in // self.groups * self.dtype.itemsize
+
+    def free_support(self) -> tuple[Tensor, Tensor] | None:
+        """Inputs (Din,) and outputs (Dout,) that meet at least one free weight entry (None without a
+        mask). When the mask is a Kronecker product (PixelCNN's spatial masks: the same past pixels for
+        every output), the free parameters are exactly these inputs times these outputs."""
+        if self.mask is None:
+            return None
+        free = self.mask != 0
+        inputs = free.view(self.groups, -1, free.shape[1]).any(1).flatten()
+        return inputs, free.any(1)
+
+    def flat(self) -> Tensor:
+        """Per-sample gradients in the layer's parameter coordinates, (N, P)."""
+        g = self.matrix()
+        if self.coords is not None:
+            return self.coords(g)
+        g = g.flatten(1)
+        return g[:, self.mask.flatten() != 0] if self.mask is not None else g
+
+    def _factors_first(self) -> bool:
+        """Whether rotating the factors is cheaper than rotating the matrices (and possible)."""
+        return False
+
+    def rotated(self, u_out: Tensor, u_in: Tensor) -> LayerGrad:
+        """The gradients ``U_outᵀ G_n U_in`` block by block (``u`` of shape (groups, k, k) when grouped),
+        rotating the factors or the matrices, whichever is cheaper. A mask is applied before rotating."""
+        if self._factors_first():
+            return self.factored().rotated(u_out, u_in)
+        g = self.matrix()
+        if self.groups == 1:
+            return FactoredGrad.formed(u_out.T @ g @ u_in, self.positions, self.width_in)
+        d_in, d_out = self.width_in // self.groups, self.width_out // self.groups
+        blocks = u_out.mT @ g.view(g.shape[0], self.groups, d_out, d_in) @ u_in
+        return FactoredGrad.formed(blocks.flatten(1, 2), self.positions, self.width_in, self.groups)
+
+    def square_sum(self) -> Tensor:
+        """``Σ_n G_n ⊙ G_n`` as float64 (Dout, Din/groups)."""
+        return self.matrix().pow(2).sum(0).double()
+
+    def weighted_square(self, w: Tensor) -> Tensor:
+        """``Σ_ij w_ij G_n,ij²`` per sample, (N,) float64, for a (Dout, Din/groups) weight ``w``."""
+        return (self.matrix().pow(2).flatten(1) @ w.to(self.dtype).flatten()).double()
+
+
+def factors_cheaper(grad: LayerGrad) -> bool:
+    """Rotating the factors (T positions of d_in and d_out) is cheaper than forming and rotating the
+    matrices."""
+    t, d_in, d_out = grad.positions, grad.width_in // grad.groups, grad.width_out // grad.groups
+    factors_first = t * grad.groups * (d_in * d_in + d_out * d_out)
+    matrix_first = t * grad.width_out * d_in + grad.width_out * d_in * (d_in + d_out)
+    return factors_first <= matrix_first
+
+
 @dataclass
-class LayerGrad:
-    """Per-sample gradients ``G_n = (Σ_t d_{n,t}ᵀ a_{n,t} + const) ⊙ mask``, block by block; shape
-    (Dout, Din/groups)."""
+class FactoredGrad(LayerGrad):
+    """Per-sample gradients ``G_n = (Σ_t d_{n,t}ᵀ a_{n,t} + const) ⊙ mask`` kept as their factors, or
+    (``g``, after a rotation) as the matrices themselves."""
 
     a: Tensor  # (N, T, Din) inputs at each position (a trailing 1 per group for the bias)
     d: Tensor  # (N, T, Dout) gradients w.r.t. the outputs at the same positions
@@ -30,24 +153,29 @@ class LayerGrad:
     groups: int = 1  # independent diagonal blocks of the layer (block-diagonal Kronecker factors)
     mask: Tensor | None = None  # (Dout, Din/groups): 0 where an entry is not a parameter, else its scale
 
+    @classmethod
+    def formed(cls, g: Tensor, positions: int, width_in: int, groups: int = 1) -> FactoredGrad:
+        """Gradients given by their matrices alone (the factors are shape-only, memory-free views)."""
+        empty = g.new_empty(())
+        n, width_out = g.shape[0], g.shape[1]
+        return cls(
+            empty.expand(n, positions, width_in), empty.expand(n, positions, width_out), g=g, groups=groups
+        )
+
     @property
     def n(self) -> int:
-        """Samples."""
         return self.d.shape[0]
 
     @property
     def positions(self) -> int:
-        """Positions per sample (T)."""
         return self.d.shape[1]
 
     @property
     def width_in(self) -> int:
-        """Inputs per position, all groups (Din, bias columns included)."""
         return self.a.shape[2]
 
     @property
     def width_out(self) -> int:
-        """Outputs per position, all groups (Dout)."""
         return self.d.shape[2]
 
     @property
@@ -59,28 +187,22 @@ class LayerGrad:
         return self.d.dtype
 
     def nbytes(self) -> int:
-        """Memory held now (whole storages: a view keeps its base alive)."""
         tensors = (self.a, self.d, self.g, self.const, self.mask)
         return sum(t.untyped_storage().nbytes() for t in tensors if t is not None)
 
-    def peak_bytes(self) -> int:
-        """Memory these gradients take while a Fisher reads them, at most: what they hold, their factors
-        if formed on demand, and three products the size of the per-sample gradient matrices (formed,
-        squared, rotated)."""
-        params = self.n * self.width_out * self.width_in // self.groups
-        return self.nbytes() + 3 * params * self.dtype.itemsize
+    def factored(self) -> FactoredGrad:
+        if self.g is not None:
+            raise ValueError("its handler gives no factors (a, δ), only the gradient matrices")
+        return self
 
     def per_sample(self, n: int, order: Tensor | None) -> LayerGrad:
-        """One row per sample when the batch was expanded inside the loss (K rows per sample, in
-        ``order``; None: already image-major, no copy): each sample's rows are folded into its positions,
-        so ``G_n`` is the exact sum over its copies."""
         if self.n == n:
             return self
         if self.g is not None:
             raise ValueError("its handler gives no factors to fold an expanded batch into")
         copies = self.n // n
         a, d = (self.a, self.d) if order is None else (self.a[order], self.d[order])
-        return LayerGrad(
+        return FactoredGrad(
             a.reshape(n, copies * a.shape[1], a.shape[2]),
             d.reshape(n, copies * d.shape[1], d.shape[2]),
             const=self.const * copies if self.const is not None else None,
@@ -96,18 +218,7 @@ class LayerGrad:
         """(N, T, D) → (N, T, groups, D/groups)."""
         return t.view(*t.shape[:2], self.groups, -1)
 
-    def free_support(self) -> tuple[Tensor, Tensor] | None:
-        """Inputs (Din,) and outputs (Dout,) that meet at least one free weight entry (None without a
-        mask). When the mask is a Kronecker product (PixelCNN's spatial masks: the same past pixels for
-        every output), the free parameters are exactly these inputs times these outputs."""
-        if self.mask is None:
-            return None
-        free = self.mask != 0
-        inputs = free.view(self.groups, -1, free.shape[1]).any(1).flatten()
-        return inputs, free.any(1)
-
     def matrix(self) -> Tensor:
-        """Per-sample gradient matrices (N, Dout, Din/groups)."""
         if self.g is not None:
             return self.g
         if self.groups == 1:
@@ -118,53 +229,28 @@ class LayerGrad:
             g = g + self.const
         return g * self.mask if self.mask is not None else g
 
-    def flat(self) -> Tensor:
-        """Per-sample gradients in the layer's parameter coordinates, (N, P)."""
-        g = self.matrix()
-        if self.coords is not None:
-            return self.coords(g)
-        g = g.flatten(1)
-        return g[:, self.mask.flatten() != 0] if self.mask is not None else g
+    def _factors_first(self) -> bool:
+        factored = self.g is None and self.mask is None and (self.groups == 1 or self.const is None)
+        return factored and factors_cheaper(self)
 
     def rotated(self, u_out: Tensor, u_in: Tensor) -> LayerGrad:
-        """The gradients ``U_outᵀ G_n U_in`` block by block (``u`` of shape (groups, k, k) when grouped),
-        rotating the factors or the matrices, whichever is cheaper. A mask is applied before rotating."""
-        t, d_in, d_out = self.positions, self.width_in // self.groups, self.width_out // self.groups
-        factors_first = t * self.groups * (d_in * d_in + d_out * d_out)
-        matrix_first = t * self.width_out * d_in + self.width_out * d_in * (d_in + d_out)
-        factored = self.g is None and self.mask is None and (self.groups == 1 or self.const is None)
-        if factored and factors_first <= matrix_first:
-            if self.groups == 1:
-                const = u_out.T @ self.const @ u_in if self.const is not None else None
-                return LayerGrad(self.a @ u_in, self.d @ u_out, const)
-            a = torch.einsum("ntgi,gij->ntgj", self._blocks(self.a), u_in).flatten(2)
-            d = torch.einsum("ntgo,gop->ntgp", self._blocks(self.d), u_out).flatten(2)
-            return LayerGrad(a, d, groups=self.groups)
-        g = self.matrix()
+        if not self._factors_first():
+            return super().rotated(u_out, u_in)
         if self.groups == 1:
-            return self._formed(u_out.T @ g @ u_in)
-        blocks = u_out.mT @ g.view(g.shape[0], self.groups, d_out, d_in) @ u_in
-        return self._formed(blocks.flatten(1, 2))
-
-    def _formed(self, g: Tensor) -> LayerGrad:
-        """Gradients of this layer's shape given by their matrices alone (the factors are shape-only,
-        memory-free views)."""
-        empty = g.new_empty(())
-        return LayerGrad(
-            empty.expand(self.n, self.positions, self.width_in),
-            empty.expand(self.n, self.positions, self.width_out),
-            g=g,
-            groups=self.groups,
-        )
+            const = u_out.T @ self.const @ u_in if self.const is not None else None
+            return FactoredGrad(self.a @ u_in, self.d @ u_out, const)
+        a = torch.einsum("ntgi,gij->ntgj", self._blocks(self.a), u_in).flatten(2)
+        d = torch.einsum("ntgo,gop->ntgp", self._blocks(self.d), u_out).flatten(2)
+        return FactoredGrad(a, d, groups=self.groups)
 
     def _rank_one_squares(self) -> tuple[Tensor, Tensor]:
         """Squared single-position factors as (N, groups, Dout/g) and (N, groups, Din/g)."""
         return self._blocks(self.d)[:, 0] ** 2, self._blocks(self.a)[:, 0] ** 2
 
     def square_sum(self) -> Tensor:
-        """``Σ_n G_n ⊙ G_n`` as float64 (Dout, Din/groups); rank-one gradients never form the matrices."""
+        """``Σ_n G_n ⊙ G_n`` as float64; rank-one gradients never form the matrices."""
         if not self._rank_one:
-            return self.matrix().pow(2).sum(0).double()
+            return super().square_sum()
         if self.groups == 1 and self.mask is None:
             return ((self.d[:, 0] ** 2).T @ self.a[:, 0] ** 2).double()
         d2, a2 = self._rank_one_squares()
@@ -172,13 +258,86 @@ class LayerGrad:
         return (s * self.mask**2 if self.mask is not None else s).double()
 
     def weighted_square(self, w: Tensor) -> Tensor:
-        """``Σ_ij w_ij G_n,ij²`` per sample, (N,) float64, for a (Dout, Din/groups) weight ``w``."""
-        w = w.to(self.dtype)
         if not self._rank_one:
-            return (self.matrix().pow(2).flatten(1) @ w.flatten()).double()
+            return super().weighted_square(w)
+        w = w.to(self.dtype)
         if self.groups == 1 and self.mask is None:
             return ((self.d[:, 0] ** 2 @ w) * self.a[:, 0] ** 2).sum(1).double()
         if self.mask is not None:
             w = w * self.mask**2
         d2, a2 = self._rank_one_squares()
         return torch.einsum("ngo,goi,ngi->n", d2, w.view(self.groups, d2.shape[2], -1), a2).double()
+
+
+class SummedGrad(LayerGrad):
+    """A layer run several times in one pass: its per-sample gradient is the sum of its calls', each
+    kept in its own form (a convolution's calls keep their grouped-convolution matrices); the factors
+    are all the calls' positions together."""
+
+    def __init__(self, calls: Sequence[LayerGrad]) -> None:
+        self.calls = list(calls)
+        first = self.calls[0]
+        self.groups, self.mask, self.coords = first.groups, first.mask, first.coords
+
+    @property
+    def n(self) -> int:
+        return self.calls[0].n
+
+    @property
+    def positions(self) -> int:
+        return sum(c.positions for c in self.calls)
+
+    @property
+    def width_in(self) -> int:
+        return self.calls[0].width_in
+
+    @property
+    def width_out(self) -> int:
+        return self.calls[0].width_out
+
+    @property
+    def device(self) -> torch.device:
+        return self.calls[0].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.calls[0].dtype
+
+    def nbytes(self) -> int:
+        return sum(c.nbytes() for c in self.calls)
+
+    def peak_bytes(self) -> int:
+        """Each call's own peak while its matrices are formed, beside the others' held memory, plus the
+        running sum."""
+        held = self.nbytes()
+        return held + max(c.peak_bytes() - c.nbytes() for c in self.calls) + self._matrix_bytes()
+
+    def matrix(self) -> Tensor:
+        total = self.calls[0].matrix()
+        for call in self.calls[1:]:
+            total = total + call.matrix()
+        return total
+
+    def factored(self) -> FactoredGrad:
+        parts = [c.factored() for c in self.calls]
+        consts = [p.const for p in parts if p.const is not None]
+        return FactoredGrad(
+            torch.cat([p.a for p in parts], 1),
+            torch.cat([p.d for p in parts], 1),
+            const=torch.stack(consts).sum(0) if consts else None,
+            groups=self.groups,
+            mask=self.mask,
+        )
+
+    def per_sample(self, n: int, order: Tensor | None) -> LayerGrad:
+        return SummedGrad([c.per_sample(n, order) for c in self.calls])
+
+
+def join(calls: Sequence[LayerGrad]) -> LayerGrad:
+    """One layer's gradients over all the calls it had in one pass: the call itself, the factors of all
+    the calls' positions together (``FactoredGrad`` calls), or their ``SummedGrad``."""
+    if len(calls) == 1:
+        return calls[0]
+    if all(isinstance(c, FactoredGrad) and c.g is None for c in calls):
+        return SummedGrad(calls).factored()
+    return SummedGrad(calls)
