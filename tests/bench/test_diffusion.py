@@ -10,7 +10,7 @@ import pytest
 
 from roseood.bench import run_experiment
 from roseood.bench.experiments.diffusion import METHODS, OOD, mean_interval
-from tests.bench.smoke import smoke_workspace
+from tests.bench.smoke import FULL, smoke_workspace
 from tests.conftest import needs_shared_data
 
 
@@ -53,14 +53,11 @@ def test_the_zoo_decision_rule_needs_every_model():
     ) and "0.850 / 0.700 / 0.600; draw sd 0.071" in summary(cells["a"]["x"])
 
 
-@needs_shared_data
-@pytest.mark.slow
-def test_diffusion_zoo_bench_smoke(tmp_path, monkeypatch):
-    """The zoo experiment end to end on a zoo of tiny stand-ins (same names, checksummed): every method on
-    every model, the drawn methods once per draw, and the decision rule's table."""
+@pytest.fixture
+def tiny_zoo(tmp_path, monkeypatch):
+    """A zoo of tiny stand-ins for the Fashion-MNIST DDPMs (same names, checksummed), as ROSEOOD_ZOO."""
     import torch
 
-    from roseood.bench.experiments.diffusion_zoo import DRAWN
     from roseood.models.diffusion import DiffusionModel, export_diffusers
     from roseood.models.zoo import write_checksums
 
@@ -70,6 +67,16 @@ def test_diffusion_zoo_bench_smoke(tmp_path, monkeypatch):
         export_diffusers(model, tmp_path / "zoo" / f"ddpm-fmnist-s{seed}")
     write_checksums(tmp_path / "zoo")
     monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path / "zoo"))
+    return tmp_path / "zoo"
+
+
+@needs_shared_data
+@pytest.mark.slow
+def test_diffusion_zoo_bench_smoke(tmp_path, tiny_zoo):
+    """The zoo experiment end to end on a zoo of tiny stand-ins (same names, checksummed): every method on
+    every model, the drawn methods once per draw, and the decision rule's table."""
+    from roseood.bench.experiments.diffusion_zoo import DRAWN
+
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
     report = run_experiment("diffusion-zoo", ws)
     text = report.read_text()
@@ -82,3 +89,25 @@ def test_diffusion_zoo_bench_smoke(tmp_path, monkeypatch):
         assert all(
             len(models) == 3 and all(len(v) == draws for v in models) for models in summary[method].values()
         )
+
+
+@needs_shared_data
+@pytest.mark.slow
+def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
+    """Every setting on the tiny zoo models, one change at a time from the default, with the rule's
+    verdicts; the layer-set rows reuse the fit on all layers (one fit per K, range, Fisher and draw).
+    Reduced form (CI): two of the three models."""
+    from roseood.bench.experiments import diffusion_defaults
+    from roseood.bench.experiments.diffusion_defaults import settings
+    from roseood.models import load_model
+
+    seeds = (0, 1, 2) if FULL else (0, 1)
+    monkeypatch.setattr(diffusion_defaults, "ZOO_SEEDS", seeds)
+    ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
+    report = run_experiment("diffusion-defaults", ws)
+    text = report.read_text()
+    assert "ROSE settings on the zoo's fashion_mnist DDPMs" in text and "the default |" in text
+    results = json.loads((report.parent / "results.json").read_text())["results"]
+    names = settings(load_model(tiny_zoo / "ddpm-fmnist-s0"))
+    assert {f"fashion_mnist/ddpm-fmnist-s{s}/{label}" for s in seeds for label in names} == set(results)
+    assert all(0.0 <= v <= 1.0 for per in results.values() for v in per.values())

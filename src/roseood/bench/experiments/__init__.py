@@ -7,6 +7,7 @@ from roseood.bench.experiments import (
     ablation,
     brightness,
     diffusion,
+    diffusion_defaults,
     diffusion_zoo,
     figure1,
     figure3,
@@ -42,6 +43,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         ablation,
         diffusion,
         diffusion_zoo,
+        diffusion_defaults,
         near_ood,
     )
 }
