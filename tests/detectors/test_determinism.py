@@ -93,3 +93,26 @@ def test_stochastic_rose_on_a_glow_repeats_across_batches() -> None:
         det = ROSE(glow, fisher="diag", stochastic=True, batch_size=batch).fit(x[:12], held_out=x[12:16])
         scores.append(det.score(x[16:]))
     np.testing.assert_allclose(scores[1], scores[0], rtol=1e-5)
+
+
+def test_a_large_iwae_k_shows_progress_image_by_image(tiny_vae, images, monkeypatch) -> None:
+    """k = 4000 posterior samples: batches of one image (64 × 20 samples at most), each a progress step,
+    and the same scores as one batch of all the images (each image's samples come from its own seed)."""
+    from roseood.detectors import nll as nll_module
+
+    sizes: list[int] = []
+    batches = nll_module.iter_batches
+
+    def recorded(x, size, desc=None):  # type: ignore[no-untyped-def]
+        sizes.append(size)
+        return batches(x, size, desc)
+
+    monkeypatch.setattr(nll_module, "iter_batches", recorded)
+    x = images[:3]
+    big = NLL(tiny_vae, k=4000, batch_size=64).fit(x).score(x)
+    assert sizes[-1] == 1
+    monkeypatch.setattr(nll_module, "IWAE_SAMPLES", 10**6)
+    torch.testing.assert_close(
+        torch.from_numpy(NLL(tiny_vae, k=4000, batch_size=64).fit(x).score(x)), torch.from_numpy(big)
+    )
+    assert sizes[-1] == 64

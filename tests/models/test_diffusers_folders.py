@@ -251,6 +251,14 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_built(
     with pytest.raises(RoseError, match="a UNet batch of 64 rows"):
         model.nll(torch.rand(32, 1, 8, 8))
 
+    def copies(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the K copies were made before the batch was checked")
+
+    monkeypatch.setattr(torch.Tensor, "repeat_interleave", copies)  # refused before the copies exist
+    for loss in (model.nll, model.image_statistics):
+        with pytest.raises(RoseError, match="a UNet batch of 64 rows"):
+            loss(torch.rand(32, 1, 8, 8))
+
 
 def test_weights_that_do_not_fit_the_config_are_refused_before_the_unet_is_allocated(
     pipeline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

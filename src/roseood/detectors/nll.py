@@ -14,6 +14,8 @@ from roseood.models.base import LatentModel, RoseModel, is_latent_model
 from roseood.randomness import per_input_seed
 from roseood.validation import check_seed
 
+IWAE_SAMPLES = 20  # posterior samples per image a batch is sized for (nll-iwae's k)
+
 
 class NLL(Detector):
     """Negative log-likelihood in nats. ``k`` > 1 uses the IWAE estimate (VAE only). A sampled estimate
@@ -42,11 +44,14 @@ class NLL(Detector):
         """The likelihood needs no fitting."""
 
     def nll(self, x: Tensor) -> Tensor:
-        """Per-image NLL in nats (no validation; ``x`` float on any device)."""
+        """Per-image NLL in nats (no validation; ``x`` float on any device). An IWAE estimate takes fewer
+        images per batch as ``k`` grows (at most ``batch_size × IWAE_SAMPLES`` samples), so a large ``k``
+        shows its progress image by image instead of one silent batch."""
         self.model.eval()
         out = []
+        images = max(1, self.batch_size * IWAE_SAMPLES // self.k)
         with torch.no_grad(), per_input_seed(self.seed):
-            for batch in iter_batches(x, self.batch_size, "NLL" if self.progress else None):
+            for batch in iter_batches(x, min(self.batch_size, images), "NLL" if self.progress else None):
                 b = batch.to(self.device)
                 out.append(
                     (

@@ -218,13 +218,15 @@ class DiffusionModel(GenerativeModel):
         """Images in [0, 1] → the UNet's [-1, 1]."""
         return x * 2.0 - 1.0
 
-    def check_batch(self, rows: Tensor) -> None:
-        """Refuse in one line a UNet batch like ``rows`` whose first block's activations alone (two of
-        them, float32) cannot fit in memory: once per batch by whoever forms it, not per UNet call."""
+    def check_batch(self, rows: Tensor, copies: int = 1) -> None:
+        """Refuse in one line a UNet batch of ``copies`` rows per row of ``rows`` whose first block's
+        activations alone (two of them, float32) cannot fit in memory: once per batch by whoever forms
+        it, before the copies are made, not per UNet call."""
         first = self.unet.config.block_out_channels[0]
+        n = rows.shape[0] * copies
         check_memory(
-            2 * rows.shape[0] * first * rows.shape[-2] * rows.shape[-1] * 4,
-            f"a UNet batch of {rows.shape[0]} rows (images × k noisy copies) of {tuple(rows.shape[1:])}",
+            2 * n * first * rows.shape[-2] * rows.shape[-1] * 4,
+            f"a UNet batch of {n} rows (images × k noisy copies) of {tuple(rows.shape[1:])}",
             device=rows.device,
             hint="lower --batch-size or denoising k",
         )
@@ -264,6 +266,7 @@ class DiffusionModel(GenerativeModel):
     def denoising_loss(self, x: Tensor) -> Tensor:
         """Per-image loss at the K fixed pairs: the K noisy copies of each image in one batch of N·K
         rows (image-major), each image's loss the sum of its K rows' weighted ε-MSE (summed over pixels)."""
+        self.check_batch(x, copies=self.k)
         return self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k).sum(1)
 
     def row_loss(self, rows: Tensor) -> Tensor:
@@ -283,6 +286,7 @@ class DiffusionModel(GenerativeModel):
     def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
         """The weighted ε-MSE of each image at each of the K fixed pairs, named ``eps_mse@t``: the
         denoising loss ROSE differentiates, one statistic per timestep."""
+        self.check_batch(x, copies=self.k)
         with torch.no_grad():
             rows = self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k)
         return {f"eps_mse@{t}": rows[:, j] for j, t in enumerate(self.row_labels())}
