@@ -3,8 +3,8 @@
 file stayed byte-identical; ``files``: the cases of ``tests/test_cli_bad_files.py`` (diffusers folders and
 numbers read from files) instead.
 
-    python benchmarks/bad_input_table.py > bad_inputs.md
-    python benchmarks/bad_input_table.py files
+    python -m benchmarks.bad_input_table > bad_inputs.md
+    python -m benchmarks.bad_input_table files
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: its tests package
 
 import tests.test_cli_bad_files as bad_files
 import tests.test_cli_bad_input as bad_input

@@ -12,7 +12,7 @@ runs the same code paths on the CPU):
   ``N`` images, i.e. what float32 rounding alone does to the scores, the scale to judge the device's
   difference by (any device; slow: float64 convolutions).
 
-    python benchmarks/gpu.py [--device cuda] [--batch 512] [--fit 2048] [--loop 64] [--repeats 5]
+    python -m benchmarks.gpu [--device cuda] [--batch 512] [--fit 2048] [--loop 64] [--repeats 5]
                              [--float64 512]
 """
 
@@ -20,21 +20,18 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
+from benchmarks.speed import images, per_sample_loop_scores
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for this folder's speed.py
 from roseood.demo import demo_model
 from roseood.detectors import ROSE
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
 from roseood.models.base import GenerativeModel
-from speed import images, per_sample_loop_scores
 
 
 def fmt(values: Tensor) -> str:

@@ -43,6 +43,6 @@ if [ -n "${OLD_SRC:-}" ]; then
     PYTHONPATH=/tmp/site:$OLD_SRC:$PWD scale 120 $arch "scale_${arch}_old" --methods rose-diag,rose-ekfac
   done
 fi
-timeout 75 python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu_vae.log"
+timeout 75 python3 -m benchmarks.gpu 2>&1 | tee "$OUT/gpu_vae.log"
 wait "$tests"
 cat "$OUT/float_sensitive.log"

@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from roseood.bench.profiles import PROFILES
-from roseood.curvature.memory import format_size, parse_size, set_memory
 from roseood.detectors import ROSE, Detector, make_detector
 from roseood.evaluation.evaluate import machine_description
+from roseood.memory import format_size, parse_size, set_memory
 from roseood.models.diffusion import DiffusionModel, export_diffusers, is_diffusers_folder, load_diffusers
 
 # Ho et al. (2020)'s CIFAR-10 UNet as a diffusers UNet2DModel: 35.7 M parameters

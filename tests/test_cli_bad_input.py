@@ -2,7 +2,7 @@
 problem, no traceback, and every file in the working folder byte-identical afterwards (nothing written,
 nothing overwritten). Most cases are refused before any data is loaded, which keeps the table fast.
 
-``benchmarks/bad_input_table.py`` runs the same table and prints it as "bad input → outcome".
+``python -m benchmarks.bad_input_table`` runs the same table and prints it as "bad input → outcome".
 """
 
 from __future__ import annotations

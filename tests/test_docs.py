@@ -64,3 +64,15 @@ def test_only_optional_missing_pages_leave_the_nav(tmp_path):
     (tmp_path / "speed.md").write_text("# speed")
     config = SimpleNamespace(nav=nav, docs_dir=str(tmp_path))
     assert hook.on_config(config).nav[1] == {"Guide": [{"Speed": "speed.md"}]}
+
+
+def test_the_recorded_bad_input_table_has_exactly_the_tests_cases_in_order():
+    """bad-input.md's full table is recorded output (the build inserts it): a case added, removed or
+    renamed in tests/test_cli_bad_input.py needs the table regenerated."""
+    from tests.test_cli_bad_input import CASES
+
+    hook = _hook("bad_input_table")
+    recorded = hook.recorded_cases(hook.TABLE.read_text(encoding="utf-8"))
+    assert recorded == [case.what for case in CASES], f"regenerate it: {hook.REGENERATE}"
+    page = hook.on_page_markdown(f"# Bad input\n\n{hook.MARKER}\n", None, None, None)
+    assert hook.MARKER not in page and f"`{CASES[0].what}`" in page

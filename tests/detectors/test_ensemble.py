@@ -119,8 +119,8 @@ def test_an_ensemble_over_noise_draws_of_one_diffusion_model(tmp_path: Path) -> 
 
 def test_rose_beside_diffpath_on_one_diffusion_model(tmp_path: Path) -> None:
     """docs/diffusion.md's ROSE + DiffPath recipe: two methods on one model; its score is the mean of the
-    parts' scores, each z-normalised by its own mean and standard deviation on the held-out images, the
-    combination benchmarks/draw_spread.py's ``--combine`` computes; it saves and reloads with the model."""
+    parts' scores, each z-normalised by its own mean and standard deviation on the held-out images (the
+    combination the lab notebook's draw-spread runs measured); it saves and reloads with the model."""
     from roseood.detectors import DiffPath
     from roseood.models.diffusion import DiffusionModel
 
