@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roseood import validation as v
 from roseood.cli.common import (
@@ -24,6 +24,11 @@ from roseood.cli.common import (
     spec_from_args,
 )
 from roseood.errors import RoseError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from roseood.data import ImageStream
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
@@ -57,16 +62,10 @@ def cmd_score(args: argparse.Namespace) -> None:
     from roseood.detectors import load_detector
     from roseood.evaluation.evaluate import model_preprocessing
     from roseood.evaluation.scoring import write_scores
-    from roseood.serialization import GrowingCsv, file_digest, written_in_place
+    from roseood.serialization import file_digest
 
     to_stdout = str(args.out) == "-"
-    out = checked_output(args, args.out, stdout=True)
-    if args.resume and written_in_place(out):
-        raise RoseError(
-            f"--resume continues a CSV file; {args.out} is written as it goes and cannot be resumed"
-        )
-    if not written_in_place(out):
-        GrowingCsv.check(out, resume=args.resume, overwrite=args.overwrite)
+    out = _score_output(args)
     if args.report:
         from roseood.evaluation.html_report import PAGE_OUTPUTS
 
@@ -130,22 +129,51 @@ def cmd_score(args: argparse.Namespace) -> None:
         file=log,
     )
     if chunks is not None and distributed.is_main():
-        from roseood.evaluation.gallery import extremes
-        from roseood.evaluation.html_report import write_score_page
-
         scores = np.concatenate(chunks) if chunks else np.empty(0)
-        shown = extremes(scores, lambda i: data.read(i, i + 1)[0], data.files, args.gallery)
-        page = write_score_page(
-            args.report,
-            scores[~np.isnan(scores)],
-            shown,
-            method=det.name,
-            data_name=data.name,
-            source=data.source,
-            threshold=threshold,
-            csv=None if to_stdout else str(out),
-        )
+        page = _score_page(args, det.name, data, scores, threshold, None if to_stdout else str(out))
         print(f"wrote {page}", file=log)
+
+
+def _score_output(args: argparse.Namespace) -> Path:
+    """``--out`` checked before any work: a file may be resumed (``--resume``), standard output or a
+    device not; a partial file an interrupted run left is neither resumed nor replaced silently."""
+    from roseood.serialization import GrowingCsv, written_in_place
+
+    out = checked_output(args, args.out, stdout=True)
+    if args.resume and written_in_place(out):
+        raise RoseError(
+            f"--resume continues a CSV file; {args.out} is written as it goes and cannot be resumed"
+        )
+    if not written_in_place(out):
+        GrowingCsv.check(out, resume=args.resume, overwrite=args.overwrite)
+    return out
+
+
+def _score_page(
+    args: argparse.Namespace,
+    method: str,
+    data: ImageStream,
+    scores: np.ndarray,
+    threshold: float | None,
+    csv: str | None,
+) -> Path:
+    """``rose score --report``: the page of one scored set (NaN: files that could not be read, left out)."""
+    import numpy as np
+
+    from roseood.evaluation.gallery import extremes
+    from roseood.evaluation.html_report import write_score_page
+
+    shown = extremes(scores, lambda i: data.read(i, i + 1)[0], data.files, args.gallery)
+    return write_score_page(
+        args.report,
+        scores[~np.isnan(scores)],
+        shown,
+        method=method,
+        data_name=data.name,
+        source=data.source,
+        threshold=threshold,
+        csv=csv,
+    )
 
 
 def register(sub: Any) -> None:
