@@ -22,7 +22,7 @@ from roseood.data.tensors import as_image_tensor
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel
 from roseood.models.families import ModelFamily, register_family
-from roseood.models.train import run_epochs, start_run
+from roseood.models.train import TrainingRun, start_run
 
 # Standard VGG configurations (Simonyan & Zisserman 2015): convolutions per stage; every stage ends in a
 # 2×2 max-pool and has 64, 128, 256, 512, 512 channels at width 64.
@@ -235,7 +235,7 @@ def train_classifier(
     def record(sums: dict[str, float]) -> dict[str, float]:
         return {"loss": sums["loss"] / sums["seen"], "accuracy": sums["correct"] / sums["seen"]}
 
-    history = run_epochs(
+    history = TrainingRun(
         model,
         opt,
         gen,
@@ -247,7 +247,7 @@ def train_classifier(
         record=record,
         batches=batches,
         progress=progress,
-    )
+    ).run()
     return model.eval(), history
 
 

@@ -207,99 +207,115 @@ class _Warmup:
             forecast(what, per_batch * per_epoch * self.epochs, f"from {self.seen - 1} timed batches")
 
 
-def run_epochs(
-    model: Any,
-    opt: torch.optim.Optimizer,
-    gen: torch.Generator,
-    checkpoint: Path,
-    state: dict[str, Any],
-    *,
-    n: int,
-    epochs: int,
-    step: StepFn,
-    record: Callable[[dict[str, float]], dict[str, float]],
-    batches: Callable[[Tensor], list[Tensor]] | None = None,
-    batch_size: int = 64,
-    grad_clip: float = 0.0,
-    progress: bool | None = None,
-    postfix: Callable[[float], str] = "loss={:.3f}".format,
-    budget: float | None = None,
-) -> list[dict[str, float]]:
-    """The one training loop: every epoch shuffles with ``gen``, and for each batch of indices calls the
-    family's ``step(indices, epoch, step) -> (mean loss, summed statistics)``, then backpropagates,
-    clips, steps, and finally records the epoch (``record(sums)``) and writes ``checkpoint`` atomically
-    with the RNG states, so a resumed run continues exactly. History holds no wall times: the same run
-    gives the same checkpoint bytes. Under torchrun every process steps on its shard of each batch with
-    gradients averaged over processes (data parallel), sums are added up, and rank 0 writes the
-    checkpoints.
-    """
-    history: list[dict[str, float]] = state["history"]
-    world = distributed.world()
-    distributed.share_module(model)  # rank 0's weights everywhere
-    progress = resolve(progress) and distributed.is_main()
-    first, started = state["epoch"], time.monotonic()
-    warmup = _Warmup(epochs - first, enabled=progress)
-    for epoch in range(state["epoch"], epochs):
-        spent = time.monotonic() - started
-        if budget is not None and epoch > first and spent * (epoch + 1 - first) / (epoch - first) > budget:
-            if progress:
+@dataclass
+class TrainingRun:
+    """One training run: the model, its optimizer, the shuffling generator ``gen``, the checkpoint and the
+    resumable ``state`` (epoch, step, history), and how it trains: ``n`` examples for ``epochs`` epochs,
+    the family's ``step(indices, epoch, step) -> (mean loss, summed statistics)``, ``record(sums)`` →
+    the epoch's history row, optional ``batches`` (index order → batches; default ``batch_size`` each),
+    gradient clipping, progress, the bar's ``postfix`` and a time ``budget`` in seconds."""
+
+    model: Any
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    checkpoint: Path
+    state: dict[str, Any]
+    n: int
+    epochs: int
+    step: StepFn
+    record: Callable[[dict[str, float]], dict[str, float]]
+    batches: Callable[[Tensor], list[Tensor]] | None = None
+    batch_size: int = 64
+    grad_clip: float = 0.0
+    progress: bool | None = None
+    postfix: Callable[[float], str] = "loss={:.3f}".format
+    budget: float | None = None
+
+    def run(self) -> list[dict[str, float]]:
+        """The one training loop: every epoch shuffles with ``gen``, steps every batch (backpropagates,
+        clips, steps), records the epoch and writes the checkpoint atomically with the RNG states, so a
+        resumed run continues exactly. History holds no wall times: the same run gives the same checkpoint
+        bytes. Under torchrun every process steps on its shard of each batch with gradients averaged over
+        processes (data parallel), sums are added up, and rank 0 writes the checkpoints."""
+        distributed.share_module(self.model)  # rank 0's weights everywhere
+        shown = resolve(self.progress) and distributed.is_main()
+        first, started = self.state["epoch"], time.monotonic()
+        warmup = _Warmup(self.epochs - first, enabled=shown)
+        for epoch in range(first, self.epochs):
+            spent = time.monotonic() - started
+            if (
+                self.budget is not None
+                and epoch > first
+                and spent * (epoch + 1 - first) / (epoch - first) > self.budget
+            ):
+                if shown:
+                    note(
+                        f"stopping after {epoch} of {self.epochs} epochs: another would pass the budget of "
+                        f"{duration(self.budget)} ({self.checkpoint} holds them; --resume continues)"
+                    )
+                break
+            t0 = time.time()
+            sums = self._epoch(epoch, shown, warmup)
+            self._end_epoch(epoch, sums)
+            if shown:
+                h = self.state["history"][-1]
+                summary = ", ".join(f"{k} {v:.4g}" for k, v in h.items() if k != "epoch")
+                left = eta(epoch + 1 - first, self.epochs - first, time.monotonic() - started)
                 note(
-                    f"stopping after {epoch} of {epochs} epochs: another would pass the budget of "
-                    f"{duration(budget)} ({checkpoint} holds them; --resume continues)"
+                    f"epoch {h['epoch']}/{self.epochs}: {summary}, {duration(time.time() - t0)} -> "
+                    f"{self.checkpoint}" + (f"; {left}" if left else "")
                 )
-            break
-        model.train()
-        order = torch.randperm(n, generator=gen)
+        return self.state["history"]
+
+    def _epoch(self, epoch: int, shown: bool, warmup: _Warmup) -> dict[str, float]:
+        """Step every batch of one epoch; the summed loss, examples seen and the step's statistics."""
+        self.model.train()
+        world = distributed.world()
+        order = torch.randperm(self.n, generator=self.gen)
         sums: dict[str, float] = {"loss": 0.0, "seen": 0}
-        t0 = time.time()
-        split = batches(order) if batches is not None else list(order.split(batch_size))
-        bar = progress_bar(split, f"epoch {epoch + 1}/{epochs}", enabled=progress)
+        split = self.batches(order) if self.batches is not None else list(order.split(self.batch_size))
+        bar = progress_bar(split, f"epoch {epoch + 1}/{self.epochs}", enabled=shown)
         for idx in bar:
             if len(idx) < world:
                 continue
             # under torchrun each process takes its shard of the batch; gradients are averaged so the
             # step is that of the whole batch's mean loss (the weight is exactly 1.0 in one process)
             whole, idx = len(idx), idx[distributed.shard(len(idx))]
-            loss, stats = step(idx, epoch, state["step"])
+            loss, stats = self.step(idx, epoch, self.state["step"])
             if not math.isfinite(loss.item()):
                 raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
-            opt.zero_grad(set_to_none=True)
+            self.opt.zero_grad(set_to_none=True)
             (loss * (len(idx) * world / whole)).backward()
-            distributed.average_gradients(model)
-            if grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            opt.step()
-            state["step"] += 1
+            distributed.average_gradients(self.model)
+            if self.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            self.opt.step()
+            self.state["step"] += 1
             sums["loss"] += loss.item() * idx.shape[0]
             sums["seen"] += idx.shape[0]
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
-            bar.set_postfix_str(postfix(loss.item()))
+            bar.set_postfix_str(self.postfix(loss.item()))
             warmup.batch_done(len(split))
+        return sums
+
+    def _end_epoch(self, epoch: int, sums: dict[str, float]) -> None:
+        """Add the processes' sums, record the epoch in the history and write the checkpoint."""
         if distributed.active():
             totals = distributed.all_reduce(torch.tensor(list(sums.values()), dtype=torch.float64))
             sums = dict(zip(sums, totals.tolist(), strict=True))
-            distributed.share_module(model, average_buffers=True)  # e.g. BatchNorm statistics
-            gen.set_state(distributed.broadcast(gen.get_state()))  # unequal shards drew unequally
-        history.append({"epoch": epoch + 1, **record(sums)})
-        state.update(
+            distributed.share_module(self.model, average_buffers=True)  # e.g. BatchNorm statistics
+            self.gen.set_state(distributed.broadcast(self.gen.get_state()))  # unequal shards drew unequally
+        self.state["history"].append({"epoch": epoch + 1, **self.record(sums)})
+        self.state.update(
             epoch=epoch + 1,
-            optimizer=opt.state_dict(),
-            generator=gen.get_state(),
+            optimizer=self.opt.state_dict(),
+            generator=self.gen.get_state(),
             torch_rng=torch.get_rng_state(),
         )
         if distributed.is_main():
-            save_model(model, checkpoint, train_state=state)
+            save_model(self.model, self.checkpoint, train_state=self.state)
         distributed.barrier()  # no rank runs ahead to read (--resume) a checkpoint rank 0 is writing
-        if progress:
-            h = history[-1]
-            summary = ", ".join(f"{k} {v:.4g}" for k, v in h.items() if k != "epoch")
-            left = eta(epoch + 1 - first, epochs - first, time.monotonic() - started)
-            note(
-                f"epoch {h['epoch']}/{epochs}: {summary}, {duration(time.time() - t0)} -> {checkpoint}"
-                + (f"; {left}" if left else "")
-            )
-    return history
 
 
 def _held_out_metrics(
@@ -450,7 +466,7 @@ def train(
     held = None if held_out is None else check_model_input(held_out, model)
     log = _Curve(Path(curve), state["step"]) if curve is not None and distributed.is_main() else None
     record = _Recorder(model, objective, per_dim, state, device, held, log)
-    history = run_epochs(
+    history = TrainingRun(
         model,
         opt,
         gen,
@@ -465,5 +481,5 @@ def train(
         progress=progress,
         postfix=lambda loss: f"{unit}={loss / per_dim:.4g}",
         budget=budget,
-    )
+    ).run()
     return model.eval(), history
