@@ -428,21 +428,9 @@ def evaluate(
     ``examples`` most and least OOD images per method in ``result.examples`` (for
     ``write_evaluation_page``).
     """
-    if not spec.methods:
-        raise RoseError("no methods given")
-    unknown = [m for m in spec.methods if m not in METHODS]
-    if unknown:
-        raise RoseError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
-    if spec.layerwise and not all(METHODS[m].cls.layerwise for m in spec.methods):
-        raise RoseError("layer-wise scores exist for ROSE methods only")
     models = model if isinstance(model, list) else [model]
-    if not models:
-        raise RoseError("no model given")
+    _check_request(spec, models, tpr)
     progress = resolve(progress)
-    if len(models) > 1 and spec.layerwise:
-        raise RoseError("an ensemble has no layer-wise scores")
-    if tpr is not None and spec.layerwise:
-        raise RoseError("a decision threshold is for one score per image, not layer-wise scores")
     first = models[0]  # the members take the same inputs (Ensemble checks): one set of images for all
     test, fit = load_test_and_fit(spec, first)
     ood, missing = load_ood_sets(spec, first)
@@ -451,6 +439,64 @@ def evaluate(
         ood_sets[OVERALL] = f"{spec.overall_per_set} random images of each of: {', '.join(ood)}"
     detectors = {m: detector_params(m, spec) for m in spec.methods}
     fingerprint = "+".join(model_fingerprint(m) for m in models)
+    settings = _settings(spec, models, fingerprint, test, fit, ood, ood_sets, detectors)
+    result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=missing)
+    for name, images in {spec.in_data: test, **ood}.items():
+        result.files[name], result.labels[name] = images.files, images.labels
+    # what determines a fitted detector, for the cache (hashing the fit images only when there is one)
+    fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
+    if cache is not None:
+        fit_key["fit_images"] = array_digest(fit.images)
+    if progress:
+        _forecast(spec, models, fit, [test, *ood.values()])
+    started = time.monotonic()
+    for i, method in enumerate(spec.methods):
+        key = fit_key | {"method": method, "params": detectors[method]}
+        run = _MethodRun(method, model, fit, spec, progress, cache, key)
+        _evaluate_method(run, result, {spec.in_data: test, **ood}, examples, tpr)
+        if progress and len(spec.methods) > 1:
+            elapsed, left = (
+                time.monotonic() - started,
+                eta(i + 1, len(spec.methods), time.monotonic() - started),
+            )
+            note(
+                f"{method} done: {i + 1}/{len(spec.methods)} methods in {duration(elapsed)}"
+                + (f", {left} (if the rest take as long)" if left else "")
+            )
+    if spec.bootstrap:
+        result.add_intervals(spec.bootstrap, spec.seed)
+    return result
+
+
+def _check_request(spec: EvalSpec, models: list[RoseModel], tpr: float | None) -> None:
+    """Refuse, before any image is read, a request ``evaluate`` cannot answer."""
+    if not spec.methods:
+        raise RoseError("no methods given")
+    unknown = [m for m in spec.methods if m not in METHODS]
+    if unknown:
+        raise RoseError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    if spec.layerwise and not all(METHODS[m].cls.layerwise for m in spec.methods):
+        raise RoseError("layer-wise scores exist for ROSE methods only")
+    if not models:
+        raise RoseError("no model given")
+    if len(models) > 1 and spec.layerwise:
+        raise RoseError("an ensemble has no layer-wise scores")
+    if tpr is not None and spec.layerwise:
+        raise RoseError("a decision threshold is for one score per image, not layer-wise scores")
+
+
+def _settings(
+    spec: EvalSpec,
+    models: list[RoseModel],
+    fingerprint: str,
+    test: ImageSet,
+    fit: ImageSet,
+    ood: dict[str, ImageSet],
+    ood_sets: dict[str, str],
+    detectors: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """What an evaluation ran on and with, printed and saved beside its numbers."""
+    first = models[0]
     settings = {
         "model": model_name(first) if len(models) == 1 else f"ensemble of {len(models)} {model_name(first)}",
         "model_config": model_config(first),
@@ -469,63 +515,57 @@ def evaluate(
     }
     if spec.test_limits:
         settings["test_limits"] = {m: f"at most {n} images per set" for m, n in spec.test_limits.items()}
-    result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=missing)
-    for name, images in {spec.in_data: test, **ood}.items():
-        result.files[name], result.labels[name] = images.files, images.labels
-    # what determines a fitted detector, for the cache (hashing the fit images only when there is one)
-    fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
-    if cache is not None:
-        fit_key["fit_images"] = array_digest(fit.images)
-    if progress:
-        limits = [spec.test_limits.get(m) for m in spec.methods]
-        sets = [len(s) for s in (test, *ood.values())]
-        scored = [sum(min(n, lim or n) for n in sets) for lim in limits]  # images each method scores
-        weights = [pass_weight(_make(m, first, spec, False), first) for m in spec.methods]
-        passes = round(sum(w * (len(fit) + n) for w, n in zip(weights, scored, strict=True)))
-        each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
-        what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
-        forecast_images(first, fit.images[: spec.batch_size], passes, what, len(models))
-    started = time.monotonic()
-    for i, method in enumerate(spec.methods):
-        key = fit_key | {"method": method, "params": detectors[method]}
-        run = _MethodRun(method, model, fit, spec, progress, cache, key)
-        limit = spec.test_limits.get(method)
-        scores = {}
-        for name, images in {spec.in_data: test, **ood}.items():
-            subset = take(images, limit, spec.seed) if limit else images
-            with stage(f"{method} score {name}"):
-                scores[name], seconds = run.score(subset.images)
-            if name == spec.in_data:
-                result.images_per_second[method] = len(subset) / max(seconds, 1e-9)
-            if examples and not spec.layerwise:
-                result.examples.setdefault(method, {})[name] = extremes(
-                    scores[name], subset.images.__getitem__, subset.files, examples
-                )
-        if tpr is not None:
-            held_out = fit.images[fisher_count(spec, len(fit)) :]
-            if not len(held_out):
-                raise DataError(f"{fit.name}: no held-out images to set a decision threshold on")
-            with stage(f"{method} threshold"):
-                det, (held_scores, _) = run.detector(), run.score(held_out)
-            det.threshold_ = result.thresholds[method] = threshold_at(held_scores, tpr)
-            result.detectors[method] = det
-        if progress and len(spec.methods) > 1:
-            elapsed, left = (
-                time.monotonic() - started,
-                eta(i + 1, len(spec.methods), time.monotonic() - started),
+    return settings
+
+
+def _forecast(spec: EvalSpec, models: list[RoseModel], fit: ImageSet, tested: list[ImageSet]) -> None:
+    """Say before any work how long the whole evaluation will take here (``forecast_images``)."""
+    first = models[0]
+    limits = [spec.test_limits.get(m) for m in spec.methods]
+    sets = [len(s) for s in tested]
+    scored = [sum(min(n, lim or n) for n in sets) for lim in limits]  # images each method scores
+    weights = [pass_weight(_make(m, first, spec, False), first) for m in spec.methods]
+    passes = round(sum(w * (len(fit) + n) for w, n in zip(weights, scored, strict=True)))
+    each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
+    what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
+    forecast_images(first, fit.images[: spec.batch_size], passes, what, len(models))
+
+
+def _evaluate_method(
+    run: _MethodRun,
+    result: EvaluationResult,
+    sets: dict[str, ImageSet],
+    examples: int,
+    tpr: float | None,
+) -> None:
+    """One method's scores of every set (and its threshold, examples and fit warnings) into ``result``."""
+    method, spec, fit = run.method, run.spec, run.fit
+    limit = spec.test_limits.get(method)
+    scores = {}
+    for name, images in sets.items():
+        subset = take(images, limit, spec.seed) if limit else images
+        with stage(f"{method} score {name}"):
+            scores[name], seconds = run.score(subset.images)
+        if name == spec.in_data:
+            result.images_per_second[method] = len(subset) / max(seconds, 1e-9)
+        if examples and not spec.layerwise:
+            result.examples.setdefault(method, {})[name] = extremes(
+                scores[name], subset.images.__getitem__, subset.files, examples
             )
-            note(
-                f"{method} done: {i + 1}/{len(spec.methods)} methods in {duration(elapsed)}"
-                + (f", {left} (if the rest take as long)" if left else "")
-            )
-        if OVERALL in spec.ood:
-            scores[OVERALL] = overall_scores(scores, list(ood), spec.overall_per_set, spec.seed)
-        result.scores[method] = scores
-        if warned := run.fit_warnings():
-            result.settings.setdefault("fit_warnings", {})[method] = warned
-    if spec.bootstrap:
-        result.add_intervals(spec.bootstrap, spec.seed)
-    return result
+    if tpr is not None:
+        held_out = fit.images[fisher_count(spec, len(fit)) :]
+        if not len(held_out):
+            raise DataError(f"{fit.name}: no held-out images to set a decision threshold on")
+        with stage(f"{method} threshold"):
+            det, (held_scores, _) = run.detector(), run.score(held_out)
+        det.threshold_ = result.thresholds[method] = threshold_at(held_scores, tpr)
+        result.detectors[method] = det
+    if OVERALL in spec.ood:
+        ood = [name for name in sets if name != spec.in_data]
+        scores[OVERALL] = overall_scores(scores, ood, spec.overall_per_set, spec.seed)
+    result.scores[method] = scores
+    if warned := run.fit_warnings():
+        result.settings.setdefault("fit_warnings", {})[method] = warned
 
 
 def sweep(
