@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from roseood import validation as v
+from roseood.catalogue import ADJUSTMENTS, AGGREGATIONS, DEFAULT_AGGREGATION, GALLERY
 from roseood.errors import RoseError
 from roseood.serialization import check_output
 
@@ -123,8 +124,6 @@ def add_model_args(p: argparse.ArgumentParser, several: str = "") -> None:
 
 def add_report_args(p: argparse.ArgumentParser, what: str) -> None:
     """``--report DIR`` and ``--gallery K``: the HTML page with ``what`` and the most and least OOD images."""
-    from roseood.evaluation.gallery import GALLERY
-
     p.add_argument(
         "--report",
         metavar="DIR",
@@ -267,8 +266,6 @@ def load_models_arg(args: argparse.Namespace) -> list[RoseModel]:
 
 def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -> None:
     """The options of commands that fit detectors (``evaluate``, ``fit``): model, images, ROSE options."""
-    from roseood.detectors.adjustment import ADJUSTMENTS
-
     add_model_args(p, several)
     p.add_argument("--in", dest="in_data", default="fashion_mnist", help=f"{in_help}; {SPLIT_HELP}")
     p.add_argument(
@@ -320,11 +317,10 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
 
 
 def _aggregations() -> str:
-    """The registered aggregations with their parameters, the default marked: for ``--help``."""
-    from roseood.detectors.aggregation import AGGREGATIONS, DEFAULT_AGGREGATION
+    """The built-in aggregations with their parameters, the default marked: for ``--help``."""
 
     def one(name: str) -> str:
-        params = [*(["default"] if name == DEFAULT_AGGREGATION else []), *AGGREGATIONS[name]().params()]
+        params = [*(["default"] if name == DEFAULT_AGGREGATION else []), *AGGREGATIONS[name]]
         return f"{name} ({', '.join(params)})" if params else name
 
     return ", ".join(one(name) for name in AGGREGATIONS)

@@ -178,7 +178,7 @@ def _score_page(
 
 def register(sub: Any) -> None:
     """Add ``fit`` and ``score`` to the ``rose`` sub-parsers ``sub``."""
-    from roseood.detectors import METHODS
+    from roseood.catalogue import METHODS
 
     methods = ", ".join(METHODS)
     p = sub.add_parser("fit", help=COMMANDS["fit"])

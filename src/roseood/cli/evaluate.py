@@ -189,7 +189,7 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
 
 def register(sub: Any) -> None:
     """Add ``evaluate`` to the ``rose`` sub-parsers ``sub``."""
-    from roseood.detectors import METHODS
+    from roseood.catalogue import METHODS
 
     p = sub.add_parser("evaluate", help=COMMANDS["evaluate"])
     several = "; give it again for more models, e.g. one per training seed: each is evaluated alike, then "

@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from roseood.catalogue import ADJUSTMENTS
 from roseood.detectors.aggregation import log_scores
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import tensor
 
-ADJUSTMENTS = ("none", "nll", "both")
 _MAX_LOG = float(np.log(np.finfo(np.float64).max))  # larger log-ratios saturate instead of overflowing
 
 

@@ -305,7 +305,6 @@ class GMM(Density):
 AGGREGATIONS: Registry[str, type[Aggregation]] = Registry("aggregation")
 for _aggregation in (ReluNorm, MaxZ, LogZ, Gaussian, GMM):
     AGGREGATIONS.register(_aggregation.name, _aggregation)
-DEFAULT_AGGREGATION = ReluNorm.name
 
 
 def _parse_value(text: str) -> Any:

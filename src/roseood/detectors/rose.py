@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
+from roseood.catalogue import DEFAULT_AGGREGATION
 from roseood.contracts import RowsModel, rows_per_input
 from roseood.curvature import (
     FISHERS,
@@ -36,7 +37,6 @@ from roseood.curvature.memory import MemoryPlan, saved_bytes
 from roseood.data.tensors import ImageData, iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
-    DEFAULT_AGGREGATION,
     Aggregation,
     layer_problems,
     make_aggregation,

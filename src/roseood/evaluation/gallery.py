@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-GALLERY = 8  # images shown at each end of a set
+from roseood.catalogue import GALLERY
 
 
 @dataclass(frozen=True, eq=False)
