@@ -30,6 +30,7 @@ from roseood.data.loading import read_readable
 
 VAE = Path(__file__).resolve().parents[1] / "src" / "roseood" / "assets" / "fmnist_vae_ngf32.pt"
 UNREADABLE = 3
+LOG = Path("score_folder.log")  # set beside the images by main()
 
 
 def make_folder(folder: Path, n: int, seed: int) -> float:
@@ -60,21 +61,23 @@ def rose(*args: str) -> list[str]:
 
 
 def timed(cmd: list[str], interrupt_after: float | None = None) -> tuple[float, int, float]:
-    """Run ``cmd``; (seconds, exit code, its peak resident memory in MiB). ``interrupt_after``: SIGINT
-    then, as a Ctrl-C would."""
+    """Run ``cmd`` (its messages into ``score_folder.log`` beside the images); (seconds, exit code, its
+    peak resident memory in MiB). ``interrupt_after``: SIGINT then, as a Ctrl-C would."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if interrupt_after is not None:
-        try:
-            proc.wait(timeout=interrupt_after)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-    _, status, usage = os.wait4(proc.pid, 0)
+    with open(LOG, "a") as log:  # a file, not a pipe: a chatty child never blocks on a full pipe
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, text=True)
+        if interrupt_after is not None:
+            try:
+                proc.wait(timeout=interrupt_after)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGINT)
+        _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read() if proc.stderr else ""
+    seconds, peak = time.perf_counter() - t0, usage.ru_maxrss / 1024
+    print(f"{' '.join(cmd[3:])}: exit {proc.returncode}, {seconds:.1f} s, peak {peak:.0f} MiB", flush=True)
     if proc.returncode not in (0, 130):
-        sys.exit(f"{' '.join(cmd)} failed:\n{err}")
-    return time.perf_counter() - t0, proc.returncode, usage.ru_maxrss / 1024
+        sys.exit(f"{' '.join(cmd)} failed (exit {proc.returncode}); see {LOG}")
+    return seconds, proc.returncode, peak
 
 
 def decode_only(folder: Path, chunk: int) -> tuple[float, float]:
@@ -96,7 +99,9 @@ def main() -> None:
     p.add_argument("--out", default="results/score_folder.json")
     p.add_argument("--interrupt-at", type=float, default=0.4, help="SIGINT after this share of the full run")
     args = p.parse_args()
+    global LOG
     work = Path(args.work)
+    LOG = work / "score_folder.log"
     folder = work / f"images_{args.images}"
     made = make_folder(folder, args.images, seed=0)
     det = work / f"{args.method}.pt"
@@ -106,6 +111,7 @@ def main() -> None:
     score = ["score", "--model", str(VAE), "--detector", str(det), "--data", str(folder)]
     score += ["--chunk", str(args.chunk), "-q", "--overwrite"]
     opened, decoding = decode_only(folder, args.chunk)
+    print(f"decode only: headers {opened:.1f} s, decoding {decoding:.1f} s", flush=True)
     whole, _, peak = timed(rose(*score, "--out", str(work / "whole.csv")))
     tenth = ["--subset", str(args.images // 10), "--out", str(work / "tenth.csv")]
     _, _, peak_tenth = timed(rose(*score, *tenth))
