@@ -137,6 +137,7 @@ def cmd_score(args: argparse.Namespace) -> None:
 def _score_output(args: argparse.Namespace) -> Path:
     """``--out`` checked before any work: a file may be resumed (``--resume``), standard output or a
     device not; a partial file an interrupted run left is neither resumed nor replaced silently."""
+    from roseood import distributed
     from roseood.serialization import GrowingCsv, written_in_place
 
     out = checked_output(args, args.out, stdout=True)
@@ -146,6 +147,7 @@ def _score_output(args: argparse.Namespace) -> Path:
         )
     if not written_in_place(out):
         GrowingCsv.check(out, resume=args.resume, overwrite=args.overwrite)
+    distributed.barrier()  # under torchrun every process checks before rank 0 starts the partial file
     return out
 
 
