@@ -25,6 +25,7 @@ from roseood.detectors.compression import compressed_bits, to_uint8
 from roseood.errors import DataError, RoseError
 
 FEATURES = ("layers", "stats", "complexity")
+COMPLEXITY_COLUMN = "png_bits_per_dim"  # the name of the column ``complexity`` adds
 
 
 def check_features(features: str) -> str:
@@ -56,7 +57,7 @@ def extra_columns(
             names.append("loss")
             columns.append(loss.double().cpu().numpy())
     if "complexity" in features.split(","):
-        names.append("png_bits_per_dim")
+        names.append(COMPLEXITY_COLUMN)
         columns.append(compressed_bits(to_uint8(x), "png") / x[0].numel())
     return (np.stack(columns, 1) if columns else np.empty((len(x), 0))), names
 

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
+from roseood.detectors.features import COMPLEXITY_COLUMN
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
@@ -37,7 +38,7 @@ class Columns:
 
 
 def _feature_of(name: str) -> str:
-    return "complexity" if name == "png_bits_per_dim" else "stats"
+    return "complexity" if name == COMPLEXITY_COLUMN else "stats"
 
 
 @dataclass
