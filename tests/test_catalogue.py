@@ -3,6 +3,8 @@ names `rose --help` lists and an argument is checked against are those the libra
 
 from __future__ import annotations
 
+import pytest
+
 from roseood import catalogue
 from roseood.detectors import METHODS
 from roseood.detectors.aggregation import AGGREGATIONS
@@ -15,3 +17,25 @@ def test_the_catalogue_lists_every_built_in_method_in_order():
 def test_the_catalogue_lists_every_aggregation_with_its_parameters():
     assert {name: tuple(AGGREGATIONS[name]().params()) for name in AGGREGATIONS} == catalogue.AGGREGATIONS
     assert catalogue.DEFAULT_AGGREGATION in AGGREGATIONS
+
+
+def test_the_catalogue_gives_every_trainable_family_its_registered_options():
+    from roseood.cli.models import trainable_families
+    from roseood.models.families import FAMILIES
+
+    registered = {f.name: (f.help, f.add_cli_arguments, f.from_cli_arguments) for f in FAMILIES.values()}
+    for name, options in catalogue.TRAIN_OPTIONS.items():
+        assert registered[name] == (options.help, options.add_arguments, options.to_config)
+    assert list(trainable_families()) == [f.name for f in FAMILIES.values() if f.trainable]
+
+
+def test_the_diffusion_loss_and_resizing_constants_are_the_ones_the_library_checks_against():
+    from roseood.data.preprocess import Preprocessing
+    from roseood.errors import DataError
+    from roseood.models.diffusion.config import check_denoising
+
+    assert check_denoising({}) == catalogue.DIFFUSION_LOSS_DEFAULTS
+    for resize in catalogue.RESIZE_METHODS:
+        assert Preprocessing(resize=resize).resize == resize
+    with pytest.raises(DataError):
+        Preprocessing(resize="bogus")

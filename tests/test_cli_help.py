@@ -96,12 +96,16 @@ def test_closed_pipe_gives_no_traceback() -> None:
         ["evaluate", "--help"],
         ["fit", "--method", "bogus"],
         ["score", "--detector", "d.pt"],
+        ["train", "--help"],
+        ["train", "diffusion", "--help"],
+        ["train", "vae", "--out", "m.pt", "--epochs", "-1"],
+        ["train", "glow", "--out", "m.pt", "--resize", "bogus"],
     ],
 )
 def test_help_and_refusals_import_no_torch(argv: list[str]) -> None:
     """`rose --help` lists every command without building the groups it does not name, and the detector
-    commands read their choices from the torch-free catalogue: a fresh interpreter answers these without
-    torch, scipy or sklearn in sys.modules (`rose train` still builds its families' options with them)."""
+    commands and `rose train`'s families read their choices and options from the torch-free catalogue: a
+    fresh interpreter answers these without torch, scipy or sklearn in sys.modules."""
     code = (
         "import sys\n"
         "from roseood.cli import main\n"

@@ -5,6 +5,14 @@ registries stay the one plug-in pattern, and a name read from a file is still lo
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from roseood.errors import RoseError
+from roseood.validation import count
+
 # roseood.detectors.METHODS, in registration order
 METHODS = (
     "nll",
@@ -41,3 +49,113 @@ AGGREGATIONS = {
 DEFAULT_AGGREGATION = "relu-norm"  # the paper's
 ADJUSTMENTS = ("none", "nll", "both")  # ROSE(adjust=...), roseood.detectors.adjustment
 GALLERY = 8  # images shown at each end of a set in a report
+RESIZE_METHODS = (
+    "crop",
+    "stretch",
+)  # roseood.data.preprocess: how an image of another size is brought to S×S
+DIFFUSION_WEIGHTINGS = (
+    "simple",
+    "elbo",
+)  # roseood.models.diffusion: weightings of the per-image loss's K terms
+# roseood.models.diffusion: the per-image loss's K (timestep, noise) pairs unless a model says otherwise
+DIFFUSION_LOSS_DEFAULTS: dict[str, Any] = {
+    "k": 8,
+    "t_min": 0.0,
+    "t_max": 1.0,
+    "weighting": "simple",
+    "seed": 0,
+}
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """A model family's ``rose train FAMILY`` options: its help line, the options it adds to the parser,
+    and the constructor keywords they give (``ModelFamily.add_cli_arguments`` / ``from_cli_arguments``)."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    to_config: Callable[[argparse.Namespace], dict[str, Any]]
+
+
+def _vae_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ngf", type=count, default=32, help="VAE width")
+    p.add_argument("--nz", type=count, default=100, help="VAE latent size")
+
+
+def _glow_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--levels", type=count, help="Glow levels L (unset: from the size, 32: 2, 64: 3, 128: 4)")
+    p.add_argument("--steps", type=count, default=16, help="Glow steps per level K")
+    p.add_argument("--hidden", type=count, default=200, help="Glow coupling width")
+    p.add_argument("--plain-invconv", action="store_true", help="Glow 1x1 convs without LU decomposition")
+
+
+def _pixelcnn_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--width", type=count, default=32, help="PixelCNN feature maps")
+    p.add_argument("--blocks", type=count, default=5, help="residual blocks (gated: layers after the first)")
+    p.add_argument("--gated", action="store_true", help="gated two-stack PixelCNN (no blind spot)")
+
+
+def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--widths", type=str, default="32,64,64", help="UNet block widths, one per resolution")
+    p.add_argument("--layers-per-block", type=count, default=1, help="ResNet layers per UNet block")
+    p.add_argument("--no-attention", action="store_true", help="no mid-block self-attention")
+    p.add_argument("--timesteps", type=count, default=1000, help="DDPM train timesteps T")
+    p.add_argument("--ema-decay", type=float, default=0.999, help="EMA decay of the evaluated weights")
+    p.add_argument(
+        "--rose-k",
+        type=count,
+        default=DIFFUSION_LOSS_DEFAULTS["k"],
+        help="(t, noise) pairs of the per-image loss",
+    )
+    p.add_argument(
+        "--rose-t-range", type=str, default="0,1", help="timestep range of the pairs, fractions of T"
+    )
+    p.add_argument(
+        "--rose-weighting", choices=DIFFUSION_WEIGHTINGS, default="simple", help="weighting of the K terms"
+    )
+    p.add_argument("--rose-seed", type=int, default=0, help="seed of the pairs' noise")
+
+
+def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
+    try:
+        widths = [int(w) for w in a.widths.split(",")]
+        lo, hi = (float(v) for v in a.rose_t_range.split(","))
+    except ValueError:
+        raise RoseError(
+            f"--widths and --rose-t-range take comma-separated numbers, got {a.widths!r}, {a.rose_t_range!r}"
+        ) from None
+    denoising = {"k": a.rose_k, "t_min": lo, "t_max": hi, "weighting": a.rose_weighting, "seed": a.rose_seed}
+    return {
+        "widths": widths,
+        "layers_per_block": a.layers_per_block,
+        "attention": not a.no_attention,
+        "train_timesteps": a.timesteps,
+        "ema_decay": a.ema_decay,
+        "denoising": denoising,
+    }
+
+
+# roseood.models.FAMILIES: the built-in trainable families' options, in registration order
+TRAIN_OPTIONS = {
+    "vae": TrainOptions(
+        "the paper's VAE (Adam 1e-3 halved every 30 epochs, batch 64, flips)",
+        _vae_arguments,
+        lambda a: {"ngf": a.ngf, "nz": a.nz},
+    ),
+    "glow": TrainOptions(
+        "Glow (Adamax 5e-4; --warmup, --grad-clip, --weight-decay)",
+        _glow_arguments,
+        lambda a: {"levels": a.levels, "steps": a.steps, "hidden": a.hidden, "lu": not a.plain_invconv},
+    ),
+    "pixelcnn": TrainOptions(
+        "PixelCNN, not in the paper (masked convs, 256-way softmax; Adam 1e-3 halved every 10 epochs)",
+        _pixelcnn_arguments,
+        lambda a: {"width": a.width, "blocks": a.blocks, "gated": a.gated},
+    ),
+    "diffusion": TrainOptions(
+        "DDPM on a diffusers UNet2DModel (needs roseood[diffusion]; Adam 1e-3, 100 warm-up steps, clip 1, "
+        "EMA weights evaluated)",
+        _diffusion_arguments,
+        _diffusion_config,
+    ),
+}

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
 from roseood import validation as v
+from roseood.catalogue import RESIZE_METHODS, TRAIN_OPTIONS, TrainOptions
 from roseood.cli.common import (
     MODEL_MODULE_HELP,
     add_data_args,
@@ -204,8 +206,6 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
 
 def _add_image_args(p: argparse.ArgumentParser) -> None:
     """The image size and colour a family is built for: the data's unless given."""
-    from roseood.data.preprocess import RESIZE_METHODS
-
     p.add_argument(
         "--channels", type=v.channels, help="image channels, 1 or 3 (unset: 3 if any image is colour)"
     )
@@ -221,10 +221,20 @@ def _add_image_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def trainable_families() -> dict[str, TrainOptions]:
+    """The families ``rose train`` offers: the built-in ones from the torch-free catalogue, and those a
+    plug-in registered in this process (which has then imported the family registry, torch with it)."""
+    found = dict(TRAIN_OPTIONS)
+    registry = sys.modules.get("roseood.models.families")
+    if registry is not None:
+        for f in registry.FAMILIES.values():
+            if f.trainable:
+                found[f.name] = TrainOptions(f.help, f.add_cli_arguments, f.from_cli_arguments)
+    return found
+
+
 def register(sub: Any) -> None:
     """Add the model commands to the ``rose`` sub-parsers ``sub``."""
-    from roseood.models.families import FAMILIES
-
     p = sub.add_parser("import-vae", help=COMMANDS["import-vae"])
     p.add_argument("--encoder", required=True, help="the authors' netE .pth file")
     p.add_argument("--decoder", required=True, help="the authors' netG .pth file")
@@ -236,12 +246,11 @@ def register(sub: Any) -> None:
     families = p.add_subparsers(
         dest="kind", required=True, metavar="FAMILY", help="model family (`rose train FAMILY --help`)"
     )
-    for family in FAMILIES.values():
-        if family.trainable:
-            fp = families.add_parser(family.name, help=family.help)
-            _add_train_args(fp)
-            _add_image_args(fp)
-            family.add_cli_arguments(fp)
+    for name, options in trainable_families().items():
+        fp = families.add_parser(name, help=options.help)
+        _add_train_args(fp)
+        _add_image_args(fp)
+        options.add_arguments(fp)
     fp = families.add_parser(
         USER_MODEL, help="your own model: --model-module FILE.py:FACTORY (trains its NLL)"
     )

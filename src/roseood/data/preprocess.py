@@ -18,12 +18,12 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from roseood.catalogue import RESIZE_METHODS
 from roseood.errors import DataError
 
 U8 = npt.NDArray[np.uint8]
 
 
-RESIZE_METHODS = ("crop", "stretch")
 CHANNEL_NAMES = {1: "grayscale", 3: "RGB"}
 
 

@@ -9,11 +9,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from roseood.catalogue import DIFFUSION_LOSS_DEFAULTS as LOSS_DEFAULTS
+from roseood.catalogue import DIFFUSION_WEIGHTINGS as WEIGHTINGS
 from roseood.errors import RoseError, shown
 from roseood.validation import check_float, check_int, check_seed
 
-WEIGHTINGS = ("simple", "elbo")
-LOSS_DEFAULTS: dict[str, Any] = {"k": 8, "t_min": 0.0, "t_max": 1.0, "weighting": "simple", "seed": 0}
 # Sane ranges of a UNet2DModel/DDPMScheduler config: published pixel-space UNet2DModels are at most 1024
 # pixels wide (latent ones 128), with a few thousand channels and timesteps; a number outside is a damaged
 # or hostile file, refused before anything is built.
