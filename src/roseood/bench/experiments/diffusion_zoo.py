@@ -79,27 +79,28 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         cells: Cells = {m: {s: [] for s in OOD[data]} for m in METHODS}
         speed: dict[str, list[float]] = {m: [] for m in METHODS}
         nfes: dict[str, str] = {}
-        for seed in ZOO_SEEDS:
-            name = f"ddpm-{SHORT[data]}-s{seed}"
-            model = as_diffusion_model(load_model(zoo_path(name)), "the zoo bench").to(ws.device)
-            base = dict(model.denoising)
-            per_draw: dict[str, dict[str, list[float]]] = {m: {s: [] for s in OOD[data]} for m in METHODS}
-            for d in range(draws):
-                model.set_denoising(**(base | {"seed": base["seed"] + d}))
+        per_model: dict[int, dict[str, dict[str, list[float]]]] = {
+            seed: {m: {s: [] for s in OOD[data]} for m in METHODS} for seed in ZOO_SEEDS
+        }
+        for d in range(draws):  # draws outermost: the first draw on every model gives the seed interval early
+            for seed in ZOO_SEEDS:
+                name = f"ddpm-{SHORT[data]}-s{seed}"
+                model = as_diffusion_model(load_model(zoo_path(name)), "the zoo bench").to(ws.device)
+                model.set_denoising(**(model.denoising | {"seed": model.denoising["seed"] + d}))
                 methods = [m for m in METHODS if d == 0 or m in DRAWN]
                 result, values = evaluate_methods(ws, model, data, methods, seed)
                 for m in methods:
                     for s, value in values[m].items():
-                        per_draw[m][s].append(value)
+                        per_model[seed][m][s].append(value)
                     if d == 0:
                         speed[m].append(result.images_per_second.get(m, float("nan")))
                         nfes[m] = nfe(model, m, ws.detector_kwargs(m))
                 rep.results[f"{data}/{name}/draw{d}"] = result.to_json()
-            model.set_denoising(**base)
+        for seed in ZOO_SEEDS:
             for m in METHODS:
                 for s in OOD[data]:
-                    if per_draw[m][s]:
-                        cells[m][s].append(per_draw[m][s])
+                    if per_model[seed][m][s]:
+                        cells[m][s].append(per_model[seed][m][s])
         rows = [[s, *(summary(cells[m][s]) for m in METHODS)] for s in OOD[data]]
         rows.append(["NFEs/image", *(nfes.get(m, "–") for m in METHODS)])
         rows.append(["images/s", *(f"{np.nanmean(speed[m]):.1f}" if speed[m] else "–" for m in METHODS)])
