@@ -111,18 +111,57 @@ class BenchReport:
     def figure(self, path: Path, caption: str, out: Path) -> None:
         self.parts += [f"![{caption}]({path.relative_to(out).as_posix()})", f"*{caption}*"]
 
-    def write(self, out: Path, ws: Workspace, wall_seconds: float) -> Path:
-        """Write ``report.md`` (header, then the sections) and ``results.json`` into ``out``."""
-        out.mkdir(parents=True, exist_ok=True)
+    def _summary(self) -> str:
+        """How our numbers compare with the paper's: the flagged differences and the paper numbers
+        outside our intervals."""
         flagged = [r for r in self.rows if r.ours is not None and r.paper is not None]
+        if not flagged:
+            return "The paper prints no numbers for this; compare the figures with the paper's."
         far = [r for r in flagged if abs(r.ours - r.paper) > DELTA_FLAG]  # type: ignore[operator]
         judged = [r for r in flagged if r.interval is not None]
-        outside = sum(r.paper_outside for r in judged)
+        text = f"Δ = ours − paper; bold when |Δ| > {DELTA_FLAG}: {len(far)} of {len(flagged)} numbers."
+        if judged:
+            outside = sum(r.paper_outside for r in judged)
+            text += (
+                " Ours come with a 95 % bootstrap interval over the test images; † marks a paper number "
+                f"outside it: {outside} of {len(judged)}."
+            )
+        return text
+
+    def _settings(self, ws: Workspace) -> list[list[str]]:
+        """The run's settings table: sample counts, overrides, seeds and machine."""
         p = ws.profile
         own = p.experiment_overrides.get(self.name, {})  # the values this experiment runs with
         test_samples = (
             str(own["test_samples"]) if "test_samples" in own else f"{p.test_samples} / {p.glow_test_samples}"
         )
+        return [
+            ["fit images (Fisher / detector fit)", str(own.get("fit_samples", p.fit_samples))],
+            ["ROSE layer-statistics images", str(own.get("stats_samples", p.stats_samples))],
+            ["test images per set (VAE / Glow)", test_samples],
+            [
+                "fewer test images for slow methods",
+                ", ".join(f"{m}: {n}" for m, n in p.test_limits.items()) or "none",
+            ],
+            ["'overall' images per OOD set", str(p.overall_per_set)],
+            ["bootstrap resamples for our intervals", str(p.bootstrap) if p.bootstrap else "none"],
+            [
+                "detector settings changed by the profile",
+                json.dumps(p.detector_kwargs, ensure_ascii=False) if p.detector_kwargs else "none",
+            ],
+            ["this experiment's own overrides", json.dumps(own, ensure_ascii=False) if own else "none"],
+            [
+                "seeds",
+                "training 0 (a model named …-sN: N); evaluation 2021 (+ a per-set offset derived from the "
+                "set's name)",
+            ],
+            ["machine", ", ".join(f"{k} {v}" for k, v in machine_description().items())],
+        ]
+
+    def write(self, out: Path, ws: Workspace, wall_seconds: float) -> Path:
+        """Write ``report.md`` (header, then the sections) and ``results.json`` into ``out``."""
+        out.mkdir(parents=True, exist_ok=True)
+        p = ws.profile
         header = [
             f"# {self.title}",
             (
@@ -132,47 +171,9 @@ class BenchReport:
             )
             + f" Profile **{p.name}** — cuts: {p.cuts}. "
             f"Wall time {wall_seconds / 60:.1f} min (cached models, detectors and scores are reused, so a "
-            "re-run is faster). "
-            + (
-                f"Δ = ours − paper; bold when |Δ| > {DELTA_FLAG}: {len(far)} of {len(flagged)} numbers."
-                + (
-                    f" Ours come with a 95 % bootstrap interval over the test images; † marks a paper "
-                    f"number outside it: {outside} of {len(judged)}."
-                    if judged
-                    else ""
-                )
-                if flagged
-                else "The paper prints no numbers for this; compare the figures with the paper's."
-            ),
+            "re-run is faster). " + self._summary(),
             "## Run",
-            markdown_rows(
-                ["setting", "value"],
-                [
-                    ["fit images (Fisher / detector fit)", str(own.get("fit_samples", p.fit_samples))],
-                    ["ROSE layer-statistics images", str(own.get("stats_samples", p.stats_samples))],
-                    ["test images per set (VAE / Glow)", test_samples],
-                    [
-                        "fewer test images for slow methods",
-                        ", ".join(f"{m}: {n}" for m, n in p.test_limits.items()) or "none",
-                    ],
-                    ["'overall' images per OOD set", str(p.overall_per_set)],
-                    ["bootstrap resamples for our intervals", str(p.bootstrap) if p.bootstrap else "none"],
-                    [
-                        "detector settings changed by the profile",
-                        json.dumps(p.detector_kwargs, ensure_ascii=False) if p.detector_kwargs else "none",
-                    ],
-                    [
-                        "this experiment's own overrides",
-                        json.dumps(own, ensure_ascii=False) if own else "none",
-                    ],
-                    [
-                        "seeds",
-                        "training 0 (a model named …-sN: N); evaluation 2021 (+ a per-set offset derived "
-                        "from the set's name)",
-                    ],
-                    ["machine", ", ".join(f"{k} {v}" for k, v in machine_description().items())],
-                ],
-            ),
+            markdown_rows(["setting", "value"], self._settings(ws)),
             "### Models",
             markdown_rows(
                 ["model", "epochs", "training images", "this run"],

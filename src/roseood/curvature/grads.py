@@ -197,18 +197,17 @@ class LayerGradients:
         layer's gradients to ``consume`` as soon as the backward pass has reached all its calls (then
         dropped: one layer's per-sample gradients are alive at a time, whatever the number of layers);
         returns the per-sample loss of that pass. A layer may run several times (shared weights) and on a
-        batch expanded inside the loss (rows a multiple of the samples): see :func:`_per_sample`.
-
-        Each hooked output ``y`` is passed on as ``y + z`` with a zero scalar leaf ``z`` (exactly the
-        same values); differentiating w.r.t. the ``z`` runs the backward pass through every layer while tensor
-        hooks read each ``∂loss/∂y`` in flight, so no output gradient outlives its layer."""
+        batch expanded inside the loss (rows a multiple of the samples: ``_probe``). Each hooked output
+        ``y`` is passed on as ``y + z`` with a zero scalar leaf ``z`` (the same values); differentiating
+        w.r.t. the ``z`` runs the backward pass through every layer while tensor hooks read each
+        ``∂loss/∂y`` in flight, so no output gradient outlives its layer."""
         n = x.shape[0]
         zeros: list[Tensor] = []
         inputs: dict[int, list[Tensor | None]] = {i: [] for i in layers}
         shapes: dict[int, list[torch.Size]] = {i: [] for i in layers}
         arrived: dict[int, dict[int, LayerGrad]] = {i: {} for i in layers}
         reached: dict[tuple[int, int, int, int], Tensor] = {}  # rows the first sample's loss reaches
-        probing = False
+        mode = {"probing": False}
 
         def layer_grad(i: int, c: int, gy: Tensor) -> None:
             handler = self.handlers[i]
@@ -228,7 +227,7 @@ class LayerGradients:
 
         def grad_hook(i: int, c: int) -> Callable[[Tensor], None]:
             def read(gy: Tensor) -> None:
-                if probing:
+                if mode["probing"]:
                     reached[(i, c, gy.shape[0], n)] = gy.detach().flatten(1).ne(0).any(1)
                 else:
                     layer_grad(i, c, gy.detach())
@@ -255,14 +254,9 @@ class LayerGradients:
                 if missing:
                     raise RoseError(f"layers {missing} were not used by the model's forward pass")
                 keys = [(i, c, s[0], n) for i in layers for c, s in enumerate(shapes[i])]
-                probe = [k for k in keys if k[2] != n and k not in self._orders]
-                if probe:
-                    probing = True
-                    first = torch.zeros_like(loss)
-                    first[0] = 1.0
-                    torch.autograd.grad(loss, zeros, first, retain_graph=True, allow_unused=True)
-                    probing = False
-                    self._orders |= self._owners(probe, reached, x.device)
+                self._probe(
+                    loss, zeros, [k for k in keys if k[2] != n and k not in self._orders], reached, mode
+                )
                 torch.autograd.grad(loss.sum(), zeros, allow_unused=True)
         finally:
             for h in handles:
@@ -272,6 +266,27 @@ class LayerGradients:
                 if inputs[i][c] is not None:
                     layer_grad(i, c, x.new_zeros(shape))
         return loss.detach()
+
+    def _probe(
+        self,
+        loss: Tensor,
+        zeros: list[Tensor],
+        probe: list[tuple[int, int, int, int]],
+        reached: dict[tuple[int, int, int, int], Tensor],
+        mode: dict[str, bool],
+    ) -> None:
+        """Learn which sample owns each row of the expanded calls ``probe`` (new batch shapes): one
+        backward pass of the first sample's loss alone, its hooks recording the rows it reaches."""
+        if not probe:
+            return
+        mode["probing"] = True
+        first = torch.zeros_like(loss)
+        first[0] = 1.0
+        try:
+            torch.autograd.grad(loss, zeros, first, retain_graph=True, allow_unused=True)
+        finally:
+            mode["probing"] = False
+        self._orders |= self._owners(probe, reached, loss.device)
 
     def _owners(
         self,

@@ -398,6 +398,38 @@ class _Recorder:
         return row
 
 
+def _batch_step(
+    kind: str,
+    loss: Callable[[Tensor], Tensor],
+    x: Tensor,
+    cfg: TrainConfig,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    device: str | torch.device,
+) -> Callable[[Tensor, int, int], tuple[Tensor, dict[str, float]]]:
+    """One training step's loss (``loss``, of a model taking ``kind`` inputs) on ``x[idx]``: flipped
+    (images, ``cfg.hflip``) and perturbed (``cfg.perturb``) by ``gen``, the step's learning rate set."""
+    flips = cfg.hflip and kind == "image"
+    if cfg.perturb and kind != "image":
+        raise RoseError(f"perturb={cfg.perturb!r} perturbs images; this model takes {kind} inputs")
+    from roseood.data.perturbations import make_perturbation
+
+    perturb = make_perturbation(cfg.perturb) if cfg.perturb else None
+
+    def step(idx: Tensor, epoch: int, n_step: int) -> tuple[Tensor, dict[str, float]]:
+        batch = x[idx]
+        if flips:
+            flip = torch.rand(batch.shape[0], generator=gen) < 0.5
+            batch = torch.where(flip[:, None, None, None], batch.flip(3), batch)
+        if perturb is not None:
+            batch = perturb(batch, gen)
+        for group in opt.param_groups:
+            group["lr"] = _lr(cfg, epoch, n_step)
+        return loss(batch.to(device)).mean(), {}
+
+    return step
+
+
 def train(
     model: RoseModel,
     images: Tensor | np.ndarray,
@@ -428,20 +460,11 @@ def train(
     """
     if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
-    train_loss = model.train_loss
     x = check_model_input(images, model)
     dims = input_dims(model)
     objective = model.train_objective
     # the per-dimension figure a person reads: bits per dimension of an NLL, else the objective per dimension
     per_dim, unit = (dims * math.log(2), "bpd") if objective == "nll" else (dims, objective)
-    flips = cfg.hflip and model.input_kind == "image"
-    if cfg.perturb and model.input_kind != "image":
-        raise RoseError(
-            f"perturb={cfg.perturb!r} perturbs images; this model takes {model.input_kind} inputs"
-        )
-    from roseood.data.perturbations import make_perturbation
-
-    perturb = make_perturbation(cfg.perturb) if cfg.perturb else None
     checkpoint = Path(checkpoint)
     gen = torch.Generator().manual_seed(cfg.seed)
     device = distributed.device(device)
@@ -452,17 +475,7 @@ def train(
     if state["epoch"] == 0:
         torch.manual_seed(cfg.seed)
 
-    def step(idx: Tensor, epoch: int, n_step: int) -> tuple[Tensor, dict[str, float]]:
-        batch = x[idx]
-        if flips:
-            flip = torch.rand(batch.shape[0], generator=gen) < 0.5
-            batch = torch.where(flip[:, None, None, None], batch.flip(3), batch)
-        if perturb is not None:
-            batch = perturb(batch, gen)
-        for group in opt.param_groups:
-            group["lr"] = _lr(cfg, epoch, n_step)
-        return train_loss(batch.to(device)).mean(), {}
-
+    step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device)
     held = None if held_out is None else check_model_input(held_out, model)
     log = _Curve(Path(curve), state["step"]) if curve is not None and distributed.is_main() else None
     record = _Recorder(model, objective, per_dim, state, device, held, log)
