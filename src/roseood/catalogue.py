@@ -27,6 +27,7 @@ METHODS = (
     "rnd-random",
     "rose-ekfac",
     "rose-kfac",
+    "rose-kfac-tikhonov",
     "rose-diag",
     "rose-dense",
     "rose-gmm",

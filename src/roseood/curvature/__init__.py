@@ -13,6 +13,7 @@ from roseood.curvature.fisher import (
     DiagFisher,
     FactorCache,
     Fisher,
+    KFACTikhonov,
     LayerShape,
     make_fisher,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "FactoredGrad",
     "Fisher",
     "GradientStore",
+    "KFACTikhonov",
     "LayerGrad",
     "LayerGradients",
     "LayerHandler",

@@ -407,10 +407,16 @@ class KFAC(Fisher):
         if self._packed is not None:
             self._packed = {k: {n: fn(t) for n, t in v.items()} for k, v in self._packed.items()}
 
-    def _rotate(self, g: LayerGrad) -> LayerGrad:
+    def _bases(self, g: LayerGrad) -> tuple[Tensor, Tensor]:
+        """The eigenbases (output, input) on ``g``'s device, rebuilt from the packed ones once loaded."""
         self._follow(g)
         if self.u_in is None and self._packed is not None:  # loaded: rebuild the bases on first use
             self.u_in, self.u_out = (unpack_orthogonal(self._packed[k]) for k in ("u_in", "u_out"))
+        assert self.u_out is not None and self.u_in is not None
+        return self.u_out, self.u_in
+
+    def _rotate(self, g: LayerGrad) -> LayerGrad:
+        self._bases(g)
         assert self.u_out is not None and self.u_in is not None
         c = self._cast
         if c is None or c[0] is not self.u_out or c[1] is not self.u_in or c[2].dtype != g.dtype:
@@ -537,12 +543,53 @@ class EKFAC(KFAC):
             raise CheckpointError("field 'scale' does not fit the bases u_in and u_out")
 
 
+class KFACTikhonov(KFAC):
+    """KFAC with factored Tikhonov damping (Martens & Grosse 2015, §6.3): ``F⁻¹ ≈ (A + ε_A I)⁻¹ ⊗ (G +
+    ε_G I)⁻¹``, each factor damped by √``damping`` × its mean eigenvalue (scale-free; a factor whose
+    eigenvalues are all 0 by √``damping``). The inverse is a Kronecker product, so a layer's score is the
+    double sum over positions ``Σ_{s,s'} (a_sᵀ(A + ε_A)⁻¹a_s')(δ_sᵀ(G + ε_G)⁻¹δ_s')``, which never forms
+    the d_out × d_in gradient; each batch takes it or the transformed gradients, whichever a cost model
+    finds cheaper (``LayerGrad.kronecker_square``). The damping bounds every weight, so no direction needs
+    a rounding floor: ``rcond`` is not used."""
+
+    name = "kfac-tikhonov"
+
+    def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
+        super().__init__(damping, None)
+        self._roots: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # bases, then L_out, L_in
+
+    def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
+        super().end_pass(pass_index, factors)
+        self.rcond_ = None
+
+    def _root(self, u: Tensor, eig: Tensor) -> Tensor:
+        """``U diag((λ + ε)^-½)``: its outer square is the damped factor's inverse (per group)."""
+        eig = eig.clamp_min(0)
+        mean = eig.mean(-1, keepdim=True)
+        eps = self.damping**0.5 * torch.where(mean > 0, mean, torch.ones_like(mean))
+        return u * (eig + eps).rsqrt().unsqueeze(-2)
+
+    def quad(self, g: LayerGrad) -> Tensor:
+        """``‖L_outᵀ G_n L_in‖²`` with ``L L ᵀ`` each damped factor's inverse."""
+        u_out, u_in = self._bases(g)
+        r = self._roots
+        if r is None or r[0] is not u_out or r[1] is not u_in or r[2].dtype != g.dtype:
+            assert self.eig_out is not None and self.eig_in is not None
+            roots = self._root(u_out, self.eig_out).to(g.dtype), self._root(u_in, self.eig_in).to(g.dtype)
+            r = self._roots = (u_out, u_in, *roots)
+        return g.kronecker_square(r[2], r[3])
+
+    def unspanned_level(self) -> float | None:
+        """None: the factored damping bounds every weight (``KFAC.unspanned_level`` for the others)."""
+        return None
+
+
 FISHERS: Registry[str, type[Fisher]] = Registry("Fisher approximation")
-for _fisher in (DenseFisher, DiagFisher, KFAC, EKFAC):
+for _fisher in (DenseFisher, DiagFisher, KFACTikhonov, KFAC, EKFAC):
     FISHERS.register(_fisher.name, _fisher)
 
 
 def make_fisher(kind: str, damping: float = 1e-8, rcond: float | None = None) -> Fisher:
-    """A fresh Fisher approximation by name: dense, diag, kfac or ekfac (``rcond``: the Kronecker ones'
-    unspanned level, ``KFAC.unspanned_level``)."""
+    """A fresh Fisher approximation by name: dense, diag, kfac, kfac-tikhonov or ekfac (``rcond``: KFAC's
+    and EKFAC's unspanned level, ``KFAC.unspanned_level``)."""
     return FISHERS.get(kind)(damping, rcond)

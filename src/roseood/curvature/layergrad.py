@@ -126,6 +126,20 @@ class LayerGrad(ABC):
         """``Σ_n G_n ⊙ G_n`` as float64 (Dout, Din/groups)."""
         return self.matrix().pow(2).sum(0).double()
 
+    def _plain(self) -> bool:
+        """Whether ``factored()`` gives these gradients as the factors alone (no mask, no shared constant)."""
+        return self.mask is None
+
+    def kronecker_square(self, l_out: Tensor, l_in: Tensor) -> Tensor:
+        """``‖L_outᵀ G_n L_in‖²_F`` per sample, (N,) float64: the quadratic form of the Kronecker product
+        ``(L_out L_outᵀ) ⊗ (L_in L_inᵀ)`` (``l`` of shape (groups, k, k) when grouped). Where it is cheaper
+        (``double_sum_cheaper``), the double sum over positions ``Σ_{s,s'} (ã_s·ã_s')(δ̃_s·δ̃_s')`` of the
+        transformed factors ``ã = L_inᵀa``, ``δ̃ = L_outᵀδ``, which never forms ``G_n``; else the
+        transformed matrices."""
+        if self._plain() and double_sum_cheaper(self):
+            return self.factored().double_sum(l_out, l_in)
+        return self.rotated(l_out, l_in).matrix().pow(2).flatten(1).sum(1).double()
+
     def weighted_square(self, w: Tensor) -> Tensor:
         """``Σ_ij w_ij G_n,ij²`` per sample, (N,) float64, for a (Dout, Din/groups) weight ``w``."""
         return (self.matrix().pow(2).flatten(1) @ w.to(self.dtype).flatten()).double()
@@ -138,6 +152,17 @@ def factors_cheaper(grad: LayerGrad) -> bool:
     factors_first = t * grad.groups * (d_in * d_in + d_out * d_out)
     matrix_first = t * grad.width_out * d_in + grad.width_out * d_in * (d_in + d_out)
     return factors_first <= matrix_first
+
+
+def double_sum_cheaper(grad: LayerGrad) -> bool:
+    """The double sum over positions (per block: the factors transformed, T·(d_in² + d_out²), then
+    T²·(d_in + d_out)) costs less than the transformed matrices: the factors transformed and the matrices
+    formed from them (T·d_in·d_out more), or the matrices formed and transformed (d_in·d_out·(T + d_in +
+    d_out)). It wins with few positions on wide layers (a UNet's low resolutions, a linear layer)."""
+    t, d_in, d_out = grad.positions, grad.width_in // grad.groups, grad.width_out // grad.groups
+    transform = t * (d_in * d_in + d_out * d_out)
+    matrices = min(transform + t * d_in * d_out, d_in * d_out * (t + d_in + d_out))
+    return transform + t * t * (d_in + d_out) < matrices
 
 
 @dataclass
@@ -243,6 +268,22 @@ class FactoredGrad(LayerGrad):
         d = torch.einsum("ntgo,gop->ntgp", self._blocks(self.d), u_out).flatten(2)
         return FactoredGrad(a, d, groups=self.groups)
 
+    def _plain(self) -> bool:
+        return self.g is None and self.const is None and self.mask is None
+
+    def double_sum(self, l_out: Tensor, l_in: Tensor) -> Tensor:
+        """``Σ_{s,s'} (ã_s·ã_s')(δ̃_s·δ̃_s')`` per sample (N,) float64, with ``ã = L_inᵀa`` and ``δ̃ = L_outᵀδ``
+        block by block: ``‖L_outᵀ G_n L_in‖²_F`` without forming ``G_n`` (plain factors only)."""
+        if not self._plain():
+            raise ValueError("the double sum over positions needs the factors alone (no mask or constant)")
+        if self.groups == 1:
+            a, d = (self.a @ l_in)[:, None], (self.d @ l_out)[:, None]
+        else:
+            a = torch.einsum("ntgi,gij->ngtj", self._blocks(self.a), l_in)
+            d = torch.einsum("ntgo,gop->ngtp", self._blocks(self.d), l_out)
+        grams = (a @ a.mT).double() * (d @ d.mT).double()  # (N, groups, T, T)
+        return grams.sum((1, 2, 3))
+
     def _rank_one_squares(self) -> tuple[Tensor, Tensor]:
         """Squared single-position factors as (N, groups, Dout/g) and (N, groups, Din/g)."""
         return self._blocks(self.d)[:, 0] ** 2, self._blocks(self.a)[:, 0] ** 2
@@ -331,6 +372,9 @@ class SummedGrad(LayerGrad):
 
     def per_sample(self, n: int, order: Tensor | None) -> LayerGrad:
         return SummedGrad([c.per_sample(n, order) for c in self.calls])
+
+    def _plain(self) -> bool:
+        return all(c._plain() for c in self.calls)
 
 
 def join(calls: Sequence[LayerGrad]) -> LayerGrad:
