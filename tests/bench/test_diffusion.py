@@ -93,6 +93,32 @@ def test_diffusion_zoo_bench_smoke(tmp_path, tiny_zoo):
 
 @needs_shared_data
 @pytest.mark.slow
+def test_a_zoo_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_zoo, monkeypatch):
+    """After each (draw, model) run the report holds what has finished, marked partial: stopped in its
+    second run, the first model's numbers are there."""
+    from roseood.bench.experiments import diffusion_zoo
+
+    calls = []
+    real = diffusion_zoo.evaluate_methods
+
+    def stopped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(diffusion_zoo, "evaluate_methods", stopped)
+    monkeypatch.setattr(diffusion_zoo, "METHODS", ("rose-ekfac", "rose-diag", "denoising"))  # quick
+    ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment("diffusion-zoo", ws)
+    report = next((tmp_path / "bench").rglob("report.md")).read_text()
+    assert "Partial: 1 of 6 (draw, model) runs on fashion_mnist finished" in report
+    assert "AUROC, zoo DDPMs on fashion_mnist" in report and "(0." in report  # the first model's values
+
+
+@needs_shared_data
+@pytest.mark.slow
 def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
     """Every setting on the tiny zoo models, one change at a time from the default, with the rule's
     verdicts; the layer-set rows reuse the fit on all layers (one fit per K, range, Fisher and draw).

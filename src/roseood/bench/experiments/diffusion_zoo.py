@@ -14,6 +14,8 @@ above B's on every zoo model of that data set; where the models disagree, the co
 
 from __future__ import annotations
 
+import copy
+import time
 from pathlib import Path
 
 import numpy as np
@@ -65,8 +67,39 @@ def summary(values: list[list[float]]) -> str:
     return text + (f"; draw sd {np.mean(spread):.3f})" if spread else ")")
 
 
+PerModel = dict[int, dict[str, dict[str, list[float]]]]  # training seed -> method -> OOD set -> per draw
+
+
+def tables(
+    rep: BenchReport, data: str, per_model: PerModel, speed: dict[str, list[float]], nfes: dict[str, str]
+) -> None:
+    """The AUROC table and the decision rule's verdicts on ``data`` from the models run so far."""
+    cells: Cells = {m: {s: [] for s in OOD[data]} for m in METHODS}
+    for seed in ZOO_SEEDS:
+        for m in METHODS:
+            for s in OOD[data]:
+                if per_model[seed][m][s]:
+                    cells[m][s].append(per_model[seed][m][s])
+    rows = [[s, *(summary(cells[m][s]) for m in METHODS)] for s in OOD[data]]
+    rows.append(["NFEs/image", *(nfes.get(m, "–") for m in METHODS)])
+    rows.append(["images/s", *(f"{np.nanmean(speed[m]):.1f}" if speed[m] else "–" for m in METHODS)])
+    rep.section(f"AUROC, zoo DDPMs on {data}", markdown_rows(["OOD set", *METHODS], rows))
+    pairs = [(r, b) for r in ("rose-ekfac", "rose-diag") for b in METHODS if not b.startswith("rose")]
+    rep.section(
+        f"Decision rule, zoo DDPMs on {data}",
+        markdown_rows(
+            ["comparison", *OOD[data]], verdicts(cells, OOD[data], [*pairs, ("rose-ekfac", "rose-diag")])
+        ),
+    )
+    rep.results[f"{data}/summary"] = {
+        m: {s: [list(map(float, v)) for v in cells[m][s]] for s in OOD[data]} for m in METHODS
+    }
+
+
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
-    p = ws.profile
+    """Every (draw, model) run in turn; after each, ``report.md`` holds the tables of what has finished
+    (marked partial), so a run stopped part-way leaves its numbers; the last write is the whole report."""
+    p, started = ws.profile, time.time()
     draws = p.diffusion_draws
     rep.parts.append(
         f"Models: the zoo (zoo/README.md), training seeds {list(ZOO_SEEDS)}; ROSE at its defaults; "
@@ -76,45 +109,32 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         "before the runs): A beats B on a set only if A is higher on every model; otherwise undecided."
     )
     for data in ws.select_data():
-        cells: Cells = {m: {s: [] for s in OOD[data]} for m in METHODS}
         speed: dict[str, list[float]] = {m: [] for m in METHODS}
         nfes: dict[str, str] = {}
-        per_model: dict[int, dict[str, dict[str, list[float]]]] = {
-            seed: {m: {s: [] for s in OOD[data]} for m in METHODS} for seed in ZOO_SEEDS
-        }
-        for d in range(draws):  # draws outermost: the first draw on every model gives the seed interval early
-            for seed in ZOO_SEEDS:
-                name = f"ddpm-{SHORT[data]}-s{seed}"
-                model = as_diffusion_model(load_model(zoo_path(name)), "the zoo bench").to(ws.device)
-                model.set_denoising(**(model.denoising | {"seed": model.denoising["seed"] + d}))
-                methods = [m for m in METHODS if d == 0 or m in DRAWN]
-                result, values = evaluate_methods(ws, model, data, methods, seed)
-                for m in methods:
-                    for s, value in values[m].items():
-                        per_model[seed][m][s].append(value)
-                    if d == 0:
-                        speed[m].append(result.images_per_second.get(m, float("nan")))
-                        nfes[m] = nfe(model, m, ws.detector_kwargs(m))
-                rep.results[f"{data}/{name}/draw{d}"] = result.to_json()
-        for seed in ZOO_SEEDS:
-            for m in METHODS:
-                for s in OOD[data]:
-                    if per_model[seed][m][s]:
-                        cells[m][s].append(per_model[seed][m][s])
-        rows = [[s, *(summary(cells[m][s]) for m in METHODS)] for s in OOD[data]]
-        rows.append(["NFEs/image", *(nfes.get(m, "–") for m in METHODS)])
-        rows.append(["images/s", *(f"{np.nanmean(speed[m]):.1f}" if speed[m] else "–" for m in METHODS)])
-        rep.section(f"AUROC, zoo DDPMs on {data}", markdown_rows(["OOD set", *METHODS], rows))
-        pairs = [(r, b) for r in ("rose-ekfac", "rose-diag") for b in METHODS if not b.startswith("rose")]
-        rep.section(
-            f"Decision rule, zoo DDPMs on {data}",
-            markdown_rows(
-                ["comparison", *OOD[data]], verdicts(cells, OOD[data], [*pairs, ("rose-ekfac", "rose-diag")])
-            ),
-        )
-        rep.results[f"{data}/summary"] = {
-            m: {s: [list(map(float, v)) for v in cells[m][s]] for s in OOD[data]} for m in METHODS
-        }
+        per_model: PerModel = {seed: {m: {s: [] for s in OOD[data]} for m in METHODS} for seed in ZOO_SEEDS}
+        runs = [(d, seed) for d in range(draws) for seed in ZOO_SEEDS]  # the seed interval first
+        for done, (d, seed) in enumerate(runs, 1):
+            name = f"ddpm-{SHORT[data]}-s{seed}"
+            model = as_diffusion_model(load_model(zoo_path(name)), "the zoo bench").to(ws.device)
+            model.set_denoising(**(model.denoising | {"seed": model.denoising["seed"] + d}))
+            methods = [m for m in METHODS if d == 0 or m in DRAWN]
+            result, values = evaluate_methods(ws, model, data, methods, seed)
+            for m in methods:
+                for s, value in values[m].items():
+                    per_model[seed][m][s].append(value)
+                if d == 0:
+                    speed[m].append(result.images_per_second.get(m, float("nan")))
+                    nfes[m] = nfe(model, m, ws.detector_kwargs(m))
+            rep.results[f"{data}/{name}/draw{d}"] = result.to_json()
+            if done < len(runs):
+                partial = copy.deepcopy(rep)
+                partial.parts.append(
+                    f"**Partial: {done} of {len(runs)} (draw, model) runs on {data} finished** (the last: "
+                    f"{name}, draw {d}); this report is replaced as the run goes on."
+                )
+                tables(partial, data, per_model, speed, nfes)
+                partial.write(out, ws, time.time() - started)
+        tables(rep, data, per_model, speed, nfes)
 
 
 EXPERIMENT = common.Experiment(
