@@ -161,6 +161,11 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         "mean AUROC over the OOD sets is above rose-ekfac's on every model of the family and no far-OOD set "
         "rose-ekfac has at ≥ 0.99 drops below 0.99."
     )
+    zoo = {
+        k: v for k, v in ws.profile.experiment_overrides.get("diffusion-zoo", {}).items() if "samples" in k
+    }
+    if "ddpm" in ws.models and zoo:
+        rep.parts.append(f"The zoo's DDPMs take diffusion-zoo's image counts instead of the table's: {zoo}.")
     for data in ws.select_data():
         families: dict[str, list[dict[str, Any]]] = {}
         for family, label, model, seed in near_ood_models(ws, data):
