@@ -24,12 +24,15 @@ from roseood.data import load_images
 from roseood.detectors import ROSE
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
+from roseood.models.base import RoseModel
 from roseood.models.vae import load_authors_vae
 
 
-def images(name: str, split: str, n: int, model: torch.nn.Module) -> torch.Tensor:
+def images(name: str, split: str, n: int, model: RoseModel) -> torch.Tensor:
     """The first ``n`` images of a dataset split (by seed 0) in the model's input shape, in [0, 1]."""
-    channels, size = model.input_shape[0], model.input_shape[1]  # type: ignore[attr-defined]
+    shape = model.input_shape
+    assert isinstance(shape, tuple)
+    channels, size = shape[0], shape[1]
     x = torch.as_tensor(load_images(name, split=split, n=n, channels=channels, size=size).images)
     return x.float() / 255 if x.dtype == torch.uint8 else x
 

@@ -22,6 +22,7 @@ import argparse
 import copy
 import time
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from benchmarks.speed import images, per_sample_loop_scores
@@ -31,7 +32,7 @@ from roseood.demo import demo_model
 from roseood.detectors import ROSE
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
-from roseood.models.base import GenerativeModel
+from roseood.models.base import GenerativeModel, RoseModel
 
 
 def fmt(values: Tensor) -> str:
@@ -51,12 +52,12 @@ def seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> flo
     return (time.perf_counter() - t0) / repeats
 
 
-def float64_reference(model: GenerativeModel, fit: Tensor, x: Tensor) -> Tensor:
+def float64_reference(model: RoseModel, fit: Tensor, x: Tensor) -> Tensor:
     """Largest relative difference per layer between ROSE-EKFAC layer scores of ``model`` and of a
     float64 copy of it, both fitted on ``fit`` on the CPU: the effect of float32 rounding alone."""
-    double = copy.deepcopy(model).double()
+    double = cast(GenerativeModel, copy.deepcopy(model)).double()
     loss = type(model).rose_loss
-    double.rose_loss = lambda b, stochastic=False: loss(double, b.double(), stochastic)
+    double.rose_loss = lambda b, stochastic=False: loss(double, b.double(), stochastic)  # type: ignore[method-assign,assignment]
     scores = []
     for m in (model, double):
         det = ROSE(m, fisher="ekfac", batch_size=64, progress=False)

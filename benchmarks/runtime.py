@@ -17,6 +17,7 @@ from roseood.demo import demo_images, demo_model
 from roseood.detectors import METHODS, make_detector
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
+from roseood.models.base import model_config
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     fit = torch.from_numpy(imgs["fashion_mnist_train"][: args.fit]).float() / 255
     stats = torch.from_numpy(imgs["fashion_mnist_train"][args.fit : args.fit + 256]).float() / 255
     x = torch.from_numpy(imgs["fashion_mnist_test"][: args.batch]).float() / 255
-    print("settings:", vars(args) | {"model_config": model.config()} | machine_description())
+    print("settings:", vars(args) | {"model_config": model_config(model)} | machine_description())
     print(f"{'method':<12}{'fit s':>8}{'images/s':>10}")
     for method in args.methods.split(","):
         kwargs = {}

@@ -196,17 +196,19 @@ def table(rows: list[dict[str, object]], weights: int) -> str:
     ]
     for r in rows:
         if "killed_at_bytes" in r or "failed" in r:
-            what = f"stopped at {format_size(r['killed_at_bytes'])}" if "killed_at_bytes" in r else "failed"
+            killed = r.get("killed_at_bytes")
+            what = f"stopped at {format_size(killed)}" if isinstance(killed, int) else "failed"
             lines.append(f"| {r['method']} | {what} | | | | | | |")
             continue
         ratio = f"{r['cost_ratio']:.2f}×" if "cost_ratio" in r else ""
         size = r["detector_bytes"]
         assert isinstance(size, int)
-        gpu = r.get("peak_gpu_bytes")
+        gpu, rss = r.get("peak_gpu_bytes"), r["peak_rss_bytes"]
+        assert isinstance(rss, int)
         lines.append(
             f"| {r['method']} | {r['fit_s']:.1f} s | {r['score_s_per_image']:.3g} s | "
             f"{r['images_per_s']:.3g} | "
-            f"{format_size(r['peak_rss_bytes'])} | {format_size(gpu) if isinstance(gpu, int) else ''} | "
+            f"{format_size(rss)} | {format_size(gpu) if isinstance(gpu, int) else ''} | "
             f"{format_size(size)} ({size / weights:.2f}× weights) | {ratio} |"
         )
     return "\n".join(lines)

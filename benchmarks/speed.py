@@ -1,6 +1,6 @@
 """ROSE's cost against forward-only NLL, the per-sample loop, nngeometry and kronfluence, in one run.
 
-Part 1, on one model and one test batch: forward-only NLL, ROSE-diag and ROSE-EKFAC scoring throughput,
+Part 1, on one model and one test batch: forward-only NLL, ROSE scoring throughput with each Fisher,
 ROSE-EKFAC as the authors computed it (one backward per image), and the saved EKFAC detector's footprint.
 
 Part 2, the EKFAC Fisher of the same layers, images and per-sample loss fitted by roseood, by nngeometry's
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib.util
 import multiprocessing
 import os
@@ -35,12 +36,12 @@ import torch
 from scipy.stats import spearmanr
 from torch import Tensor
 
-from roseood.curvature import LayerGrad
+from roseood.curvature import FactoredGrad
 from roseood.demo import demo_images, demo_model
 from roseood.detectors import ROSE
 from roseood.evaluation.evaluate import machine_description
 from roseood.models import load_model
-from roseood.models.base import GenerativeModel
+from roseood.models.base import GenerativeModel, RoseModel, model_config
 
 
 def per_sample_loop_scores(det: ROSE, x: Tensor) -> Tensor:
@@ -48,14 +49,20 @@ def per_sample_loop_scores(det: ROSE, x: Tensor) -> Tensor:
     modules = dict(det.model.named_modules())
     out = []
     for i in range(x.shape[0]):
-        det.model.zero_grad(set_to_none=True)
+        for param in det.model.parameters():
+            param.grad = None
         det.model.rose_loss(x[i : i + 1]).sum().backward()
         row = []
         for name in det.layers:
             m = modules[name]
-            w = m.weight.grad.flatten(1)  # type: ignore[union-attr]
-            g = torch.cat([w, m.bias.grad[:, None]], 1) if m.bias is not None else w  # type: ignore[union-attr]
-            lg = LayerGrad(a=g.new_empty(1, 1, g.shape[1]), d=g.new_empty(1, 1, g.shape[0]), g=g[None])
+            weight, bias = m.weight.grad, m.bias.grad if m.bias is not None else None
+            assert isinstance(weight, Tensor)
+            g = (
+                torch.cat([weight.flatten(1), bias[:, None]], 1)
+                if isinstance(bias, Tensor)
+                else weight.flatten(1)
+            )
+            lg = FactoredGrad.formed(g[None], positions=1, width_in=g.shape[1])
             row.append(det.fishers_[name].quad(lg))
         out.append(torch.cat(row))
     return torch.stack(out)
@@ -251,7 +258,8 @@ def fit_and_score(index: int, args: argparse.Namespace, layers: list[str], dampi
     model = (load_model(args.model) if args.model else demo_model()).to(device).eval()
     fit, _, x = (t.to(device) for t in images(args.fit, args.batch))
     model.rose_loss(x[:8]).sum().backward()  # the same one-off warm-up for every library
-    model.zero_grad(set_to_none=True)
+    for param in model.parameters():
+        param.grad = None
     lib = LIBRARIES[index][2](model, layers, damping, args.batch)
     _, fit_s, fit_cpu_s, fit_peak = measured(lambda: lib.fit(fit), device)
     scores, first_s, _, score_peak = measured(lambda: lib.layer_scores(x), device)
@@ -281,7 +289,7 @@ def agreement(ours: np.ndarray, theirs: np.ndarray) -> dict[str, str]:
     }
 
 
-def saved_footprint(det: ROSE, model: GenerativeModel, x: Tensor) -> dict[str, str]:
+def saved_footprint(det: ROSE, model: RoseModel, x: Tensor) -> dict[str, str]:
     """Save the fitted detector, load it back: file size, load time, first score (rebuilds what the compact
     file leaves out) and the largest relative difference from the in-memory detector's scores."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -302,15 +310,23 @@ def saved_footprint(det: ROSE, model: GenerativeModel, x: Tensor) -> dict[str, s
         }
 
 
-def throughput(args: argparse.Namespace, model: GenerativeModel) -> ROSE:
-    """Part 1: NLL, ROSE-diag, ROSE-EKFAC and the per-sample loop on the test batch; returns the EKFAC
-    detector."""
+def throughput(args: argparse.Namespace, model: RoseModel) -> ROSE:
+    """Part 1: NLL, ROSE with each Fisher (diag, KFAC, KFAC-Tikhonov: the double sum where cheaper, EKFAC)
+    and the per-sample loop on the test batch; returns the EKFAC detector."""
     fit, stats, x = images(args.fit, args.batch)
-    diag = ROSE(model, fisher="diag", batch_size=args.batch, progress=False)
-    ekfac = ROSE(model, fisher="ekfac", batch_size=args.batch, progress=False)
+    dets = {
+        f"ROSE-{label} (batched hooks)": ROSE(model, fisher=fisher, batch_size=args.batch, progress=False)
+        for label, fisher in (
+            ("diag", "diag"),
+            ("KFAC", "kfac"),
+            ("KFAC-Tikhonov", "kfac-tikhonov"),
+            ("EKFAC", "ekfac"),
+        )
+    }
+    ekfac = dets["ROSE-EKFAC (batched hooks)"]
     t: dict[str, float] = {}
     fit_s: dict[str, float] = {}
-    for name, det in (("ROSE-diag (batched hooks)", diag), ("ROSE-EKFAC (batched hooks)", ekfac)):
+    for name, det in dets.items():
         t0 = time.perf_counter()
         det.fit(fit, held_out=stats)
         fit_s[name] = time.perf_counter() - t0
@@ -323,14 +339,14 @@ def throughput(args: argparse.Namespace, model: GenerativeModel) -> ROSE:
             return model.rose_loss(x)
 
     t["forward-only NLL (z = mu)"] = timed(nll, args.repeats)
-    t["ROSE-diag (batched hooks)"] = timed(lambda: diag.score(x), args.repeats)
-    t["ROSE-EKFAC (batched hooks)"] = timed(lambda: ekfac.score(x), args.repeats)
+    for name, det in dets.items():
+        t[name] = timed(functools.partial(det.score, x), args.repeats)
     t["ROSE-EKFAC per-sample loop"] = timed(lambda: per_sample_loop_scores(ekfac, x), 1)
     base = t["forward-only NLL (z = mu)"]
-    print(f"{'method':<30}{'images/s':>10}{'cost vs NLL':>13}{'detector fit s':>16}")
+    print(f"{'method':<36}{'images/s':>10}{'cost vs NLL':>13}{'detector fit s':>16}")
     for name, sec in t.items():
         fs = f"{fit_s[name]:>16.1f}" if name in fit_s else ""
-        print(f"{name:<30}{args.batch / sec:>10.1f}{sec / base:>12.2f}x{fs}")
+        print(f"{name:<36}{args.batch / sec:>10.1f}{sec / base:>12.2f}x{fs}")
     print("(detector fit: the Fisher and the layer statistics on 128 held-out images; the per-sample loop's")
     print(" layer scores were checked equal to the batched ones on 8 images)")
     print("saved ROSE-EKFAC detector: " + ", ".join(f"{k} {v}" for k, v in footprint.items()))
@@ -351,7 +367,12 @@ def main() -> None:
     ekfac = throughput(args, model)
     print(
         "settings:",
-        {"model": model.config(), "batch": args.batch, "repeats": args.repeats, "fisher_fit_images": args.fit}
+        {
+            "model": model_config(model),
+            "batch": args.batch,
+            "repeats": args.repeats,
+            "fisher_fit_images": args.fit,
+        }
         | {"layers": ekfac.layers, "damping": ekfac.damping, "part 2 device": args.device}
         | machine_description(),
     )

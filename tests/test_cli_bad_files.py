@@ -44,7 +44,10 @@ def _weights(change: Callable[[dict[str, torch.Tensor]], object]) -> Callable[[P
 
 
 def _text(relative: str, text: str) -> Callable[[Path], None]:
-    return lambda folder: (folder / relative).write_text(text)
+    def write(folder: Path) -> None:
+        (folder / relative).write_text(text)
+
+    return write
 
 
 # folder name → how it differs from a good exported pipeline

@@ -89,9 +89,9 @@ def make_workdir(root: Path) -> Path:
     kinds = dict.fromkeys(saved["state"]["kinds"], "ekfac")  # every layer claims an EKFAC it does not hold
     changed = {"params": saved["params"] | {"fisher": "ekfac"}, "state": saved["state"] | {"kinds": kinds}}
     save_file(saved | changed, root / "fisher-changed.pt")
-    data = (root / "rose.pt").read_bytes()
-    at = data.index(saved["state"]["fishers"]["encoder.mu"]["sq"].numpy().tobytes()) + 5
-    (root / "flipped.pt").write_bytes(data[:at] + bytes([data[at] ^ 0x10]) + data[at + 1 :])
+    raw = (root / "rose.pt").read_bytes()
+    at = raw.index(saved["state"]["fishers"]["encoder.mu"]["sq"].numpy().tobytes()) + 5
+    (root / "flipped.pt").write_bytes(raw[:at] + bytes([raw[at] ^ 0x10]) + raw[at + 1 :])
     return root
 
 
