@@ -59,6 +59,22 @@ def test_evaluate_resumes_from_the_cache_without_refitting(
     assert fits == []
 
 
+def test_a_detector_loaded_from_the_cache_reports_progress_as_asked(
+    tiny_vae: VAE, spec: EvalSpec, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Scores missing beside a cached detector are computed by the loaded detector, which reports its
+    progress as the run asks (a saved detector keeps no progress setting)."""
+    cache = ResultCache(tmp_path / "cache")
+    evaluate(tiny_vae, spec, progress=False, cache=cache)
+    for path in (tmp_path / "cache" / "scores").glob("*.pt"):
+        path.unlink()
+    capsys.readouterr()
+    evaluate(tiny_vae, spec, progress=True, cache=cache)
+    lines = capsys.readouterr().err.splitlines()
+    assert not any("fit:" in line and "pass" in line for line in lines)  # nothing refitted
+    assert any(re.search(r"scoring: \d+/\d+", line) for line in lines), lines
+
+
 def test_overall_mixes_every_loaded_set_and_limits_cut_slow_methods(tiny_vae: VAE, spec: EvalSpec) -> None:
     spec.test_limits = {"nll": 5}
     result = evaluate(tiny_vae, spec, progress=False)

@@ -106,6 +106,12 @@ class Detector(ABC):
         """Learned state (tensors and plain values); empty for detectors that learn nothing."""
         return {}
 
+    def show_progress(self, enabled: bool | None) -> Detector:
+        """Set whether its long steps report progress (a runtime setting, never saved; unset: when stderr
+        is a terminal), e.g. on a detector just loaded from a file; returns it."""
+        self.progress = resolve(enabled)
+        return self
+
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what ``state()`` returned."""
 

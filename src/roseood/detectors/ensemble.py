@@ -79,6 +79,13 @@ class Ensemble(Detector):
         self.mean_: np.ndarray | None = None  # (members,) score mean and std on the held-out inputs
         self.std_: np.ndarray | None = None
 
+    def show_progress(self, enabled: bool | None) -> Ensemble:
+        """Its own setting and every member's."""
+        super().show_progress(enabled)
+        for m in self.members:
+            m.show_progress(enabled)
+        return self
+
     def get_params(self) -> dict[str, Any]:
         """``combine``, ``held_out_fraction`` and each member's method and parameters."""
         members = [{"method": m.method, "params": m.get_params()} for m in self.members]

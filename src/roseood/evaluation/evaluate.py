@@ -375,7 +375,7 @@ class _MethodRun:
     def _load(self, path: Path) -> Detector:
         kwargs = self.spec.detector_kwargs.get(self.method, {})
         extra = {name: kwargs.get(name) for name in METHODS[self.method].cls.extra_models}
-        return Detector.load(path, self.model, **extra)
+        return Detector.load(path, self.model, **extra).show_progress(self.progress)
 
     def score(self, images: np.ndarray) -> tuple[np.ndarray, float]:
         """Scores of ``images`` (per layer with ``spec.layerwise``) and the seconds they took (cached: the
