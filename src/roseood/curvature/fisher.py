@@ -416,11 +416,10 @@ class KFAC(Fisher):
         return self.u_out, self.u_in
 
     def _rotate(self, g: LayerGrad) -> LayerGrad:
-        self._bases(g)
-        assert self.u_out is not None and self.u_in is not None
+        u_out, u_in = self._bases(g)
         c = self._cast
-        if c is None or c[0] is not self.u_out or c[1] is not self.u_in or c[2].dtype != g.dtype:
-            c = self._cast = (self.u_out, self.u_in, self.u_out.to(g.dtype), self.u_in.to(g.dtype))
+        if c is None or c[0] is not u_out or c[1] is not u_in or c[2].dtype != g.dtype:
+            c = self._cast = (u_out, u_in, u_out.to(g.dtype), u_in.to(g.dtype))
         return g.rotated(c[2], c[3])
 
     def _eigenvalues(self) -> Tensor:
