@@ -50,15 +50,11 @@ AGGREGATIONS = {
 DEFAULT_AGGREGATION = "relu-norm"  # the paper's
 ADJUSTMENTS = ("none", "nll", "both")  # ROSE(adjust=...), roseood.detectors.adjustment
 GALLERY = 8  # images shown at each end of a set in a report
-RESIZE_METHODS = (
-    "crop",
-    "stretch",
-)  # roseood.data.preprocess: how an image of another size is brought to S×S
-DIFFUSION_WEIGHTINGS = (
-    "simple",
-    "elbo",
-)  # roseood.models.diffusion: weightings of the per-image loss's K terms
-# roseood.models.diffusion: the per-image loss's K (timestep, noise) pairs unless a model says otherwise
+# roseood.data.preprocess: how an image of another size is brought to S×S
+RESIZE_METHODS = ("crop", "stretch")
+# roseood.models.diffusion: the weightings of the per-image loss's K terms, and the loss's K (timestep,
+# noise) pairs unless a model says otherwise
+DIFFUSION_WEIGHTINGS = ("simple", "elbo")
 DIFFUSION_LOSS_DEFAULTS: dict[str, Any] = {
     "k": 8,
     "t_min": 0.0,
