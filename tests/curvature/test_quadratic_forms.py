@@ -143,3 +143,36 @@ def test_kfac_tikhonov_is_its_dense_definition_by_either_form(double_sum, monkey
     loaded = KFACTikhonov(1e-4)
     loaded.load_state(f.state())
     torch.testing.assert_close(loaded.quad(batches[2]), f.quad(batches[2]), rtol=1e-5, atol=0)
+
+
+def masked_case() -> LayerGrad:
+    """Rank-one factored gradients with a mask (a masked linear layer), float64."""
+    gen = torch.Generator().manual_seed(3)
+    a, d = torch.randn(5, 1, 7, generator=gen, dtype=torch.float64), torch.randn(5, 1, 4, generator=gen)
+    mask = (torch.rand(4, 7, generator=gen) > 0.3).double()
+    return FactoredGrad(a, d.double(), mask=mask)
+
+
+@pytest.mark.parametrize("name", [*LAYERS, "rotated", "masked"])
+@pytest.mark.parametrize("run_bytes", [1, 200, layergrad.RUN_BYTES])
+def test_weighted_and_floored_squares_in_runs_are_those_of_the_whole_matrices(name, run_bytes, monkeypatch):
+    """Runs of one sample, of a few and of the whole batch give the squares of the whole matrices:
+    ``Σ w G²`` and, on the floor's entries, ``max(G² − level·‖G‖², 0)``."""
+    if name == "masked":
+        g = masked_case()
+    else:
+        g, _, _ = layer_case("conv" if name == "rotated" else name)
+        if name == "rotated":
+            g = g.rotated(*roots(g, 2))
+    monkeypatch.setattr(layergrad, "RUN_BYTES", run_bytes)
+    matrices = g.matrix().flatten(1)
+    assert torch.equal(torch.cat(list(g.matrix_runs())), matrices)
+    gen = torch.Generator().manual_seed(4)
+    w = torch.rand(g.width_out, g.width_in // g.groups, generator=gen, dtype=torch.float64)
+    floor = torch.rand(w.shape, generator=gen) > 0.5
+    sq = matrices.pow(2)
+    level = 0.01  # far above rounding, so that the floor takes some entries' squares to zero and not others
+    floored = torch.where(floor.flatten(), (sq - level * sq.sum(1, keepdim=True)).clamp_min(0.0), sq)
+    assert bool((floored[:, floor.flatten()] == 0).any() and (floored[:, floor.flatten()] > 0).any())
+    torch.testing.assert_close(g.weighted_square(w), sq @ w.flatten(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(g.floored_square(w, floor, level), floored @ w.flatten(), rtol=1e-12, atol=0)

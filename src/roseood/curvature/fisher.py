@@ -434,13 +434,10 @@ class KFAC(Fisher):
         the directions the Fisher does not span (``unspanned_level``)."""
         rot, lam = self._rotate(g), self._eigenvalues()
         floor = self._unspanned_directions(lam, g)
+        weight = 1.0 / (lam + self.damping)
         if floor is None:
-            return rot.weighted_square(1.0 / (lam + self.damping))
-        weight = (1.0 / (lam + self.damping)).to(rot.dtype)
-        sq = rot.matrix().pow(2)
-        own = default_rcond(g) * sq.flatten(1).sum(1)[:, None, None]  # this gradient's rounding level
-        sq = torch.where(floor, (sq - own).clamp_min(0.0), sq)
-        return (sq.flatten(1) @ weight.flatten()).double()
+            return rot.weighted_square(weight)
+        return rot.floored_square(weight, floor, default_rcond(g))  # less this gradient's own rounding
 
     def _values(self) -> dict[str, Tensor | None]:
         """The eigenvalues scoring needs, by attribute name."""

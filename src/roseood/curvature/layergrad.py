@@ -17,8 +17,8 @@ form (``join``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -140,9 +140,39 @@ class LayerGrad(ABC):
             return self.factored().double_sum(l_out, l_in)
         return self.rotated(l_out, l_in).matrix().pow(2).flatten(1).sum(1).double()
 
+    def matrix_runs(self) -> Iterator[Tensor]:
+        """The flattened matrices (rows, Dout·Din/groups) in runs of about ``RUN_BYTES`` (at least one
+        sample), so that elementwise passes over a run stay in the CPU's cache instead of streaming the
+        whole batch through memory."""
+        g = self.matrix().flatten(1)
+        yield from g.split(run_length(g.shape[1] * g.element_size()))
+
     def weighted_square(self, w: Tensor) -> Tensor:
         """``Σ_ij w_ij G_n,ij²`` per sample, (N,) float64, for a (Dout, Din/groups) weight ``w``."""
-        return (self.matrix().pow(2).flatten(1) @ w.to(self.dtype).flatten()).double()
+        w = w.to(self.dtype).flatten()
+        return torch.cat([rows.pow(2) @ w for rows in self.matrix_runs()]).double()
+
+    def floored_square(self, w: Tensor, floor: Tensor, level: float) -> Tensor:
+        """``weighted_square`` where the entries marked in ``floor`` count only what their square has beyond
+        ``level·‖G_n‖²``: ``max(G_n,ij² − level·‖G_n‖², 0)`` (the rounding of directions a Fisher does not
+        span, ``KFAC.unspanned_level``); (N,) float64."""
+        w = w.to(self.dtype).flatten()
+        on_floor = w * floor.flatten()
+        spanned = w.masked_fill(floor.flatten(), 0.0)
+        out = []
+        for rows in self.matrix_runs():
+            sq = rows.pow(2)
+            own = level * sq.sum(1, keepdim=True)
+            out.append(sq @ spanned + (sq - own).clamp_min_(0.0) @ on_floor)
+        return torch.cat(out).double()
+
+
+RUN_BYTES = 2**21  # a run of matrices that stays in a CPU's cache while elementwise passes go over it
+
+
+def run_length(row_bytes: int) -> int:
+    """How many rows of ``row_bytes`` make a run of about ``RUN_BYTES`` (at least one)."""
+    return max(1, RUN_BYTES // max(row_bytes, 1))
 
 
 def factors_cheaper(grad: LayerGrad) -> bool:
@@ -253,6 +283,15 @@ class FactoredGrad(LayerGrad):
         if self.const is not None:
             g = g + self.const
         return g * self.mask if self.mask is not None else g
+
+    def matrix_runs(self) -> Iterator[Tensor]:
+        """Each run formed from its own samples' factors: the whole batch's matrices never exist at once."""
+        if self.g is not None:
+            yield from super().matrix_runs()
+            return
+        step = run_length(self.width_out * (self.width_in // self.groups) * self.d.element_size())
+        for s in range(0, max(self.n, 1), step):  # an empty batch: one empty run
+            yield replace(self, a=self.a[s : s + step], d=self.d[s : s + step]).matrix().flatten(1)
 
     def _factors_first(self) -> bool:
         factored = self.g is None and self.mask is None and (self.groups == 1 or self.const is None)
