@@ -9,7 +9,8 @@ and peak memory, scoring time and peak memory for the test batch (each computes 
 ``gᵀ (F + λ)⁻¹ g``), and how close each library's layer scores are to roseood's. Peak memory is the rise
 of the process's resident memory (Linux: its high-water mark, reset just before the step; glibc is told
 to return every block of 64 KiB or more to the system when freed, so that memory freed earlier and kept
-by malloc does not hide a later peak) or, on a GPU, of ``torch.cuda.max_memory_allocated``. Run:
+by malloc does not hide a later peak) or, on a GPU, of ``torch.cuda.max_memory_allocated``. Times come
+from a second fit and its scores with malloc as a user's process runs it (``malloc_returns_freed``). Run:
 
     python benchmarks/speed.py [--model MODEL] [--batch 64] [--fit 512] [--repeats 3] [--device cpu]
 """
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ctypes
 import functools
 import importlib.util
 import multiprocessing
-import os
 import resource
 import sys
 import tempfile
@@ -212,6 +213,20 @@ def _status_bytes(field: str) -> int:
     raise KeyError(field)
 
 
+def malloc_returns_freed(on: bool) -> None:
+    """glibc: with ``on``, every freed block of 64 KiB or more goes back to the system at once, so that
+    memory freed earlier and kept by malloc can't hide a later peak (each page is then faulted in again
+    when next used, which slows code with many large temporaries); off, blocks up to 32 MiB are kept for
+    reuse, where a long-running process's malloc settles (its dynamic threshold's ceiling). Elsewhere:
+    nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None)
+    m_mmap_threshold, m_trim_threshold = -3, -1
+    libc.mallopt(m_mmap_threshold, 2**16 if on else 2**25)
+    libc.mallopt(m_trim_threshold, 2**16 if on else 2**26)
+
+
 def measured(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, float, int]:
     """``fn()``, its wall time, its CPU time (all threads of this process: on a shared machine, the
     work done, whatever else runs), and the peak memory it added: GPU memory allocated by torch on CUDA,
@@ -261,8 +276,12 @@ def fit_and_score(index: int, args: argparse.Namespace, layers: list[str], dampi
     for param in model.parameters():
         param.grad = None
     lib = LIBRARIES[index][2](model, layers, damping, args.batch)
-    _, fit_s, fit_cpu_s, fit_peak = measured(lambda: lib.fit(fit), device)
-    scores, first_s, _, score_peak = measured(lambda: lib.layer_scores(x), device)
+    malloc_returns_freed(True)  # peaks: a block freed earlier can't hide a later peak
+    _, _, _, fit_peak = measured(lambda: lib.fit(fit), device)
+    scores, _, _, score_peak = measured(lambda: lib.layer_scores(x), device)
+    malloc_returns_freed(False)  # times: the fit again and its scores, as malloc runs in a user's process
+    _, fit_s, fit_cpu_s, _ = measured(lambda: lib.fit(fit), device)
+    _, first_s, _, _ = measured(lambda: lib.layer_scores(x), device)
     _, score_s, score_cpu_s, _ = measured(lambda: [lib.layer_scores(x) for _ in range(args.repeats)], device)
     return {
         "fit_s": fit_s,
@@ -377,7 +396,6 @@ def main() -> None:
         | machine_description(),
     )
     results: dict[str, dict[str, Any]] = {}
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(2**16))  # read by glibc as each child starts
     spawn = multiprocessing.get_context("spawn")
     mib = 2**20
     print(
