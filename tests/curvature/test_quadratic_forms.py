@@ -33,6 +33,7 @@ LAYERS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "conv": (lambda: nn.Conv2d(3, 8, 3, padding=1), (3, 4, 4)),
     "grouped conv": (lambda: nn.Conv2d(4, 6, 3, padding=1, groups=2), (4, 4, 4)),
     "strided conv": (lambda: nn.Conv2d(3, 5, 4, stride=2, bias=False), (3, 8, 8)),
+    "whole-input conv": (lambda: nn.Conv2d(3, 5, 4), (3, 4, 4)),  # one position: a linear map
     "called twice": (Twice, (4, 3, 3)),
 }
 
@@ -175,4 +176,5 @@ def test_weighted_and_floored_squares_in_runs_are_those_of_the_whole_matrices(na
     floored = torch.where(floor.flatten(), (sq - level * sq.sum(1, keepdim=True)).clamp_min(0.0), sq)
     assert bool((floored[:, floor.flatten()] == 0).any() and (floored[:, floor.flatten()] > 0).any())
     torch.testing.assert_close(g.weighted_square(w), sq @ w.flatten(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(g.square_sum().flatten(), sq.sum(0), rtol=1e-12, atol=0)
     torch.testing.assert_close(g.floored_square(w, floor, level), floored @ w.flatten(), rtol=1e-12, atol=0)

@@ -14,7 +14,7 @@ import copy
 import itertools
 import math
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -271,6 +271,22 @@ class RowsGrad(LayerGrad):
 
     def _factors_first(self) -> bool:
         return self.mask is None and factors_cheaper(self)
+
+    @property
+    def _one_position(self) -> bool:
+        """One row of one position per sample (a linear map as a convolution over its whole input):
+        the factors are the rows themselves and the matrices one outer product each, cheaper than
+        forming them from the rows."""
+        return self.positions == 1
+
+    def matrix_runs(self) -> Iterator[Tensor]:
+        yield from self.factored().matrix_runs() if self._one_position else super().matrix_runs()
+
+    def square_sum(self) -> Tensor:
+        return self.factored().square_sum() if self._one_position else super().square_sum()
+
+    def weighted_square(self, w: Tensor) -> Tensor:
+        return self.factored().weighted_square(w) if self._one_position else super().weighted_square(w)
 
     @property
     def n(self) -> int:
