@@ -7,6 +7,8 @@ about, so the command line can parse ``--memory`` without it.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -71,12 +73,31 @@ def _proc_value(path: Path, key: str) -> int | None:
 
 def in_use(device: torch.device) -> int:
     """Memory this process holds now: PyTorch's allocations on a GPU, the resident memory elsewhere
-    (0 where the system does not say)."""
+    (0 where the system does not say), after malloc has given back the freed memory it keeps."""
     if device.type == "cuda":
         import torch
 
         return int(torch.cuda.memory_allocated(device))
+    _return_freed_memory()
     return _proc_value(Path("/proc/self/status"), "VmRSS") or 0
+
+
+def _return_freed_memory() -> None:
+    """glibc keeps freed blocks for reuse and they stay resident: after a Fisher's fit, 1.4 GiB of the
+    2.4 GiB a 3.5 M-parameter UNet's process held. ``malloc_trim`` gives them back so that the resident
+    memory is what is held (a C library without it: nothing)."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _libc() -> Any:
+    """The process's C library, None where it cannot be opened."""
+    try:
+        return ctypes.CDLL(None)
+    except (OSError, TypeError):  # TypeError: Windows takes no None
+        return None
 
 
 def available(device: Any = None) -> int | None:

@@ -75,3 +75,21 @@ def test_saved_bytes_counts_activations_not_weights():
         net(x).tanh().sum()
     # the linear layer's input (8·100) and tanh's output (8·50) float32; not the weight
     assert total() == 4 * (8 * 100 + 8 * 50)
+
+
+def test_memory_in_use_on_the_cpu_is_read_after_malloc_gives_back_what_it_keeps(monkeypatch):
+    """glibc keeps freed blocks resident; ``in_use`` asks it to give them back first (``malloc_trim``),
+    and a C library without that call is read as it is."""
+    calls: list[int] = []
+
+    class Glibc:
+        def malloc_trim(self, pad: int) -> int:
+            calls.append(pad)
+            return 1
+
+    monkeypatch.setattr(memory, "_libc", Glibc)
+    assert memory.in_use(torch.device("cpu")) >= 0 and calls == [0]  # 0 where no /proc tells
+    monkeypatch.setattr(memory, "_libc", lambda: object())  # e.g. musl or macOS: no malloc_trim
+    assert memory.in_use(torch.device("cpu")) >= 0
+    monkeypatch.setattr(memory, "_libc", lambda: None)  # no C library to open
+    assert memory.in_use(torch.device("cpu")) >= 0

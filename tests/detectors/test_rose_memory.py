@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from roseood.curvature.fisher import FISHERS
 from roseood.detectors import ROSE, Detector
 from roseood.errors import RoseError
 from roseood.models import DiffusionModel
@@ -41,8 +42,31 @@ def test_a_tight_budget_shrinks_batches_and_keeps_the_scores(fisher, tiny_vae, i
     tight = plan.fixed + 3 * per_image  # three images per batch, whatever the machine
     det = fitted(tiny_vae, images, fisher=fisher, memory=tight, progress=True)
     assert "3 images per batch" in capsys.readouterr().err
-    assert det._plan(images, det.fisher_kinds_).images <= 3
+    after = det._plan(images, det.fisher_kinds_)  # the fitted Fishers' memory is counted once: more room
+    assert after.fits and 3 <= after.images < 64
     np.testing.assert_allclose(det.score(images), free.score(images), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fisher", ["diag", "kfac", "ekfac"])
+def test_a_fitted_fishers_memory_is_counted_once(fisher, tiny_vae, images):
+    """What a fitted Fisher holds is already in the process's memory: the plan adds only the rest of its
+    ``work_bytes``, and what it holds never exceeds them."""
+    det = fitted(tiny_vae, images, fisher=fisher, memory="64G")
+    shapes = det._probe(images)[0]
+    work = {n: FISHERS.get(k).work_bytes(shapes[n]) for n, k in det.fisher_kinds_.items()}
+    held = {n: f.held_bytes() for n, f in det.fishers_.items()}
+    assert all(0 < held[n] <= work[n] for n in work)
+    fresh = ROSE(tiny_vae, fisher=fisher, memory="64G")  # no Fisher yet: the whole work_bytes
+    assert fresh._plan(images, det.fisher_kinds_).fixed - det._plan(images, det.fisher_kinds_).fixed == sum(
+        held.values()
+    )
+
+
+def test_held_bytes_counts_a_shared_storage_once(tiny_vae, images):
+    fisher = fitted(tiny_vae, images, fisher="ekfac").fishers_["encoder.conv1"]
+    alone = fisher.held_bytes()
+    fisher.alias = {"bases": (fisher.u_in, fisher.u_in[:2])}  # the same storage under another name
+    assert fisher.held_bytes() == alone
 
 
 def test_diffusion_budget_counts_images_of_k_rows(capsys):

@@ -189,6 +189,24 @@ class Fisher(ABC):
             if isinstance(value, Tensor):
                 setattr(self, key, fn(value))
 
+    def held_bytes(self) -> int:
+        """Bytes of the tensors it holds now (part of the process's memory already), each storage once."""
+        storages: dict[int, int] = {}
+
+        def walk(value: object) -> None:
+            if isinstance(value, Tensor):
+                storage = value.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+            elif isinstance(value, dict):
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, list | tuple):
+                for v in value:
+                    walk(v)
+
+        walk(vars(self))
+        return sum(storages.values())
+
     def _follow(self, g: LayerGrad) -> None:
         """Move what this Fisher holds to the gradients' device, once (a saved detector loads onto the
         CPU, its model may be on a GPU), so that scoring never copies it batch by batch."""

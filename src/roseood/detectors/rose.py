@@ -237,7 +237,9 @@ class ROSE(Detector):
         limit = budget(self.device, self.memory)
         known = limit is None and self.device in self._probed
         shapes, per_image = self._probed[self.device] if known else self._probe(x)
-        fishers = sum(FISHERS.get(kinds[n]).work_bytes(shapes[n]) for n in kinds)
+        fishers = sum(
+            max(0, FISHERS.get(kinds[n]).work_bytes(shapes[n]) - self._held(n, kinds[n])) for n in kinds
+        )
         plan = MemoryPlan(
             params=sum(s.params for s in shapes.values()),
             layers=len(shapes),
@@ -253,6 +255,12 @@ class ROSE(Detector):
             self._stated.add(plan.line())
             note(plan.line())
         return plan
+
+    def _held(self, name: str, kind: str) -> int:
+        """Bytes layer ``name``'s Fisher of ``kind`` holds already (counted in the process's memory), of
+        the ``work_bytes`` it may hold at most."""
+        fisher = self.fishers_.get(name)
+        return fisher.held_bytes() if fisher is not None and fisher.name == kind else 0
 
     def choose_fishers(self, shapes: dict[str, LayerShape]) -> dict[str, str]:
         """The Fisher of each layer: ``fisher``, except that while the saved Fishers would exceed
