@@ -178,3 +178,10 @@ def test_weighted_and_floored_squares_in_runs_are_those_of_the_whole_matrices(na
     torch.testing.assert_close(g.weighted_square(w), sq @ w.flatten(), rtol=1e-12, atol=0)
     torch.testing.assert_close(g.square_sum().flatten(), sq.sum(0), rtol=1e-12, atol=0)
     torch.testing.assert_close(g.floored_square(w, floor, level), floored @ w.flatten(), rtol=1e-12, atol=0)
+
+
+def test_runs_are_cache_sized_on_the_cpu_and_whole_batches_elsewhere():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")  # a device object only: nothing runs there
+    assert layergrad.run_length(layergrad.RUN_BYTES // 2, cpu) == 2
+    assert layergrad.run_length(layergrad.RUN_BYTES * 4, cpu) == 1  # at least one sample
+    assert layergrad.run_length(layergrad.RUN_BYTES // 2, gpu) >= 2**31  # one run: no launch per run

@@ -142,10 +142,10 @@ class LayerGrad(ABC):
 
     def matrix_runs(self) -> Iterator[Tensor]:
         """The flattened matrices (rows, Dout·Din/groups) in runs of about ``RUN_BYTES`` (at least one
-        sample), so that elementwise passes over a run stay in the CPU's cache instead of streaming the
-        whole batch through memory."""
+        sample; on an accelerator, one run), so that elementwise passes over a run stay in the CPU's cache
+        instead of streaming the whole batch through memory."""
         g = self.matrix().flatten(1)
-        yield from g.split(run_length(g.shape[1] * g.element_size()))
+        yield from g.split(run_length(g.shape[1] * g.element_size(), g.device))
 
     def weighted_square(self, w: Tensor) -> Tensor:
         """``Σ_ij w_ij G_n,ij²`` per sample, (N,) float64, for a (Dout, Din/groups) weight ``w``."""
@@ -170,8 +170,11 @@ class LayerGrad(ABC):
 RUN_BYTES = 2**21  # a run of matrices that stays in a CPU's cache while elementwise passes go over it
 
 
-def run_length(row_bytes: int) -> int:
-    """How many rows of ``row_bytes`` make a run of about ``RUN_BYTES`` (at least one)."""
+def run_length(row_bytes: int, device: torch.device) -> int:
+    """How many rows of ``row_bytes`` make a run of about ``RUN_BYTES`` (at least one) on the CPU; on an
+    accelerator every row at once (a run more is a kernel launch more, and there is no cache to stay in)."""
+    if device.type != "cpu":
+        return 2**62
     return max(1, RUN_BYTES // max(row_bytes, 1))
 
 
@@ -289,7 +292,9 @@ class FactoredGrad(LayerGrad):
         if self.g is not None:
             yield from super().matrix_runs()
             return
-        step = run_length(self.width_out * (self.width_in // self.groups) * self.d.element_size())
+        step = run_length(
+            self.width_out * (self.width_in // self.groups) * self.d.element_size(), self.device
+        )
         for s in range(0, max(self.n, 1), step):  # an empty batch: one empty run
             yield replace(self, a=self.a[s : s + step], d=self.d[s : s + step]).matrix().flatten(1)
 
