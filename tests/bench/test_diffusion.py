@@ -137,3 +137,25 @@ def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
     names = settings(load_model(tiny_zoo / "ddpm-fmnist-s0"))
     assert {f"fashion_mnist/ddpm-fmnist-s{s}/{label}" for s in seeds for label in names} == set(results)
     assert all(0.0 <= v <= 1.0 for per in results.values() for v in per.values())
+
+
+def test_every_bench_rescoring_follows_the_runs_progress_setting():
+    """``LayerScores`` fits a ROSE that can run for an hour per setting on the zoo; every experiment hands
+    it the workspace's progress setting (its default is silent), so ``rose bench`` shows that work."""
+    import ast
+    from pathlib import Path
+
+    from roseood.bench import experiments
+
+    calls = []
+    for path in Path(experiments.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LayerScores":
+                calls.append((path.name, node))
+    assert len(calls) >= 3  # ablation, diffusion-defaults, near-ood
+    silent = [
+        name
+        for name, call in calls
+        if len(call.args) < 8 and "progress" not in {k.arg for k in call.keywords}
+    ]
+    assert not silent, f"LayerScores without the run's progress setting in {silent}"

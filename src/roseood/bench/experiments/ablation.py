@@ -91,7 +91,9 @@ def ablation_rows(
         layer_sets = ablation_layer_sets(ws, model, fisher)
         union = list(dict.fromkeys(name for names in layer_sets.values() for name in names))
         fisher_images = fit[: fisher_count(spec, len(fit))]
-        scorer = LayerScores(ws.cache, model, fisher, union, fisher_images, spec.batch_size)
+        scorer = LayerScores(
+            ws.cache, model, fisher, union, fisher_images, spec.batch_size, progress=ws.progress
+        )
         sets = {STATS: stats, in_data: test} | {k: v.images for k, v in ood_sets.items()}
         raw = {k: (c.raw, c.loss) for k, c in ((k, scorer(v)) for k, v in sets.items())}
         for set_name, names in layer_sets.items():

@@ -74,7 +74,9 @@ def setting_scores(
         for draw in range(s["draws"]):
             pairs = {"k": s["k"], "t_min": s["t_min"], "t_max": s["t_max"], "seed": base["seed"] + draw}
             model.set_denoising(**(base | pairs))
-            scorer = LayerScores(ws.cache, model, s["fisher"], every, fit[:n], spec.batch_size)
+            scorer = LayerScores(
+                ws.cache, model, s["fisher"], every, fit[:n], spec.batch_size, progress=ws.progress
+            )
             raw = {k: scorer(v).raw[:, cols] for k, v in sets.items()}
             agg = make_aggregation("relu-norm")
             agg.fit(raw[STATS])
