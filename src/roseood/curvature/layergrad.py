@@ -138,7 +138,7 @@ class LayerGrad(ABC):
         transformed matrices."""
         if self._plain() and double_sum_cheaper(self):
             return self.factored().double_sum(l_out, l_in)
-        return self.rotated(l_out, l_in).matrix().pow(2).flatten(1).sum(1).double()
+        return torch.cat([rows.pow(2).sum(1) for rows in self.rotated(l_out, l_in).matrix_runs()]).double()
 
     def matrix_runs(self) -> Iterator[Tensor]:
         """The flattened matrices (rows, Dout·Din/groups) in runs of about ``RUN_BYTES`` (at least one
