@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import ctypes
 import functools
 import importlib.util
 import multiprocessing
@@ -42,6 +41,7 @@ from roseood.curvature import FactoredGrad
 from roseood.demo import demo_images, demo_model
 from roseood.detectors import ROSE
 from roseood.evaluation.evaluate import machine_description
+from roseood.memory import c_library
 from roseood.models import load_model
 from roseood.models.base import GenerativeModel, RoseModel, model_config
 
@@ -220,9 +220,9 @@ def malloc_returns_freed(on: bool) -> None:
     when next used, which slows code with many large temporaries); off, blocks up to 32 MiB are kept for
     reuse, where a long-running process's malloc settles (its dynamic threshold's ceiling). Elsewhere:
     nothing."""
-    if not sys.platform.startswith("linux"):
+    libc = c_library()
+    if not sys.platform.startswith("linux") or libc is None:
         return
-    libc = ctypes.CDLL(None)
     m_mmap_threshold, m_trim_threshold = -3, -1
     libc.mallopt(m_mmap_threshold, 2**16 if on else 2**25)
     libc.mallopt(m_trim_threshold, 2**16 if on else 2**26)

@@ -86,14 +86,14 @@ def _return_freed_memory() -> None:
     """glibc keeps freed blocks for reuse and they stay resident: after a Fisher's fit, 1.4 GiB of the
     2.4 GiB a 3.5 M-parameter UNet's process held. ``malloc_trim`` gives them back so that the resident
     memory is what is held (a C library without it: nothing)."""
-    trim = getattr(_libc(), "malloc_trim", None)
+    trim = getattr(c_library(), "malloc_trim", None)
     if trim is not None:
         trim(0)
 
 
 @functools.cache
-def _libc() -> Any:
-    """The process's C library, None where it cannot be opened."""
+def c_library() -> Any:
+    """The process's C library (``ctypes``), None where it cannot be opened: malloc's own settings."""
     try:
         return ctypes.CDLL(None)
     except (OSError, TypeError):  # TypeError: Windows takes no None

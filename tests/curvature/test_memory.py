@@ -87,9 +87,9 @@ def test_memory_in_use_on_the_cpu_is_read_after_malloc_gives_back_what_it_keeps(
             calls.append(pad)
             return 1
 
-    monkeypatch.setattr(memory, "_libc", Glibc)
+    monkeypatch.setattr(memory, "c_library", Glibc)
     assert memory.in_use(torch.device("cpu")) >= 0 and calls == [0]  # 0 where no /proc tells
-    monkeypatch.setattr(memory, "_libc", lambda: object())  # e.g. musl or macOS: no malloc_trim
+    monkeypatch.setattr(memory, "c_library", lambda: object())  # e.g. musl or macOS: no malloc_trim
     assert memory.in_use(torch.device("cpu")) >= 0
-    monkeypatch.setattr(memory, "_libc", lambda: None)  # no C library to open
+    monkeypatch.setattr(memory, "c_library", lambda: None)  # no C library to open
     assert memory.in_use(torch.device("cpu")) >= 0
