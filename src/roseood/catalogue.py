@@ -33,6 +33,7 @@ METHODS = (
     "rose-gmm",
     "rose-gmm-stats",
     "rose-gmm-all",
+    "rose-two-sided",
     "denoising",
     "msma",
     "diffpath",
@@ -44,6 +45,7 @@ AGGREGATIONS = {
     "relu-norm": ("beta", "p", "ties"),
     "max-z": (),
     "log-z": ("beta", "p", "ties"),
+    "two-sided": ("p",),
     "gaussian": (),
     "gmm": ("k", "reg", "seed"),
 }

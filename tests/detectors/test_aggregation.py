@@ -69,6 +69,24 @@ def test_log_z_normalises_log_scores(raw):
     np.testing.assert_allclose(agg(raw), ((logs - logs.mean(0)) / logs.std(0, ddof=1)).max(1))
 
 
+def test_two_sided_counts_a_layer_far_below_as_much_as_one_far_above(raw):
+    agg = make_aggregation("two-sided")
+    agg.fit(raw)
+    logs = np.log(raw)
+    z = (logs - logs.mean(0)) / logs.std(0, ddof=1)
+    np.testing.assert_allclose(agg(raw), np.abs(z).max(1))
+    up, down = raw[:5] * np.array([50.0, 1.0, 1.0]), raw[:5] * np.array([1 / 50, 1.0, 1.0])
+    one_sided = make_aggregation("log-z")
+    one_sided.fit(raw)
+    assert agg(down).min() > np.quantile(agg(raw), 0.99) and agg(up).min() > np.quantile(agg(raw), 0.99)
+    assert one_sided(down).max() < np.quantile(one_sided(raw), 0.99)  # what one side misses
+    two = make_aggregation("two-sided:p=2")
+    two.fit(raw)
+    np.testing.assert_allclose(two(raw), np.sqrt((z**2).sum(1)))
+    with pytest.raises(RoseError, match="does not take beta"):
+        make_aggregation("two-sided:beta=1")
+
+
 def test_gaussian_is_negative_log_density_under_ledoit_wolf(raw):
     agg = make_aggregation("gaussian")
     agg.fit(raw)

@@ -1,5 +1,5 @@
 """ROSE's vector judged whole (issue 47): the model's statistics and the image's complexity beside the layer
-scores, and a Gaussian mixture whose size is chosen by held-out likelihood. Each method fits, scores,
+scores, a Gaussian mixture whose size is chosen by held-out likelihood, and the two-sided aggregation. Each method fits, scores,
 saves and loads; its density is fitted on in-distribution images only; too few held-out images are
 refused in one line."""
 
@@ -15,7 +15,7 @@ from roseood.errors import DataError, RoseError
 from roseood.evaluation.evaluate import EvalSpec, evaluate
 from roseood.models import VAE, wrap
 
-DENSITY = ["rose-gmm", "rose-gmm-stats", "rose-gmm-all"]
+NEAR_OOD = ["rose-gmm", "rose-gmm-stats", "rose-gmm-all", "rose-two-sided"]
 
 
 @pytest.fixture
@@ -25,12 +25,12 @@ def many() -> torch.Tensor:
     return (torch.rand(60, 1, 32, 32, generator=g) * torch.rand(60, 1, 1, 1, generator=g)).clamp(0, 1)
 
 
-@pytest.mark.parametrize("method", DENSITY)
-def test_each_density_method_fits_scores_saves_and_loads(method, tiny_vae, many, tmp_path):
+@pytest.mark.parametrize("method", NEAR_OOD)
+def test_each_near_ood_method_fits_scores_saves_and_loads(method, tiny_vae, many, tmp_path):
     det = make_detector(method, tiny_vae, progress=False, stats_fraction=0.5).fit(many)
     scores = det.score(many[:8])
     assert scores.shape == (8,) and np.isfinite(scores).all()
-    expected = {"rose-gmm": [], "rose-gmm-stats": ["reconstruction", "kl"]}
+    expected = {"rose-gmm": [], "rose-two-sided": [], "rose-gmm-stats": ["reconstruction", "kl"]}
     expected["rose-gmm-all"] = ["reconstruction", "kl", "png_bits_per_dim"]
     assert det.extra_columns_ == expected[method]
     det.save(tmp_path / "d.pt")

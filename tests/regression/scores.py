@@ -69,6 +69,9 @@ TOLERANCE = {
     "rose-gmm": 3e-4,  # 5.3e-5
     "rose-gmm-stats": 8e-5,  # 1.9e-5
     "rose-gmm-all": 5e-5,  # 1.25e-5
+    # 7.6e-6 (ATen's default), recorded 2026-11-28 on the AMD machine: the log scale damps what moves
+    # rose-ekfac's raw layer scores; 13× rather than 4×, as no second machine is in this record yet
+    "rose-two-sided": 1e-4,
 }
 
 

@@ -9,6 +9,9 @@ images, never the Fisher's) and then maps raw layer scores to one score (higher 
 - ``max-z`` (the authors' notebook): ``max_l ẑ_l`` — no ReLU, so no ties at 0.
 - ``log-z``: z-scores of log layer scores (layer scores are heavy-tailed); ``max`` for ``p = inf``,
   else ``‖ReLU(ẑ_log + β)‖_p``.
+- ``two-sided``: ``‖ẑ_log‖_p`` — a layer counts whichever way the image moves it from in-distribution
+  images: a simple image (a digit against CIFAR-10) moves many layers *less* than natural ones do. On the
+  log scale, because a raw score is ≥ 0 and so cannot fall many deviations below its mean.
 - ``gaussian``: −log density of the log layer-score vector under a Gaussian with Ledoit-Wolf shrinkage.
 - ``gmm``: −log density under a small Gaussian mixture (``k`` components), in the spirit of DoSE.
 
@@ -88,10 +91,12 @@ class Aggregation(ABC):
 
 
 class ZScore(Aggregation):
-    """Shared code of relu-norm, max-z and log-z: z-normalise (log) layer scores, then a norm or max."""
+    """Shared code of relu-norm, max-z, log-z and two-sided: z-normalise (log) layer scores, then a norm or
+    max of their positive part (``relu``), of themselves, or of their size (``two_sided``)."""
 
     log: ClassVar[bool] = False
     relu: ClassVar[bool] = True
+    two_sided: ClassVar[bool] = False
 
     def __init__(self, beta: float | list[float] = 0.0, p: float = math.inf, ties: str = "keep") -> None:
         if p < 1:
@@ -117,6 +122,9 @@ class ZScore(Aggregation):
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
         z = self.normalize(raw) + np.asarray(self.beta, dtype=np.float64)
+        if self.two_sided:
+            r = np.abs(z)
+            return r.max(1) if math.isinf(self.p) else (r**self.p).sum(1) ** (1.0 / self.p)
         if not self.relu and math.isinf(self.p):  # max-z, log-z's max: no ReLU, no ties at 0
             return z.max(1)
         r = np.maximum(z, 0.0)
@@ -165,6 +173,21 @@ class LogZ(ZScore):
     name = "log-z"
     log = True
     relu = False
+
+
+class TwoSided(ZScore):
+    """``‖ẑ_log‖_p`` (p = ∞: the largest |ẑ_log|): layers whose scores fall far *below* the in-distribution
+    ones count as much as those far above."""
+
+    name = "two-sided"
+    log = True
+    two_sided = True
+
+    def __init__(self, p: float = math.inf) -> None:
+        super().__init__(p=p)
+
+    def params(self) -> dict[str, Any]:
+        return {"p": self.p}
 
 
 def mixture_nll(v: np.ndarray, weights: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> np.ndarray:
@@ -303,7 +326,7 @@ class GMM(Density):
 
 
 AGGREGATIONS: Registry[str, type[Aggregation]] = Registry("aggregation")
-for _aggregation in (ReluNorm, MaxZ, LogZ, Gaussian, GMM):
+for _aggregation in (ReluNorm, MaxZ, LogZ, TwoSided, Gaussian, GMM):
     AGGREGATIONS.register(_aggregation.name, _aggregation)
 
 

@@ -73,8 +73,8 @@ class ROSE(Detector):
     the fit gradients' rounding level, decided at fit and saved; 0: every direction counts in full.
 
     ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
-    paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``gaussian``; ``gmm:k=3``); it is fitted on
-    the held-out images. ``adjust`` (beyond the paper; see ``roseood.detectors.adjustment``): ``nll``
+    paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``two-sided``; ``gaussian``; ``gmm:k=3``); it
+    is fitted on the held-out images. ``adjust`` (beyond the paper; see ``roseood.detectors.adjustment``): ``nll``
     divides each layer score by its in-distribution trend in the image's loss, ``both`` aggregates the raw
     and the adjusted layer scores together. Degenerate fits (ties, non-finite, exploding or constant layer
     scores) raise a ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
@@ -523,13 +523,15 @@ def check_rows(rows: Any, model: RoseModel, stochastic: bool) -> str:
     return str(rows)
 
 
-# ROSE's vector judged whole by a density fitted on held-out images (beyond the paper, for near-OOD): the
-# layer scores, then with the model's statistics, then with the image's complexity too
-DENSITY_METHODS = {
+# ROSE's vector judged whole (beyond the paper, for near-OOD): by a density fitted on held-out images —
+# the layer scores, then with the model's statistics, then with the image's complexity too — or by the
+# largest deviation of a layer in either direction
+NEAR_OOD_METHODS = {
     "rose-gmm": {"aggregate": "gmm:k=auto"},
     "rose-gmm-stats": {"aggregate": "gmm:k=auto", "features": "layers,stats"},
     "rose-gmm-all": {"aggregate": "gmm:k=auto", "features": "layers,stats,complexity"},
+    "rose-two-sided": {"aggregate": "two-sided"},
 }
 register_detector(
-    ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())} | DENSITY_METHODS
+    ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())} | NEAR_OOD_METHODS
 )

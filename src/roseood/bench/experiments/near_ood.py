@@ -1,5 +1,5 @@
 """``rose bench near-ood`` (beyond the paper): ROSE's vector judged whole (``rose-gmm``, ``rose-gmm-stats``,
-``rose-gmm-all``: ``roseood.detectors.features``) against the paper's ``rose-ekfac``, on every model family
+``rose-gmm-all``: ``roseood.detectors.features``; ``rose-two-sided``) against the paper's ``rose-ekfac``, on every model family
 we have, for the near-OOD sets where the paper is weak (CIFAR-10 → CelebA) and the far ones it must keep.
 
 Each model's EKFAC Fisher is fitted once on its fit images (``roseood.evaluation.rescoring``); the raw
@@ -31,7 +31,7 @@ from roseood.bench.workspace import Workspace
 from roseood.data import load_images
 from roseood.demo import demo_model
 from roseood.detectors.aggregation import make_aggregation
-from roseood.detectors.rose import DENSITY_METHODS
+from roseood.detectors.rose import NEAR_OOD_METHODS
 from roseood.evaluation.cache import array_digest, cache_key
 from roseood.evaluation.evaluate import fisher_count, load_fit_images, load_ood_sets
 from roseood.evaluation.metrics import ood_metrics
@@ -44,7 +44,7 @@ from roseood.models.zoo import ZOO_SEEDS, zoo_path
 
 DEFAULT = "rose-ekfac"
 VARIANTS: dict[str, tuple[str, str]] = {DEFAULT: ("relu-norm", "layers")} | {
-    name: (kw["aggregate"], kw.get("features", "layers")) for name, kw in DENSITY_METHODS.items()
+    name: (kw["aggregate"], kw.get("features", "layers")) for name, kw in NEAR_OOD_METHODS.items()
 }
 ALL_FEATURES = "layers,stats,complexity"
 FAR = {"fashion_mnist": ("noise", "constant"), "cifar10": ("mnist", "fashion_mnist", "noise", "constant")}
