@@ -1,7 +1,7 @@
 """ROSE's vector judged whole (issue 47): the model's statistics and the image's complexity beside the layer
-scores, a Gaussian mixture whose size is chosen by held-out likelihood, and the two-sided aggregation. Each method fits, scores,
-saves and loads; its density is fitted on in-distribution images only; too few held-out images are
-refused in one line."""
+scores, a Gaussian mixture whose size is chosen by held-out likelihood, and the two-sided aggregation.
+Each method fits, scores, saves and loads; its density is fitted on in-distribution images only; too few
+held-out images are refused in one line."""
 
 from __future__ import annotations
 

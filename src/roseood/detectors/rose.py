@@ -74,10 +74,11 @@ class ROSE(Detector):
 
     ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
     paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``two-sided``; ``gaussian``; ``gmm:k=3``); it
-    is fitted on the held-out images. ``adjust`` (beyond the paper; see ``roseood.detectors.adjustment``): ``nll``
-    divides each layer score by its in-distribution trend in the image's loss, ``both`` aggregates the raw
-    and the adjusted layer scores together. Degenerate fits (ties, non-finite, exploding or constant layer
-    scores) raise a ``DegenerateFitWarning`` at fit time and are kept in ``fit_warnings_``.
+    is fitted on the held-out images. ``adjust`` (beyond the paper; see
+    ``roseood.detectors.adjustment``): ``nll`` divides each layer score by its in-distribution trend in
+    the image's loss, ``both`` aggregates the raw and the adjusted layer scores together. Degenerate fits
+    (ties, non-finite, exploding or constant layer scores) raise a ``DegenerateFitWarning`` at fit time
+    and are kept in ``fit_warnings_``.
     ``features`` (beyond the paper; ``roseood.detectors.features``): what the aggregation judges besides
     the layer scores, ``layers`` (default) plus any of ``stats`` (the model's own statistics of the image)
     and ``complexity`` (its compressed length), fitted on the held-out images like the rest.
