@@ -53,20 +53,21 @@ def test_a_model_without_statistics_offers_its_loss(many):
     assert det.extra_columns_ == ["loss"]
 
 
-def test_the_density_is_fitted_on_in_distribution_images_only(monkeypatch, tiny_vae):
+@pytest.mark.parametrize("method", ["rose-gmm-all", "rose-two-sided"])
+def test_the_aggregation_is_fitted_on_in_distribution_images_only(method, tiny_vae):
     """The same spec with different OOD sets gives the same fitted detector, to the bit."""
     states = []
     for ood in (["mnist"], ["noise", "constant"]):
         spec = EvalSpec(
             "fashion_mnist",
             ood=ood,
-            methods=["rose-gmm-all"],
+            methods=[method],
             fit_samples=30,
             stats_samples=24,
             test_samples=10,
         )
         result = evaluate(tiny_vae, spec, progress=False, tpr=0.95)
-        states.append(result.detectors["rose-gmm-all"].state())
+        states.append(result.detectors[method].state())
     first, second = states
     for key in ("mean", "std"):
         assert torch.equal(first[key], second[key])
@@ -112,3 +113,9 @@ def test_non_positive_statistics_are_refused_in_one_line(many):
 
 def test_vae_families_offer_statistics():
     assert set(VAE(ngf=4, nz=4).image_statistics(torch.rand(2, 1, 32, 32))) == {"reconstruction", "kl"}
+
+
+def test_two_sided_refuses_a_single_held_out_image_in_one_line(tiny_vae, many):
+    det = make_detector("rose-two-sided", tiny_vae, progress=False)
+    with pytest.raises(DataError, match=r"^rose needs at least 2 held-out in-distribution inputs, got 1$"):
+        det.fit(many[:20], held_out=many[20:21])
