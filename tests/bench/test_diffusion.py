@@ -119,6 +119,32 @@ def test_a_zoo_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_zoo, 
 
 @needs_shared_data
 @pytest.mark.slow
+def test_a_defaults_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_zoo, monkeypatch):
+    """The settings that reuse the default fit run first on every model; stopped in its second run, the
+    report holds the first model's default, marked partial."""
+    from roseood.bench.experiments import diffusion_defaults
+
+    calls = []
+    real = diffusion_defaults.setting_scores
+
+    def stopped(ws, model, data, seed, change):
+        calls.append(dict(change))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(ws, model, data, seed, change)
+
+    monkeypatch.setattr(diffusion_defaults, "setting_scores", stopped)
+    ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment("diffusion-defaults", ws)
+    assert calls == [{}, {}]  # the default on s0, then on s1: the free settings go first
+    report = next((tmp_path / "bench").rglob("report.md")).read_text()
+    assert "Partial: 1 of" in report and "(setting, model) runs on fashion_mnist finished" in report
+    assert "| default |" in report and "the default |" in report
+
+
+@needs_shared_data
+@pytest.mark.slow
 def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
     """Every setting on the tiny zoo models, one change at a time from the default, with the rule's
     verdicts; the layer-set rows reuse the fit on all layers (one fit per K, range, Fisher and draw).

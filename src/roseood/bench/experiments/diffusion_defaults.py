@@ -9,7 +9,9 @@ time from the default (the model's own K, 8 for the zoo, on the full range; all 
 draw): half and twice that K, the lower and the upper half of the timesteps, the diagonal Fisher, each
 layer set, and three draws combined (the mean of the three detectors' scores, each z-normalised on the
 statistics images). Data: the images of ``rose bench diffusion-zoo`` (its profile's image counts, data
-seed + the training seed).
+seed + the training seed). The settings that reuse the default fit (the layer sets) run first on every
+model, then each other setting on every model in turn, and the report is rewritten after each (setting,
+model) run, so a run stopped part-way keeps every verdict it completed.
 
 The rule, written before any run: a setting replaces the default only if its mean AUROC over the data
 set's OOD sets is above the default's on every zoo model of that data set; otherwise the default stays.
@@ -17,6 +19,8 @@ set's OOD sets is above the default's on every zoo model of that data set; other
 
 from __future__ import annotations
 
+import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,38 +94,72 @@ def setting_scores(
     return combined
 
 
+def needs_fit(change: dict[str, Any]) -> bool:
+    """Whether a setting needs a ROSE fit of its own (a layer set reads the default fit's columns)."""
+    return any(k != "layers" for k in change)
+
+
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
+    """The default and the layer sets first (one fit per model), then each other setting on every model
+    in turn; after each (setting, model) ``report.md`` holds the tables so far (marked partial), so a
+    run stopped part-way leaves every verdict it completed."""
+    started = time.time()
     rep.parts.append(
         f"Default: {DEFAULT} and the model's own K. One change at a time; relu-norm over each layer "
         "set's columns of one fit on all layers. Cells: mean AUROC over the OOD sets, mean ± 95 % "
         "t-interval over the zoo models (each model's value beside it). Rule (written before the runs): "
-        "a setting replaces the default only if it is above the default on every zoo model."
+        "a setting replaces the default only if it is above the default on every zoo model. Order: the "
+        "settings that reuse the default fit on every model, then each other setting on every model."
     )
     for data in ws.select_data():
-        per: dict[str, list[float]] = {}
-        detail: dict[str, dict[str, list[float]]] = {}
+        models: dict[int, DiffusionModel] = {}
         for seed in ZOO_SEEDS:
             name = f"ddpm-{SHORT[data]}-s{seed}"
-            model = as_diffusion_model(load_model(zoo_path(name)), "the defaults bench").to(ws.device).eval()
-            for label, change in settings(model).items():
-                scores = setting_scores(ws, model, data, seed, change)
-                aurocs = {
-                    s: float(ood_metrics(scores[data], v)["auroc"])
-                    for s, v in scores.items()
-                    if s in OOD[data]
-                }
-                per.setdefault(label, []).append(float(np.mean(list(aurocs.values()))))
-                for s, v in aurocs.items():
-                    detail.setdefault(label, {}).setdefault(s, []).append(v)
-                rep.results[f"{data}/{name}/{label}"] = aurocs
-        rows = []
-        for label, values in per.items():
-            beats = label != "default" and all(v > d for v, d in zip(values, per["default"], strict=True))
-            verdict = "the default" if label == "default" else ("replaces it" if beats else "default stays")
-            sets = [_cell(detail[label][s]) for s in OOD[data] if s in detail[label]]
-            rows.append([label, _cell(values), *sets, verdict])
-        head = ["setting", "mean AUROC", *(s for s in OOD[data] if s in detail.get("default", {})), "rule"]
-        rep.section(f"ROSE settings on the zoo's {data} DDPMs", markdown_rows(head, rows))
+            model = as_diffusion_model(load_model(zoo_path(name)), "the defaults bench")
+            models[seed] = model.to(ws.device).eval()
+        changes = settings(models[ZOO_SEEDS[0]])  # the same labels on every zoo model of a data set
+        free = [label for label, change in changes.items() if not needs_fit(change)]
+        order = [(label, seed) for label in free for seed in ZOO_SEEDS]
+        order += [(label, seed) for label in changes if label not in free for seed in ZOO_SEEDS]
+        found: dict[str, dict[int, dict[str, float]]] = {}
+        for done, (label, seed) in enumerate(order, 1):
+            scores = setting_scores(ws, models[seed], data, seed, changes[label])
+            aurocs = {
+                s: float(ood_metrics(scores[data], v)["auroc"]) for s, v in scores.items() if s in OOD[data]
+            }
+            found.setdefault(label, {})[seed] = aurocs
+            rep.results[f"{data}/ddpm-{SHORT[data]}-s{seed}/{label}"] = aurocs
+            if done < len(order):
+                partial = copy.deepcopy(rep)
+                partial.parts.append(
+                    f"**Partial: {done} of {len(order)} (setting, model) runs on {data} finished** (the "
+                    f"last: {label} on s{seed}); this report is replaced as the run goes on."
+                )
+                _table(partial, data, found)
+                partial.write(out, ws, time.time() - started)
+        _table(rep, data, found)
+
+
+def _table(rep: BenchReport, data: str, found: dict[str, dict[int, dict[str, float]]]) -> None:
+    """One row per setting run so far: its mean AUROC and per-set cells over the models it has, and the
+    rule's verdict once the setting and the default have every zoo model."""
+    default = found.get("default", {})
+    rows = []
+    for label, per in found.items():
+        means = {seed: float(np.mean(list(a.values()))) for seed, a in per.items()}
+        complete = len(per) == len(ZOO_SEEDS) == len(default)
+        if label == "default":
+            verdict = "the default"
+        elif not complete:
+            verdict = f"partial ({len(per)} of {len(ZOO_SEEDS)} models)"
+        else:
+            base = {seed: float(np.mean(list(a.values()))) for seed, a in default.items()}
+            verdict = "replaces it" if all(means[s] > base[s] for s in ZOO_SEEDS) else "default stays"
+        sets = [_cell([per[seed][s] for seed in per]) for s in OOD[data] if s in next(iter(per.values()))]
+        rows.append([label, _cell(list(means.values())), *sets, verdict])
+    first = next(iter(default.values()), {})
+    head = ["setting", "mean AUROC", *(s for s in OOD[data] if s in first), "rule"]
+    rep.section(f"ROSE settings on the zoo's {data} DDPMs", markdown_rows(head, rows))
 
 
 def _cell(values: list[float]) -> str:
