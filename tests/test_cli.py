@@ -396,6 +396,10 @@ def test_evaluate_several_models_reports_their_spread(workdir, capsys):
     # the same checkpoint twice is a mistake, said before any work
     assert run("evaluate", "--model", "model.pt", "--model", "model.pt", *common) == 2
     assert "a model is named twice" in capsys.readouterr().err
+    # a bad second model is refused before the first is evaluated (not after its hours of work)
+    assert run("evaluate", "--model", "model.pt", "--model", "missing.pt", *common) == 2
+    out = capsys.readouterr()
+    assert "missing.pt: no such file" in out.err and "=== model" not in out.out
 
 
 def test_evaluate_resumes_from_its_cache(workdir, monkeypatch):

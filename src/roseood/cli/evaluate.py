@@ -27,6 +27,7 @@ from roseood.errors import RoseError
 if TYPE_CHECKING:
     from roseood.evaluation.evaluate import EvalSpec
     from roseood.evaluation.result import AcrossModels, EvaluationResult
+    from roseood.models.base import RoseModel
 
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
@@ -135,21 +136,23 @@ def _write_decisions(args: argparse.Namespace, result: EvaluationResult) -> None
         print(f"wrote {args.save_detector}: the fitted {method} detector (OOD: {cuts}), for `rose score`")
 
 
-def _evaluate(args: argparse.Namespace, path: str | list[str] | None, spec: EvalSpec) -> EvaluationResult:
-    """One model's evaluation (a list of paths: their ensemble's), through the result cache when
-    ``--cache`` names one."""
+def _evaluate(
+    args: argparse.Namespace, model: RoseModel | list[RoseModel], spec: EvalSpec
+) -> EvaluationResult:
+    """One model's evaluation (a list: their ensemble's), through the result cache when ``--cache``
+    names one."""
     from roseood.evaluation.cache import ResultCache
     from roseood.evaluation.evaluate import evaluate
 
     cache = ResultCache(args.cache) if args.cache else None
-    model = [load_model_arg(args, p) for p in path] if isinstance(path, list) else load_model_arg(args, path)
     examples = args.gallery if args.report else 0
     tpr = args.tpr if args.scores or args.save_detector or args.report else None  # the page draws it
     return evaluate(model, spec, progress=not args.quiet, cache=cache, examples=examples, tpr=tpr)
 
 
 def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
-    result = _evaluate(args, path, spec_from_args(args, list(args.methods)))
+    model = [load_model_arg(args, p) for p in path] if isinstance(path, list) else load_model_arg(args, path)
+    result = _evaluate(args, model, spec_from_args(args, list(args.methods)))
     if args.verbose:
         settings = {k: v for k, v in result.settings.items() if k != "model_config"}
         print(json.dumps(settings, indent=1, ensure_ascii=False))
@@ -165,10 +168,12 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
     from roseood.evaluation.result import AcrossModels, spread_text
 
     spec = spec_from_args(args, list(args.methods))
+    names = model_names(paths)
+    models = [load_model_arg(args, p) for p in paths]  # every file checked before hours of work on any
     results: dict[str, EvaluationResult] = {}
-    for name, path in zip(model_names(paths), paths, strict=True):
+    for name, path, model in zip(names, paths, models, strict=True):
         print(f"\n=== model {name} ({path}) ===")
-        results[name] = _evaluate(args, path, spec)
+        results[name] = _evaluate(args, model, spec)
         print_table(results[name])
         if args.json and distributed.is_main() and 1 < len(results) < len(paths):  # the last: by the caller
             AcrossModels(results).write_json(args.json)
