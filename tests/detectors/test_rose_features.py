@@ -5,6 +5,8 @@ held-out images are refused in one line."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -119,3 +121,41 @@ def test_two_sided_refuses_a_single_held_out_image_in_one_line(tiny_vae, many):
     det = make_detector("rose-two-sided", tiny_vae, progress=False)
     with pytest.raises(DataError, match=r"^rose needs at least 2 held-out in-distribution inputs, got 1$"):
         det.fit(many[:20], held_out=many[20:21])
+
+
+def test_a_rose_takes_the_fishers_of_another_fitted_on_the_same_images(tiny_vae, many):
+    """``fishers_from``: the same Fisher objects, and the scores of a fit of its own; refused for other
+    images or other Fisher settings."""
+    fit, held = many[:30], many[30:]
+    first = ROSE(tiny_vae, progress=False).fit(fit, held_out=held)
+    shared = ROSE(tiny_vae, aggregate="two-sided", progress=False).fit(fit, held_out=held, fishers_from=first)
+    assert all(shared.fishers_[n] is first.fishers_[n] for n in first.fishers_)
+    own = ROSE(tiny_vae, aggregate="two-sided", progress=False).fit(fit, held_out=held)
+    np.testing.assert_allclose(shared.score(many[:8]), own.score(many[:8]), rtol=1e-6, atol=1e-9)
+    with pytest.raises(RoseError, match="fishers_from must be a ROSE fitted on the same images"):
+        ROSE(tiny_vae, progress=False).fit(many[5:35], held_out=held, fishers_from=first)
+    with pytest.raises(RoseError, match="same Fisher settings"):
+        ROSE(tiny_vae, fisher="kfac", progress=False).fit(fit, held_out=held, fishers_from=first)
+
+
+def test_evaluate_fits_one_fisher_for_the_rose_variants_that_share_it(tiny_vae, monkeypatch):
+    """rose-ekfac, rose-gmm and rose-two-sided read one EKFAC Fisher; rose-diag fits its own."""
+    fitted = []
+    real = ROSE.fit_fisher
+
+    def counting(self, x):
+        fitted.append(self.fisher)
+        return real(self, x)
+
+    monkeypatch.setattr(ROSE, "fit_fisher", counting)
+    methods = ["rose-ekfac", "rose-diag", "rose-gmm", "rose-two-sided"]
+    spec = EvalSpec(
+        "fashion_mnist", ood=["mnist"], methods=methods, fit_samples=30, stats_samples=24, test_samples=10
+    )
+    result = evaluate(tiny_vae, spec, progress=False, tpr=0.95)
+    assert sorted(fitted) == ["diag", "ekfac"]
+    dets = result.detectors
+    assert dets["rose-gmm"].fishers_ == dets["rose-ekfac"].fishers_ == dets["rose-two-sided"].fishers_
+    alone = evaluate(tiny_vae, replace(spec, methods=["rose-two-sided"]), progress=False)
+    got, want = result.metrics(), alone.metrics()
+    assert got["rose-two-sided"]["mnist"]["auroc"] == pytest.approx(want["rose-two-sided"]["mnist"]["auroc"])

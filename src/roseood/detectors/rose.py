@@ -51,6 +51,7 @@ from roseood.models.base import RoseModel
 from roseood.models.wrap import LossFn, wrap
 from roseood.progress import note
 from roseood.randomness import per_input_seed
+from roseood.serialization import array_digest
 from roseood.validation import check_float, check_seed
 
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
@@ -176,6 +177,8 @@ class ROSE(Detector):
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
         self.std_: Tensor | None = None
+        self._fit_digest: str | None = None  # of the images the Fishers were fitted on (``fishers_from``)
+        self._fishers_from: ROSE | None = None
 
     @property
     def images_per_batch(self) -> int:
@@ -304,10 +307,35 @@ class ROSE(Detector):
         held_out: ImageData | None = None,
         *,
         stats_images: ImageData | None = None,
+        fishers_from: ROSE | None = None,
     ) -> Self:
         """Fit the per-layer Fishers on ``images`` and the layer-score normalisation on ``held_out``
-        (``stats_images`` is its former name), else on the last ``stats_fraction`` of ``images``."""
-        return super().fit(images, held_out if held_out is not None else stats_images)
+        (``stats_images`` is its former name), else on the last ``stats_fraction`` of ``images``.
+        ``fishers_from``: a ROSE fitted on the same ``images`` with the same ``fisher_settings()``, whose
+        Fishers this one takes instead of fitting its own (``rose evaluate`` fits them once for all the
+        ROSE variants it compares)."""
+        self._fishers_from = fishers_from
+        try:
+            return super().fit(images, held_out if held_out is not None else stats_images)
+        finally:
+            self._fishers_from = None
+
+    def fisher_settings(self) -> tuple[Any, ...]:
+        """What decides the fitted Fishers besides the fit images: the model (this very object) and the
+        settings of the Fisher, the loss and the batches; not the aggregation or the features."""
+        return (
+            id(self.model),
+            self.fisher,
+            tuple(self.layers),
+            self.damping,
+            self.rcond,
+            self.rows,
+            self.stochastic,
+            self.seed,
+            str(self.max_size),
+            self.memory,
+            self.batch_size,
+        )
 
     def held_out_share(self) -> float:
         return self.stats_fraction
@@ -315,7 +343,18 @@ class ROSE(Detector):
     def _fit_apart(self, x: Tensor, held_out: Tensor) -> None:
         if held_out.shape == x.shape and torch.equal(held_out, x):
             raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
-        self.fit_fisher(x)
+        digest = array_digest(x.detach().cpu().numpy())
+        source = self._fishers_from
+        if source is None:
+            self.fit_fisher(x)
+        elif source.fisher_settings() != self.fisher_settings() or source._fit_digest != digest:
+            raise RoseError(
+                "fishers_from must be a ROSE fitted on the same images and model with the same Fisher "
+                "settings (fisher_settings())"
+            )
+        else:
+            self.fisher_kinds_, self.fishers_ = dict(source.fisher_kinds_), dict(source.fishers_)
+        self._fit_digest = digest
         self.fit_stats(held_out)
 
     def fit_fisher(self, x: Tensor) -> None:

@@ -21,7 +21,7 @@ from roseood.data import DATASETS, ImageSet, load_images, take
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
 from roseood.data.tensors import check_model_input
-from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method_params
+from roseood.detectors import METHODS, ROSE, Detector, Ensemble, make_detector, method_params
 from roseood.detectors.base import held_out_count, threshold_at
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
@@ -293,11 +293,21 @@ def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool | None) 
     return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
 
 
+FittedFishers = dict[tuple[Any, ...], tuple[str, ROSE]]  # fisher_settings() -> (method, its ROSE)
+
+
 def fit_detector(
-    method: str, model: RoseModel | list[RoseModel], fit: ImageSet, spec: EvalSpec, progress: bool | None
+    method: str,
+    model: RoseModel | list[RoseModel],
+    fit: ImageSet,
+    spec: EvalSpec,
+    progress: bool | None,
+    fishers: FittedFishers | None = None,
 ) -> Detector:
     """Build and fit one detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics);
-    a list of models: an ``Ensemble`` of one such detector per model."""
+    a list of models: an ``Ensemble`` of one such detector per model. ``fishers``: the ROSE detectors
+    fitted so far on these images; a ROSE with the same Fisher settings takes their Fishers instead of
+    fitting its own, and a fresh fit is added."""
     det = (
         Ensemble([_make(method, m, spec, progress) for m in model], progress=progress)
         if isinstance(model, list)
@@ -305,7 +315,15 @@ def fit_detector(
     )
     n_fisher = fisher_count(spec, len(fit))
     held_out = fit.images[n_fisher:] if n_fisher < len(fit) else None
-    return det.fit(fit.images[:n_fisher], held_out=held_out)
+    if fishers is None or not isinstance(det, ROSE) or held_out is None:
+        return det.fit(fit.images[:n_fisher], held_out=held_out)
+    key = det.fisher_settings()
+    source = fishers.get(key)
+    if source is not None and resolve(progress):
+        note(f"{method}: the Fishers fitted for {source[0]} (the same settings and images)")
+    det.fit(fit.images[:n_fisher], held_out=held_out, fishers_from=source[1] if source else None)
+    fishers.setdefault(key, (method, det))
+    return det
 
 
 @dataclass(frozen=True)
@@ -357,6 +375,7 @@ class _MethodRun:
     progress: bool | None
     cache: ResultCache | None
     key: dict[str, Any]  # what determines the fitted detector: its cache key
+    fishers: FittedFishers  # the ROSE Fishers fitted so far in this evaluation (shared by its runs)
     _det: Detector | None = None
 
     def detector(self) -> Detector:
@@ -370,7 +389,7 @@ class _MethodRun:
         return self._det
 
     def _build(self) -> Detector:
-        return fit_detector(self.method, self.model, self.fit, self.spec, self.progress)
+        return fit_detector(self.method, self.model, self.fit, self.spec, self.progress, self.fishers)
 
     def _load(self, path: Path) -> Detector:
         kwargs = self.spec.detector_kwargs.get(self.method, {})
@@ -450,9 +469,10 @@ def evaluate(
     if progress:
         _forecast(spec, models, fit, [test, *ood.values()])
     started = time.monotonic()
+    fishers: FittedFishers = {}
     for i, method in enumerate(spec.methods):
         key = fit_key | {"method": method, "params": detectors[method]}
-        run = _MethodRun(method, model, fit, spec, progress, cache, key)
+        run = _MethodRun(method, model, fit, spec, progress, cache, key, fishers)
         _evaluate_method(run, result, {spec.in_data: test, **ood}, examples, tpr)
         if progress and len(spec.methods) > 1:
             elapsed, left = (
