@@ -122,12 +122,9 @@ class ZScore(Aggregation):
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
         z = self.normalize(raw) + np.asarray(self.beta, dtype=np.float64)
-        if self.two_sided:
-            r = np.abs(z)
-            return r.max(1) if math.isinf(self.p) else (r**self.p).sum(1) ** (1.0 / self.p)
-        if not self.relu and math.isinf(self.p):  # max-z, log-z's max: no ReLU, no ties at 0
+        if not self.relu and not self.two_sided and math.isinf(self.p):  # max-z, log-z's max: no ties at 0
             return z.max(1)
-        r = np.maximum(z, 0.0)
+        r = np.abs(z) if self.two_sided else np.maximum(z, 0.0)
         out = r.max(1) if math.isinf(self.p) else (r**self.p).sum(1) ** (1.0 / self.p)
         if self.ties == "max":  # images at 0 (every ẑ + β ≤ 0): ordered by their largest ẑ + β, kept ≤ 0
             out = np.where(out > 0, out, z.max(1))
@@ -181,6 +178,7 @@ class TwoSided(ZScore):
 
     name = "two-sided"
     log = True
+    relu = False
     two_sided = True
 
     def __init__(self, p: float = math.inf) -> None:
