@@ -119,3 +119,17 @@ class CountsEvaluations(Protocol):
 
     @property
     def nfe_per_image(self) -> int: ...
+
+
+@runtime_checkable
+class SharesFishers(Protocol):
+    """A detector whose fitted Fishers another one with equal ``fisher_settings()``, fitted on the same
+    images, can take instead of fitting its own (ROSE's variants in one ``rose evaluate``)."""
+
+    def fisher_settings(self) -> tuple[Any, ...]:
+        """What decides the fitted Fishers besides the fit images."""
+        ...
+
+    def fit(self, images: Any, held_out: Any = None, *, fishers_from: Any = None) -> Any:
+        """Fit, taking the Fishers of ``fishers_from`` when given."""
+        ...

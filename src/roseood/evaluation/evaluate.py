@@ -16,12 +16,12 @@ import numpy as np
 import torch
 
 from roseood import __version__
-from roseood.contracts import CountsEvaluations, Preprocessed, rows_per_input
+from roseood.contracts import CountsEvaluations, Preprocessed, SharesFishers, rows_per_input
 from roseood.data import DATASETS, ImageSet, load_images, take
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
 from roseood.data.tensors import check_model_input
-from roseood.detectors import METHODS, ROSE, Detector, Ensemble, make_detector, method_params
+from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method_params
 from roseood.detectors.base import held_out_count, threshold_at
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
@@ -293,7 +293,7 @@ def _make(method: str, model: RoseModel, spec: EvalSpec, progress: bool | None) 
     return make_detector(method, model, batch_size=spec.batch_size, progress=progress, **kwargs)
 
 
-FittedFishers = dict[tuple[Any, ...], tuple[str, ROSE]]  # fisher_settings() -> (method, its ROSE)
+FittedFishers = dict[tuple[Any, ...], tuple[str, SharesFishers]]  # fisher_settings() -> (method, its ROSE)
 
 
 def fit_detector(
@@ -315,7 +315,7 @@ def fit_detector(
     )
     n_fisher = fisher_count(spec, len(fit))
     held_out = fit.images[n_fisher:] if n_fisher < len(fit) else None
-    if fishers is None or not isinstance(det, ROSE) or held_out is None:
+    if fishers is None or not isinstance(det, SharesFishers) or held_out is None:
         return det.fit(fit.images[:n_fisher], held_out=held_out)
     key = det.fisher_settings()
     source = fishers.get(key)
