@@ -478,3 +478,25 @@ def test_evaluate_on_own_folders_writes_decisions_and_a_detector_for_score(workd
     assert "30 images split at random (seed 2021): 20 to fit, 10 held out" in capsys.readouterr().err
     assert run(*args, "--methods", "rose-diag,nll", "--save-detector", "two.pt") == 2
     assert "--save-detector saves one detector" in capsys.readouterr().err
+
+
+def test_a_colour_model_is_told_its_data_and_a_zoo_model_knows_its_own(workdir, capsys):
+    """Without --in, the default (fashion_mnist, grayscale) is refused for an RGB model in one line, before
+    any work; a zoo model's name gives its training data."""
+    import argparse
+
+    from roseood.cli.common import in_data_arg
+
+    save_model(VAE(in_channels=3, ngf=4, nz=4).eval(), workdir / "rgb.pt")
+    args = ["--model", "rgb.pt", "--method", "nll", "--fit-samples", "8", "--stats-samples", "4"]
+    assert run("fit", *args, "--out", "d.pt") == 2
+    err = capsys.readouterr().err
+    assert "name the model's in-distribution data with --in" in err and "3-channel" in err
+    assert not (workdir / "d.pt").exists()
+    rgb = VAE(in_channels=3, ngf=4, nz=4)
+    zoo = argparse.Namespace(in_data=None, model="ddpm-cifar10-s0")
+    assert in_data_arg(zoo, rgb) == "cifar10"
+    assert in_data_arg(argparse.Namespace(in_data=None, model=["ddpm-fmnist-s1"]), rgb) == "fashion_mnist"
+    assert in_data_arg(argparse.Namespace(in_data="svhn", model="ddpm-cifar10-s0"), rgb) == "svhn"
+    gray = VAE(ngf=4, nz=4)
+    assert in_data_arg(argparse.Namespace(in_data=None, model="model.pt"), gray) == "fashion_mnist"

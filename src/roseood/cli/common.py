@@ -267,7 +267,12 @@ def load_models_arg(args: argparse.Namespace) -> list[RoseModel]:
 def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -> None:
     """The options of commands that fit detectors (``evaluate``, ``fit``): model, images, ROSE options."""
     add_model_args(p, several)
-    p.add_argument("--in", dest="in_data", default="fashion_mnist", help=f"{in_help}; {SPLIT_HELP}")
+    p.add_argument(
+        "--in",
+        dest="in_data",
+        help=f"{in_help}; {SPLIT_HELP} (unset: a zoo model's own data set, else fashion_mnist for a "
+        "grayscale model)",
+    )
     p.add_argument(
         "--fit-data",
         help="images to fit detectors on: a dataset name, .npz file or image folder (unset: the training "
@@ -330,9 +335,34 @@ def _aggregations() -> str:
 DETECTOR_OPTIONS = ("layers", "aggregate", "adjust", "max_size", "rows")
 
 
-def spec_from_args(args: argparse.Namespace, methods: list[str]) -> Any:
-    """The ``EvalSpec`` of ``rose evaluate`` / ``rose fit``: images and sizes, and each method's detector
-    options (``--background`` for detectors that need one, ``--layers`` etc. for those that take them)."""
+def in_data_arg(args: argparse.Namespace, model: RoseModel) -> str:
+    """``--in``; unset: the training data of the zoo model(s) ``--model`` names, else ``fashion_mnist`` (the
+    demo's) for a model of grayscale images. A colour model must be told its data: fitting it on grayscale
+    digits repeated to RGB is never what was meant."""
+    from roseood.models.zoo import ZOO_NAMES, zoo_data
+    from roseood.progress import note
+
+    if args.in_data:
+        return str(args.in_data)
+    paths = args.model if isinstance(args.model, list) else [args.model]
+    zoo = {zoo_data(p) for p in paths if p in ZOO_NAMES and not Path(p).exists()}
+    if len(zoo) == 1:
+        data = zoo.pop()
+        note(f"--in {data}: the data set the zoo model was trained on")
+        return data
+    shape = model.input_shape
+    if model.input_kind == "image" and shape is not None and shape[0] != 1:
+        raise RoseError(
+            f"name the model's in-distribution data with --in (a dataset name, .npz file or image folder): "
+            f"the default, fashion_mnist, is grayscale and this model takes {shape[0]}-channel images"
+        )
+    return "fashion_mnist"
+
+
+def spec_from_args(args: argparse.Namespace, methods: list[str], model: RoseModel) -> Any:
+    """The ``EvalSpec`` of ``rose evaluate`` / ``rose fit`` for ``model`` (an ensemble's first member):
+    images and sizes, and each method's detector options (``--background`` for detectors that need one,
+    ``--layers`` etc. for those that take them)."""
     from roseood.detectors import METHODS
     from roseood.evaluation.evaluate import EvalSpec
 
@@ -348,7 +378,7 @@ def spec_from_args(args: argparse.Namespace, methods: list[str]) -> Any:
             kwargs[m]["background"] = background
     optional = {k: getattr(args, k) for k in ("test_samples", "brightness", "bootstrap") if hasattr(args, k)}
     return EvalSpec(
-        in_data=args.in_data,
+        in_data=in_data_arg(args, model),
         ood=csv_list(getattr(args, "ood", "")),
         methods=methods,
         fit_data=args.fit_data,

@@ -42,7 +42,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
     checked_output(args, args.out)
     models = load_models_arg(args)
-    spec = spec_from_args(args, [args.method])
+    spec = spec_from_args(args, [args.method], models[0])
     model = models if len(models) > 1 else models[0]
     fitted = fit_calibrated(args.method, model, spec, tpr=args.tpr, progress=not args.quiet)
     det, fit = fitted.detector, fitted.fit

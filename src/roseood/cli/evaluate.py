@@ -152,7 +152,8 @@ def _evaluate(
 
 def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
     model = [load_model_arg(args, p) for p in path] if isinstance(path, list) else load_model_arg(args, path)
-    result = _evaluate(args, model, spec_from_args(args, list(args.methods)))
+    first = model[0] if isinstance(model, list) else model
+    result = _evaluate(args, model, spec_from_args(args, list(args.methods), first))
     if args.verbose:
         settings = {k: v for k, v in result.settings.items() if k != "model_config"}
         print(json.dumps(settings, indent=1, ensure_ascii=False))
@@ -167,9 +168,9 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
     from roseood.evaluation.metrics import METRICS
     from roseood.evaluation.result import AcrossModels, spread_text
 
-    spec = spec_from_args(args, list(args.methods))
     names = model_names(paths)
     models = [load_model_arg(args, p) for p in paths]  # every file checked before hours of work on any
+    spec = spec_from_args(args, list(args.methods), models[0])
     results: dict[str, EvaluationResult] = {}
     for name, path, model in zip(names, paths, models, strict=True):
         print(f"\n=== model {name} ({path}) ===")
