@@ -500,3 +500,5 @@ def test_a_colour_model_is_told_its_data_and_a_zoo_model_knows_its_own(workdir, 
     assert in_data_arg(argparse.Namespace(in_data="svhn", model="ddpm-cifar10-s0"), rgb) == "svhn"
     gray = VAE(ngf=4, nz=4)
     assert in_data_arg(argparse.Namespace(in_data=None, model="model.pt"), gray) == "fashion_mnist"
+    own = argparse.Namespace(in_data=None, fit_data="photos/", model="rgb.pt")
+    assert in_data_arg(own, rgb) == "photos/"  # the user's own images are the in-distribution

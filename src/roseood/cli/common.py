@@ -270,8 +270,8 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
     p.add_argument(
         "--in",
         dest="in_data",
-        help=f"{in_help}; {SPLIT_HELP} (unset: a zoo model's own data set, else fashion_mnist for a "
-        "grayscale model)",
+        help=f"{in_help}; {SPLIT_HELP} (unset: --fit-data, else a zoo model's own data set, else "
+        "fashion_mnist for a grayscale model)",
     )
     p.add_argument(
         "--fit-data",
@@ -336,14 +336,16 @@ DETECTOR_OPTIONS = ("layers", "aggregate", "adjust", "max_size", "rows")
 
 
 def in_data_arg(args: argparse.Namespace, model: RoseModel) -> str:
-    """``--in``; unset: the training data of the zoo model(s) ``--model`` names, else ``fashion_mnist`` (the
-    demo's) for a model of grayscale images. A colour model must be told its data: fitting it on grayscale
-    digits repeated to RGB is never what was meant."""
+    """``--in``; unset: ``--fit-data`` (the user's own images), else the training data of the zoo model(s)
+    ``--model`` names, else ``fashion_mnist`` (the demo's) for a model of grayscale images. A colour model
+    must be told its data: fitting it on grayscale clothes repeated to RGB is never what was meant."""
     from roseood.models.zoo import ZOO_NAMES, zoo_data
     from roseood.progress import note
 
     if args.in_data:
         return str(args.in_data)
+    if getattr(args, "fit_data", None):
+        return str(args.fit_data)
     paths = args.model if isinstance(args.model, list) else [args.model]
     zoo = {zoo_data(p) for p in paths if p in ZOO_NAMES and not Path(p).exists()}
     if len(zoo) == 1:
