@@ -34,6 +34,8 @@ METHODS = (
     "rose-gmm-stats",
     "rose-gmm-all",
     "rose-two-sided",
+    "rose-bands",
+    "rose-bands-stats",
     "denoising",
     "msma",
     "diffpath",
@@ -50,6 +52,8 @@ AGGREGATIONS = {
     "gmm": ("k", "reg", "seed"),
 }
 DEFAULT_AGGREGATION = "relu-norm"  # the paper's
+# ROSE(rows=...): what a diffusion model's K (timestep, noise) rows per image give
+ROWS = ("sum", "each", "bands")
 ADJUSTMENTS = ("none", "nll", "both")  # ROSE(adjust=...), roseood.detectors.adjustment
 GALLERY = 8  # images shown at each end of a set in a report
 # roseood.data.preprocess: how an image of another size is brought to S×S

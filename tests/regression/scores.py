@@ -92,7 +92,9 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     out = {}
     for name, model in models.items():
         for method in METHODS:
-            if issubclass(METHODS[method][0], DiffusionDetector):  # needs a diffusion model, not these VAEs
+            cls, kwargs = METHODS[method]
+            # a diffusion detector, or ROSE over a diffusion model's rows: needs a diffusion model, not a VAE
+            if issubclass(cls, DiffusionDetector) or kwargs.get("rows", "sum") != "sum":
                 continue
             if only is not None and f"{name}/{method}" not in only:
                 continue

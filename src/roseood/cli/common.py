@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from roseood import validation as v
-from roseood.catalogue import ADJUSTMENTS, AGGREGATIONS, DEFAULT_AGGREGATION, GALLERY
+from roseood.catalogue import ADJUSTMENTS, AGGREGATIONS, DEFAULT_AGGREGATION, GALLERY, ROWS
 from roseood.errors import RoseError
 from roseood.serialization import check_output
 
@@ -312,10 +312,11 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
     )
     p.add_argument(
         "--rows",
-        choices=("sum", "each"),
+        choices=ROWS,
         help="beyond the paper, for a diffusion model's K (timestep, noise) pairs: each scores every "
-        "(image, pair) row's own gradient, one ROSE column per layer and timestep (default: sum, the "
-        "gradient of the image's summed loss)",
+        "(image, pair) row's own gradient, one ROSE column per layer and timestep; bands sums each row's "
+        "layers, one column per timestep, against the images' Fisher (default: sum, the gradient of the "
+        "image's summed loss)",
     )
     add_data_args(p)
     add_memory(p)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.catalogue import DEFAULT_AGGREGATION
+from roseood.catalogue import DEFAULT_AGGREGATION, ROWS
 from roseood.contracts import RowsModel, rows_per_input
 from roseood.curvature import (
     FISHERS,
@@ -86,7 +86,10 @@ class ROSE(Detector):
     ``rows`` (beyond the paper), for a model whose loss runs each image K times (a diffusion model's K
     (timestep, noise) pairs): ``"sum"`` (default) differentiates the image's summed loss; ``"each"`` scores
     every (image, pair) row's own gradient against the Fisher of all rows, giving K columns per layer
-    (``layer@t``), each z-normalised on its own, that the aggregation takes together.
+    (``layer@t``), each z-normalised on its own, that the aggregation takes together; ``"bands"`` scores
+    every row's gradient against the Fisher of the images' summed gradients (``"sum"``'s, so it shares
+    ``rose-ekfac``'s fit) and sums the layers, one column per timestep (``layers@t``): the model's whole
+    block-diagonal ROSE score at each timestep band, few enough columns for a density to judge.
     ``batch_size`` counts rows of the model's loss: a model whose loss runs each image several times
     (a diffusion model's K pairs, ``rows_per_input``) gets ``batch_size // K`` images per batch, so
     memory does not grow with K. ``memory`` (bytes or a size such as ``"4G"``; default: see
@@ -188,10 +191,13 @@ class ROSE(Detector):
     @property
     def columns(self) -> list[str]:
         """Names of the raw layer-score columns: the layers, or with ``rows="each"`` each layer at each of
-        the model's K timesteps (``layer@t``, layer-major)."""
+        the model's K timesteps (``layer@t``, layer-major), or with ``rows="bands"`` each timestep's sum
+        over the layers (``layers@t``)."""
         if self.rows == "sum":
             return list(self.layers)
         steps = self.model.row_labels() if isinstance(self.model, RowsModel) else list(range(self._k))
+        if self.rows == "bands":
+            return [f"layers@{t}" for t in steps]
         return [f"{name}@{t}" for name in self.layers for t in steps]
 
     @property
@@ -199,16 +205,25 @@ class ROSE(Detector):
         """Rows per image of the model's loss (1 for a model that runs each image once)."""
         return rows_per_input(self.model)
 
+    @property
+    def fisher_rows(self) -> str:
+        """What the Fisher is fitted on: every row's gradient (``rows="each"``), else each image's."""
+        return "each" if self.rows == "each" else "sum"
+
     def _stream(
-        self, x: Tensor, consume: Callable[[str, LayerGrad], None], only: set[str] | None = None
+        self,
+        x: Tensor,
+        consume: Callable[[str, LayerGrad], None],
+        only: set[str] | None = None,
+        rows: str | None = None,
     ) -> Tensor:
         """Hand each chosen layer's per-sample gradients (one layer at a time) to ``consume``; returns
-        the per-sample loss they differentiate: per image, or with ``rows="each"`` per (image, pair) row,
-        image-major."""
+        the per-sample loss they differentiate: per image, or per (image, pair) row, image-major, when
+        ``rows`` (default: the detector's) is "each" or "bands"."""
         self.model.eval()
         x = x.to(self.device)
         with per_input_seed(self.seed):
-            if self.rows == "each":
+            if (rows or self.rows) != "sum":
                 row_loss = self.model.row_loss  # type: ignore[attr-defined]
                 return self._grads.stream(row_loss, x.repeat_interleave(self._k, 0), consume, only)
             loss = lambda b: self.model.rose_loss(b, stochastic=self.stochastic)  # noqa: E731
@@ -329,7 +344,7 @@ class ROSE(Detector):
             tuple(self.layers),
             self.damping,
             self.rcond,
-            self.rows,
+            self.fisher_rows,
             self.stochastic,
             self.seed,
             str(self.max_size),
@@ -391,7 +406,8 @@ class ROSE(Detector):
                     if p == 0 and fs[name].passes > 1:
                         store.keep(i, name, g)
 
-                self._stream(batch, update, only=set(fishers) if pass_index > 0 else None)
+                only = set(fishers) if pass_index > 0 else None
+                self._stream(batch, update, only=only, rows=self.fisher_rows)
             factors = FactorCache()
             for f in fishers.values():
                 if distributed.active():
@@ -452,7 +468,9 @@ class ROSE(Detector):
 
             loss = self._stream(batch, quad)
             raw = torch.stack([layer[n] for n in self.layers], 1)
-            if self.rows == "each":  # (N·K, L) image-major rows → (N, L·K), layer-major columns
+            if self.rows == "bands":  # (N·K, L) image-major rows → (N, K), each row's sum over layers
+                raw = raw.sum(1, keepdim=True)
+            if self.rows != "sum":  # (N·K, C) image-major rows → (N, C·K), column-major
                 raw = raw.view(len(batch), self._k, -1).transpose(1, 2).flatten(1)
                 loss = loss.view(len(batch), self._k).sum(1)
             scores.append(raw)
@@ -548,18 +566,18 @@ class ROSE(Detector):
 
 
 def check_rows(rows: Any, model: RoseModel, stochastic: bool) -> str:
-    """``rows`` checked: "sum", or "each" for a deterministic loss of a model that runs each image
-    several times and offers ``row_loss`` (a diffusion model)."""
-    if rows not in ("sum", "each"):
-        raise RoseError(f"rows must be 'sum' or 'each', got {shown(rows)}")
-    if rows == "each":
+    """``rows`` checked: "sum", or "each" / "bands" for a deterministic loss of a model that runs each
+    image several times and offers ``row_loss`` (a diffusion model)."""
+    if rows not in ROWS:
+        raise RoseError(f"rows must be one of {', '.join(ROWS)}, got {shown(rows)}")
+    if rows != "sum":
         if not isinstance(model, RowsModel):
             raise RoseError(
-                "rows='each' scores each row of a loss that runs every image several times (a diffusion "
-                "model's K pairs); this model's loss has one row per image"
+                f"rows={rows!r} scores each row of a loss that runs every image several times (a "
+                "diffusion model's K pairs); this model's loss has one row per image"
             )
         if stochastic:
-            raise RoseError("rows='each' needs the fixed pairs of the loss; it cannot be stochastic")
+            raise RoseError(f"rows={rows!r} needs the fixed pairs of the loss; it cannot be stochastic")
     return str(rows)
 
 
@@ -572,6 +590,15 @@ NEAR_OOD_METHODS = {
     "rose-gmm-all": {"aggregate": "gmm:k=auto", "features": "layers,stats,complexity"},
     "rose-two-sided": {"aggregate": "two-sided"},
 }
+# for diffusion models: a density over ROSE's score at each timestep band (with the ε-MSE at each, the
+# model's statistics), the Fisher shared with rose-ekfac
+BAND_METHODS = {
+    "rose-bands": {"rows": "bands", "aggregate": "gmm:k=auto"},
+    "rose-bands-stats": {"rows": "bands", "aggregate": "gmm:k=auto", "features": "layers,stats"},
+}
 register_detector(
-    ROSE, {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())} | NEAR_OOD_METHODS
+    ROSE,
+    {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())}
+    | NEAR_OOD_METHODS
+    | BAND_METHODS,
 )
