@@ -1,4 +1,5 @@
-"""The module-scoped smoke run of a bench test file's experiment group, and the group's parameters."""
+"""The module-scoped smoke run of a bench test file's experiment group, the group's parameters, and a zoo
+of tiny stand-in DDPMs."""
 
 from __future__ import annotations
 
@@ -22,3 +23,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("name", group)
     if "table" in metafunc.fixturenames:
         metafunc.parametrize("table", [n for n in group if n in TABLES_WITH_SCORES])
+
+
+@pytest.fixture
+def tiny_zoo(tmp_path, monkeypatch):
+    """A zoo of tiny stand-ins for the Fashion-MNIST DDPMs (same names, checksummed), as ROSEOOD_ZOO."""
+    import torch
+
+    from roseood.models.diffusion import DiffusionModel, export_diffusers
+    from roseood.models.zoo import write_checksums
+
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = DiffusionModel(in_channels=1, image_size=32, widths=(8, 16), denoising={"k": 2})
+        export_diffusers(model, tmp_path / "zoo" / f"ddpm-fmnist-s{seed}")
+    write_checksums(tmp_path / "zoo")
+    monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path / "zoo"))
+    return tmp_path / "zoo"

@@ -53,23 +53,6 @@ def test_the_zoo_decision_rule_needs_every_model():
     ) and "0.850 / 0.700 / 0.600; draw sd 0.071" in summary(cells["a"]["x"])
 
 
-@pytest.fixture
-def tiny_zoo(tmp_path, monkeypatch):
-    """A zoo of tiny stand-ins for the Fashion-MNIST DDPMs (same names, checksummed), as ROSEOOD_ZOO."""
-    import torch
-
-    from roseood.models.diffusion import DiffusionModel, export_diffusers
-    from roseood.models.zoo import write_checksums
-
-    for seed in range(3):
-        torch.manual_seed(seed)
-        model = DiffusionModel(in_channels=1, image_size=32, widths=(8, 16), denoising={"k": 2})
-        export_diffusers(model, tmp_path / "zoo" / f"ddpm-fmnist-s{seed}")
-    write_checksums(tmp_path / "zoo")
-    monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path / "zoo"))
-    return tmp_path / "zoo"
-
-
 @needs_shared_data
 @pytest.mark.slow
 def test_diffusion_zoo_bench_smoke(tmp_path, tiny_zoo):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from roseood.bench import run_experiment
-from roseood.bench.experiments.near_ood import DEFAULT, VARIANTS, near_ood_models
+from roseood.bench.experiments.near_ood import BANDS, DEFAULT, VARIANTS, near_ood_models
 from tests.bench.smoke import smoke_workspace
 from tests.conftest import needs_shared_data
 
@@ -33,3 +33,27 @@ def test_near_ood_rows_are_the_methods_own_scores(tmp_path):
     costs = results[f"fashion_mnist/{label}"]["costs"]
     assert costs["rose_s_per_image"] > 0 and costs["stats_s_per_image"] > 0
     assert DEFAULT == "rose-ekfac"
+
+
+@needs_shared_data
+@pytest.mark.slow
+def test_the_band_rows_on_ddpms_are_the_methods_own_scores(tmp_path, tiny_zoo):
+    """On the zoo's DDPMs (tiny stand-ins) the band variants join the table, read from the shared Fisher's
+    scores of every row, and equal what `rose evaluate` gives for rose-bands and rose-bands-stats."""
+    ws = smoke_workspace(tmp_path / "bench", models=("ddpm",), datasets=("fashion_mnist",))
+    report = run_experiment("near-ood", ws)
+    results = json.loads((report.parent / "results.json").read_text())["results"]
+    (_, label, model, seed), *_ = near_ood_models(ws, "fashion_mnist")
+    rows = results[f"fashion_mnist/{label}"]["auroc"]
+    assert set(rows) == set(VARIANTS) | set(BANDS)
+    ws.experiment = "near-ood"
+    counts = {k: v for k, v in ws.profile.experiment_overrides["diffusion-zoo"].items() if "samples" in k}
+    spec = ws.spec(model, "fashion_mnist", ["mnist", "noise"], [DEFAULT, *BANDS], seed=seed, **counts)
+    ours = ws.evaluate(model, spec).metrics()
+    for method in BANDS:
+        for ood in ("mnist", "noise"):
+            assert rows[method][ood] == pytest.approx(ours[method][ood]["auroc"], abs=1e-9), (method, ood)
+    assert "| rose-bands-stats |" in report.read_text() and "the band scores (every row's gradient)" in (
+        report.read_text()
+    )
+    assert "ddpm/rose-bands" in results["verdicts"]

@@ -15,6 +15,7 @@ from torch import Tensor
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
 from roseood.detectors.features import COMPLEXITY_COLUMN
+from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
@@ -44,7 +45,9 @@ def _feature_of(name: str) -> str:
 @dataclass
 class LayerScores:
     """``scorer(images)`` → ``Columns`` of one model and Fisher (fitted once, on ``fisher_images``, when a
-    set's columns are not cached yet); ``features``: the extra columns to compute beside the layers."""
+    set's columns are not cached yet); ``features``: the extra columns to compute beside the layers;
+    ``rows``: ``ROSE(rows=...)``; ``fishers_from``: a scorer whose Fisher this one takes instead of fitting
+    its own (the same model, Fisher, layers and images; ``ROSE.fit(fishers_from=...)``)."""
 
     cache: ResultCache
     model: RoseModel
@@ -54,19 +57,20 @@ class LayerScores:
     batch_size: int = 64
     features: str = "layers"
     progress: bool = False
+    rows: str = "sum"
+    fishers_from: LayerScores | None = None
     _det: ROSE | None = field(default=None, repr=False)
 
     def _key(self, what: str, images: np.ndarray) -> str:
-        return cache_key(
-            {
-                what: model_fingerprint(self.model),
-                "fisher": self.fisher,
-                "layers": self.layers,
-                "fit_images": array_digest(self.fisher_images),
-                "n_fisher": len(self.fisher_images),
-                "images": array_digest(images),
-            }
-        )
+        parts = {
+            what: model_fingerprint(self.model),
+            "fisher": self.fisher,
+            "layers": self.layers,
+            "fit_images": array_digest(self.fisher_images),
+            "n_fisher": len(self.fisher_images),
+            "images": array_digest(images),
+        }
+        return cache_key(parts | ({"rows": self.rows} if self.rows != "sum" else {}))
 
     def __call__(self, images: np.ndarray) -> Columns:
         both = self.cache.scores(
@@ -106,9 +110,19 @@ class LayerScores:
                 batch_size=self.batch_size,
                 features=self.features,
                 progress=self.progress,
+                rows=self.rows,
             )
         if fit and not self._det.fishers_:
-            self._det.fit_fisher(self.as_tensor(self.fisher_images))
+            if self.fishers_from is None:
+                self._det.fit_fisher(self.as_tensor(self.fisher_images))
+            else:
+                source = self.fishers_from.detector()
+                if source.fisher_settings() != self._det.fisher_settings() or not np.array_equal(
+                    self.fishers_from.fisher_images, self.fisher_images
+                ):
+                    raise RoseError("fishers_from must score with the same Fisher, fitted on the same images")
+                self._det.fisher_kinds_ = dict(source.fisher_kinds_)
+                self._det.fishers_ = dict(source.fishers_)
         return self._det
 
     def _compute(self, images: np.ndarray) -> np.ndarray:

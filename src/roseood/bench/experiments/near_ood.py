@@ -6,7 +6,8 @@ far ones it must keep.
 Each model's EKFAC Fisher is fitted once on its fit images (``roseood.evaluation.rescoring``); the raw
 layer scores, the model's statistics and the images' complexity of the statistics images, the test set and
 every OOD set are cached; every variant is then fitted on the statistics images' columns as
-``ROSE.fit_stats`` fits it, so the variants differ only in what they aggregate and how. Models:
+``ROSE.fit_stats`` fits it, so the variants differ only in what they aggregate and how; on a DDPM the band
+variants (``rose-bands``, ``rose-bands-stats``) read the same Fisher's scores of every row. Models:
 Fashion-MNIST: the authors' VAE (shipped), the bench's Glow and PixelCNN, the zoo's three DDPMs
 (``--models ddpm``); CIFAR-10: the bench's VAE, Glow and PixelCNN, the zoo's three DDPMs.
 
@@ -20,6 +21,7 @@ decides on that one model (said beside the verdict). A family's models are those
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,11 @@ from roseood.bench.experiments import common
 from roseood.bench.experiments.diffusion import DATA_SEED, OOD, mean_interval
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
+from roseood.contracts import rows_per_input
 from roseood.data import load_images
 from roseood.demo import demo_model
 from roseood.detectors.aggregation import make_aggregation
-from roseood.detectors.rose import NEAR_OOD_METHODS
+from roseood.detectors.rose import BAND_METHODS, NEAR_OOD_METHODS
 from roseood.evaluation.cache import array_digest, cache_key
 from roseood.evaluation.evaluate import fisher_count, load_fit_images, load_ood_sets
 from roseood.evaluation.metrics import ood_metrics
@@ -47,6 +50,9 @@ DEFAULT = "rose-ekfac"
 VARIANTS: dict[str, tuple[str, str]] = {DEFAULT: ("relu-norm", "layers")} | {
     name: (kw["aggregate"], kw.get("features", "layers")) for name, kw in NEAR_OOD_METHODS.items()
 }
+BANDS: dict[str, tuple[str, str]] = {
+    name: (kw["aggregate"], kw.get("features", "layers")) for name, kw in BAND_METHODS.items()
+}  # on the columns of ROSE(rows="bands"): models whose loss runs each image several times (DDPMs)
 ALL_FEATURES = "layers,stats,complexity"
 FAR = {"fashion_mnist": ("noise", "constant"), "cifar10": ("mnist", "fashion_mnist", "noise", "constant")}
 ZOO_SHORT = {"fashion_mnist": "fmnist", "cifar10": "cifar10"}
@@ -97,9 +103,15 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
         ws.progress,
     )
     sets = {STATS: fit[n_fisher:], data: test} | {k: v.images for k, v in ood_sets.items()}
-    columns = {k: scorer(v) for k, v in sets.items()}
+    sources = {"sum": (VARIANTS, {k: scorer(v) for k, v in sets.items()})}
+    bands = None
+    if rows_per_input(model) > 1:
+        bands = replace(scorer, rows="bands", features="layers,stats", fishers_from=scorer, _det=None)
+        sources["bands"] = (BANDS, {k: bands(v) for k, v in sets.items()})
     aurocs, agg_seconds = {}, {}
-    for variant, (aggregate, features) in VARIANTS.items():
+    for variant, (aggregate, features), columns in (
+        (v, how, columns) for variants, columns in sources.values() for v, how in variants.items()
+    ):
         x = {k: np.concatenate([c.raw, c.features(features)], 1) for k, c in columns.items()}
         agg = make_aggregation(aggregate)
         t0 = time.perf_counter()
@@ -107,7 +119,24 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
         agg_seconds[variant] = time.perf_counter() - t0
         scores = {k: agg(v) for k, v in x.items()}
         aurocs[variant] = {s: float(ood_metrics(scores[data], scores[s])["auroc"]) for s in ood_sets}
-    return {"auroc": aurocs, "costs": _costs(ws, scorer, test[:TIMED], columns[STATS], agg_seconds)}
+    stats = sources["sum"][1][STATS]
+    costs = _costs(ws, scorer, test[:TIMED], stats, agg_seconds)
+    if bands is not None:
+        costs["bands_s_per_image"] = _band_cost(ws, bands, test[:TIMED])
+    return {"auroc": aurocs, "costs": costs}
+
+
+def _band_cost(ws: Workspace, bands: LayerScores, images: np.ndarray) -> float:
+    """Seconds per image of the band scores (every row's gradient), timed once on ``images`` and cached."""
+    key = cache_key({"near-ood-band-cost": model_fingerprint(bands.model), "images": array_digest(images)})
+
+    def measure() -> np.ndarray:
+        det = bands.detector()
+        t0 = time.perf_counter()
+        det.layer_scores_and_loss(images)
+        return np.array([(time.perf_counter() - t0) / len(images)])
+
+    return float(ws.cache.scores(key, measure, 1)[0])
 
 
 def _costs(
@@ -182,7 +211,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
             here = [(data, r) for r in results]
             rows = [
                 [v, *(_cell([r["auroc"][v][s] for r in results]) for s in sets), verdict(here, v)]
-                for v in VARIANTS
+                for v in results[0]["auroc"]
             ]
             one = " (one model: it decides alone)" if len(results) == 1 else ""
             rep.section(
@@ -193,7 +222,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     rows = [
         [family, f"{len(runs)} ({', '.join(sorted({d for d, _ in runs}))})", v, verdict(runs, v)]
         for family, runs in every.items()
-        for v in VARIANTS
+        for v in runs[0][1]["auroc"]
         if v != DEFAULT
     ]
     rep.section(
@@ -213,12 +242,18 @@ def _cell(values: list[float]) -> str:
 def _cost_line(results: list[dict[str, Any]]) -> str:
     c = {k: float(np.mean([r["costs"][k] for r in results])) for k in results[0]["costs"]}
     rose = c["rose_s_per_image"]
-    fits = ", ".join(f"{v} {c[f'fit_{v}_s']:.2f} s" for v in VARIANTS)
+    fits = ", ".join(f"{v} {c[f'fit_{v}_s']:.2f} s" for v in results[0]["auroc"])
+    bands = (
+        f"; the band scores (every row's gradient) {c['bands_s_per_image'] * 1e3:.1f} ms per image "
+        f"({c['bands_s_per_image'] / rose:.2f}× ROSE-EKFAC's) instead of the layer scores"
+        if "bands_s_per_image" in c
+        else ""
+    )
     return (
         f"Cost per scored image beside ROSE-EKFAC's {rose * 1e3:.1f} ms: the model's statistics "
         f"+{c['stats_s_per_image'] * 1e3:.1f} ms ({c['stats_s_per_image'] / rose:.1%}), the complexity "
-        f"+{c['complexity_s_per_image'] * 1e3:.1f} ms ({c['complexity_s_per_image'] / rose:.1%}); the "
-        f"aggregation's fit on {c['held_out_images']:.0f} held-out images: {fits} (the Fisher is shared)."
+        f"+{c['complexity_s_per_image'] * 1e3:.1f} ms ({c['complexity_s_per_image'] / rose:.1%}){bands}; "
+        f"the aggregation's fit on {c['held_out_images']:.0f} held-out images: {fits} (the Fisher is shared)."
     )
 
 
@@ -227,5 +262,5 @@ EXPERIMENT = common.Experiment(
     "ROSE's vector judged whole (near-OOD)",
     "beyond the paper",
     run,
-    common.Uses(("vae", "glow", "pixelcnn", "ddpm (zoo)"), common.BOTH, tuple(VARIANTS), ("near-ood",)),
+    common.Uses(("vae", "glow", "pixelcnn", "ddpm (zoo)"), common.BOTH, (*VARIANTS, *BANDS), ("near-ood",)),
 )
