@@ -130,10 +130,11 @@ def test_a_defaults_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_
 @pytest.mark.slow
 def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
     """Every setting on the tiny zoo models, one change at a time from the default, with the rule's
-    verdicts; the layer-set rows reuse the fit on all layers (one fit per K, range, Fisher and draw).
-    Reduced form (CI): two of the three models."""
+    verdicts; the layer-set rows reuse the fit on all layers (one fit per K, range, Fisher and draw) and
+    run on every model; a setting that needs a fit stops at the first model where it is not above the
+    default. Reduced form (CI): two of the three models."""
     from roseood.bench.experiments import diffusion_defaults
-    from roseood.bench.experiments.diffusion_defaults import settings
+    from roseood.bench.experiments.diffusion_defaults import needs_fit, settings
     from roseood.models import load_model
 
     seeds = (0, 1, 2) if FULL else (0, 1)
@@ -144,8 +145,30 @@ def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
     assert "ROSE settings on the zoo's fashion_mnist DDPMs" in text and "the default |" in text
     results = json.loads((report.parent / "results.json").read_text())["results"]
     names = settings(load_model(tiny_zoo / "ddpm-fmnist-s0"))
-    assert {f"fashion_mnist/ddpm-fmnist-s{s}/{label}" for s in seeds for label in names} == set(results)
     assert all(0.0 <= v <= 1.0 for per in results.values() for v in per.values())
+
+    def mean(seed: int, label: str) -> float:
+        return float(np.mean(list(results[f"fashion_mnist/ddpm-fmnist-s{seed}/{label}"].values())))
+
+    for label, change in names.items():
+        ran = [s for s in seeds if f"fashion_mnist/ddpm-fmnist-s{s}/{label}" in results]
+        if not needs_fit(change):
+            assert ran == list(seeds), label
+            continue
+        assert ran and ran == list(seeds[: len(ran)]), label  # model by model, from the first
+        assert all(mean(s, label) > mean(s, "default") for s in ran[:-1]), label
+        if len(ran) < len(seeds):  # stopped: not above the default on its last model
+            assert mean(ran[-1], label) <= mean(ran[-1], "default"), label
+            assert f"not above it on s{ran[-1]}; not run on the other" in text
+
+
+def test_a_setting_below_the_default_on_one_model_is_refused_there():
+    from roseood.bench.experiments.diffusion_defaults import below, refused
+
+    found = {"default": {0: {"a": 0.9}, 1: {"a": 0.8}}, "K = 4": {0: {"a": 0.95}, 1: {"a": 0.8}}}
+    found["up"] = {0: {"a": 0.95}}
+    assert below(found, "K = 4") == [1] and refused(found, "K = 4")  # a tie is not above
+    assert not refused(found, "up") and not refused(found, "default")
 
 
 def test_every_bench_rescoring_follows_the_runs_progress_setting():
