@@ -262,6 +262,7 @@ CASES = [
     _c("fit --tpr 1.5", "must be in (0", *FIT, "--tpr", "1.5", "--out", "{d}/d.pt"),
     _c("fit --tpr nan", "finite", *FIT, "--tpr", "nan", "--out", "{d}/d.pt"),
     _c("fit --method magic", "unknown method", *FIT, "--method", "magic", "--out", "{d}/d.pt"),
+    _c("fit rose-bands on a VAE", "one row per image", *FIT, "--method", "rose-bands", "--out", "{d}/d.pt"),
     _c(
         "evaluate --save-detector two methods",
         "saves one detector",

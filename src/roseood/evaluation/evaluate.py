@@ -346,6 +346,7 @@ def fit_calibrated(
     threshold so that a fraction ``tpr`` of the held-out images counts as in-distribution: what
     ``rose fit`` saves. A list of models: an ensemble of the method on each."""
     models = model if isinstance(model, list) else [model]
+    _check_request(replace(spec, methods=[method]), models, tpr)
     fit = load_fit_images(spec, models[0])
     if resolve(progress):
         images = f"{len(fit)} images"
@@ -503,6 +504,9 @@ def _check_request(spec: EvalSpec, models: list[RoseModel], tpr: float | None) -
         raise RoseError("an ensemble has no layer-wise scores")
     if tpr is not None and spec.layerwise:
         raise RoseError("a decision threshold is for one score per image, not layer-wise scores")
+    for method in spec.methods:  # settings a model cannot take (rose-bands on a VAE) before any image
+        for model in models:
+            _make(method, model, spec, progress=False)
 
 
 def _settings(
