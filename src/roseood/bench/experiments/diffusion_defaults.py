@@ -10,9 +10,9 @@ draw): half and twice that K, the lower and the upper half of the timesteps, the
 layer set, and three draws combined (the mean of the three detectors' scores, each z-normalised on the
 statistics images). Data: the images of ``rose bench diffusion-zoo`` (its profile's image counts, data
 seed + the training seed). The settings that reuse the default fit (the layer sets) run first on every
-model; then the settings that need fits of their own, model by model: each on the first model, those not
-yet refused on the second, and so on. A setting at or below the default on one model cannot pass the rule,
-so it is not run on the others (its verdict is final; its cells show the models it ran on). The report is
+model; then the settings that need fits of their own, one at a time, each on every model in turn until
+its verdict is decided: a setting at or below the default on one model cannot pass the rule, so it is
+not run on the others (its verdict is final; its cells show the models it ran on). The report is
 rewritten after each (setting, model) run, so a run stopped part-way keeps every verdict it completed.
 
 The rule, written before any run: a setting replaces the default only if its mean AUROC over the data
@@ -111,8 +111,8 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         "set's columns of one fit on all layers. Cells: mean AUROC over the OOD sets, mean ± 95 % "
         "t-interval over the zoo models (each model's value beside it). Rule (written before the runs): "
         "a setting replaces the default only if it is above the default on every zoo model. Order: the "
-        "settings that reuse the default fit on every model, then the others model by model, each setting "
-        "only while the rule has not refused it (not above the default on a model already run)."
+        "settings that reuse the default fit on every model, then the others one at a time on every model "
+        "until the rule refuses one (not above the default on a model already run)."
     )
     for data in ws.select_data():
         models: dict[int, DiffusionModel] = {}
@@ -123,7 +123,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         changes = settings(models[ZOO_SEEDS[0]])  # the same labels on every zoo model of a data set
         free = [label for label, change in changes.items() if not needs_fit(change)]
         order = [(label, seed) for label in free for seed in ZOO_SEEDS]
-        order += [(label, seed) for seed in ZOO_SEEDS for label in changes if label not in free]
+        order += [(label, seed) for label in changes if label not in free for seed in ZOO_SEEDS]
         found: dict[str, dict[int, dict[str, float]]] = {}
         for done, (label, seed) in enumerate(order, 1):
             if label not in free and refused(found, label):
