@@ -94,6 +94,7 @@ def test_rows_each_needs_a_model_with_rows_and_fixed_pairs(model, tiny_vae):
         model.row_loss(images(4, 0))
 
 
+@pytest.mark.float_sensitive
 def test_each_band_is_every_row_scored_against_the_images_fisher_summed_over_layers(model):
     fit, held, test = images(6, 0), images(4, 1), images(2, 2)
     det = ROSE(model, fisher="diag", layers=LAYERS, rows="bands", damping=1e-6, progress=False)
@@ -124,6 +125,7 @@ def test_bands_share_the_fisher_of_the_summed_rows(model):
         each.fit(fit, held_out=held, fishers_from=summed)
 
 
+@pytest.mark.float_sensitive
 @pytest.mark.parametrize("method", ["rose-bands", "rose-bands-stats"])
 def test_each_band_method_fits_scores_saves_and_loads(method, model, tmp_path):
     det = make_detector(method, model, layers="mid", progress=False)
