@@ -358,19 +358,24 @@ class ROSE(Detector):
     def _fit_apart(self, x: Tensor, held_out: Tensor) -> None:
         if held_out.shape == x.shape and torch.equal(held_out, x):
             raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
-        digest = array_digest(x.detach().cpu().numpy())
-        source = self._fishers_from
-        if source is None:
+        if self._fishers_from is None:
             self.fit_fisher(x)
-        elif source.fisher_settings() != self.fisher_settings() or source._fit_digest != digest:
+        else:
+            self.take_fishers(self._fishers_from, x)
+        self.fit_stats(held_out)
+
+    def take_fishers(self, source: ROSE, x: Tensor) -> None:
+        """Take the Fishers ``source`` fitted on images ``x`` instead of fitting them (scoring never changes
+        them); refused in one line unless ``source`` has the same ``fisher_settings()`` and its Fishers
+        were fitted on ``x``."""
+        digest = array_digest(x.detach().cpu().numpy())
+        if source.fisher_settings() != self.fisher_settings() or source._fit_digest != digest:
             raise RoseError(
                 "fishers_from must be a ROSE fitted on the same images and model with the same Fisher "
                 "settings (fisher_settings())"
             )
-        else:
-            self.fisher_kinds_, self.fishers_ = dict(source.fisher_kinds_), dict(source.fishers_)
+        self.fisher_kinds_, self.fishers_ = dict(source.fisher_kinds_), dict(source.fishers_)
         self._fit_digest = digest
-        self.fit_stats(held_out)
 
     def fit_fisher(self, x: Tensor) -> None:
         """Accumulate each layer's Fisher over ``x`` (two passes for EKFAC).
@@ -380,6 +385,7 @@ class ROSE(Detector):
         deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
         instead of running the model again."""
         distributed.check_enough(x.shape[0], "Fisher images")
+        self._fit_digest = array_digest(x.detach().cpu().numpy())  # all the images, before this shard
         x = x[distributed.shard(x.shape[0])]
         self.fisher_kinds_ = self.choose_fishers(self._probe(x)[0])
         self.fishers_ = {

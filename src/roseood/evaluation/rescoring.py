@@ -15,7 +15,6 @@ from torch import Tensor
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
 from roseood.detectors.features import COMPLEXITY_COLUMN
-from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
@@ -113,16 +112,11 @@ class LayerScores:
                 rows=self.rows,
             )
         if fit and not self._det.fishers_:
+            images = self.as_tensor(self.fisher_images)
             if self.fishers_from is None:
-                self._det.fit_fisher(self.as_tensor(self.fisher_images))
+                self._det.fit_fisher(images)
             else:
-                source = self.fishers_from.detector()
-                if source.fisher_settings() != self._det.fisher_settings() or not np.array_equal(
-                    self.fishers_from.fisher_images, self.fisher_images
-                ):
-                    raise RoseError("fishers_from must score with the same Fisher, fitted on the same images")
-                self._det.fisher_kinds_ = dict(source.fisher_kinds_)
-                self._det.fishers_ = dict(source.fishers_)
+                self._det.take_fishers(self.fishers_from.detector(), images)
         return self._det
 
     def _compute(self, images: np.ndarray) -> np.ndarray:
