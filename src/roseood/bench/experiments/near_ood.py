@@ -47,12 +47,16 @@ from roseood.models.diffusion import as_diffusion_model
 from roseood.models.zoo import ZOO_SEEDS, zoo_path
 
 DEFAULT = "rose-ekfac"
-VARIANTS: dict[str, tuple[str, str]] = {DEFAULT: ("relu-norm", "layers")} | {
-    name: (kw["aggregate"], kw.get("features", "layers")) for name, kw in NEAR_OOD_METHODS.items()
-}
-BANDS: dict[str, tuple[str, str]] = {
-    name: (kw["aggregate"], kw.get("features", "layers")) for name, kw in BAND_METHODS.items()
-}  # on the columns of ROSE(rows="bands"): models whose loss runs each image several times (DDPMs)
+
+
+def _aggregations(methods: dict[str, dict[str, str]]) -> dict[str, tuple[str, str]]:
+    """Each method's (aggregate, features), what it is fitted from on the cached columns."""
+    return {name: (kw["aggregate"], kw.get("features", "layers")) for name, kw in methods.items()}
+
+
+VARIANTS = {DEFAULT: ("relu-norm", "layers")} | _aggregations(NEAR_OOD_METHODS)
+# on the columns of ROSE(rows="bands"): models whose loss runs each image several times (DDPMs)
+BANDS = _aggregations(BAND_METHODS)
 ALL_FEATURES = "layers,stats,complexity"
 FAR = {"fashion_mnist": ("noise", "constant"), "cifar10": ("mnist", "fashion_mnist", "noise", "constant")}
 ZOO_SHORT = {"fashion_mnist": "fmnist", "cifar10": "cifar10"}
@@ -103,24 +107,23 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
         ws.progress,
     )
     sets = {STATS: fit[n_fisher:], data: test} | {k: v.images for k, v in ood_sets.items()}
-    sources = {"sum": (VARIANTS, {k: scorer(v) for k, v in sets.items()})}
+    columns = {k: scorer(v) for k, v in sets.items()}
+    plan = [(v, how, columns) for v, how in VARIANTS.items()]
     bands = None
     if rows_per_input(model) > 1:
         bands = replace(scorer, rows="bands", features="layers,stats", fishers_from=scorer, _det=None)
-        sources["bands"] = (BANDS, {k: bands(v) for k, v in sets.items()})
+        band_columns = {k: bands(v) for k, v in sets.items()}
+        plan += [(v, how, band_columns) for v, how in BANDS.items()]
     aurocs, agg_seconds = {}, {}
-    for variant, (aggregate, features), columns in (
-        (v, how, columns) for variants, columns in sources.values() for v, how in variants.items()
-    ):
-        x = {k: np.concatenate([c.raw, c.features(features)], 1) for k, c in columns.items()}
+    for variant, (aggregate, features), cols in plan:
+        x = {k: np.concatenate([c.raw, c.features(features)], 1) for k, c in cols.items()}
         agg = make_aggregation(aggregate)
         t0 = time.perf_counter()
         agg.fit(x[STATS])
         agg_seconds[variant] = time.perf_counter() - t0
         scores = {k: agg(v) for k, v in x.items()}
         aurocs[variant] = {s: float(ood_metrics(scores[data], scores[s])["auroc"]) for s in ood_sets}
-    stats = sources["sum"][1][STATS]
-    costs = _costs(ws, scorer, test[:TIMED], stats, agg_seconds)
+    costs = _costs(ws, scorer, test[:TIMED], columns[STATS], agg_seconds)
     if bands is not None:
         costs["bands_s_per_image"], costs["bands_rose_s_per_image"] = _band_cost(ws, bands, test[:TIMED])
     return {"auroc": aurocs, "costs": costs}
