@@ -110,7 +110,7 @@ def test_a_defaults_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_
     calls = []
     real = diffusion_defaults.setting_scores
 
-    def stopped(ws, model, data, seed, change):
+    def stopped(ws, model, data, seed, change, image_draw=0):
         calls.append(dict(change))
         if len(calls) == 2:
             raise KeyboardInterrupt
@@ -169,6 +169,36 @@ def test_a_setting_below_the_default_on_one_model_is_refused_there():
     found["up"] = {0: {"a": 0.95}}
     assert below(found, "K = 4") == [1] and refused(found, "K = 4")  # a tie is not above
     assert not refused(found, "up") and not refused(found, "default")
+
+
+@needs_shared_data
+def test_a_setting_above_the_default_everywhere_is_confirmed_on_fresh_images(tmp_path, tiny_zoo, monkeypatch):
+    """A setting above the default on every model runs again beside the default on fresh test and OOD
+    images, model by model, and replaces the default only if it is above there too; settings the first
+    draw refused get no confirmation. Faked scores: a setting's AUROC is fixed by its label and draw."""
+    from roseood.bench.experiments import diffusion_defaults
+
+    good = {"t_max": 0.5}  # above on both draws
+    lucky = {"t_min": 0.5}  # above on the first draw only
+    runs = []
+
+    def faked(ws, model, data, seed, change, image_draw=0):
+        runs.append((dict(change), image_draw, seed))
+        lift = 1.0 if change == good or (change == lucky and not image_draw) else -1.0 if change else 0.0
+        rng = np.random.default_rng(seed)
+        inside = rng.normal(size=50)
+        return {data: inside} | {s: inside + 0.5 + 0.25 * lift for s in diffusion_defaults.OOD[data]}
+
+    monkeypatch.setattr(diffusion_defaults, "setting_scores", faked)
+    monkeypatch.setattr(diffusion_defaults, "ZOO_SEEDS", (0, 1))
+    ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
+    text = run_experiment("diffusion-defaults", ws).read_text()
+    fresh = [(change, seed) for change, draw, seed in runs if draw]
+    assert fresh == [({}, 0), (good, 0), ({}, 1), (good, 1), (lucky, 0)]  # the default once per model
+    assert "replaces it (confirmed on fresh images)" in text
+    assert "default stays (above it on every model, but not on fresh images on s0)" in text
+    assert "Confirmation on fresh test and OOD images, fashion_mnist" in text
+    assert sum(1 for change, draw, _ in runs if change == {"k": 1} and not draw) == 1  # refused on s0
 
 
 def test_every_bench_rescoring_follows_the_runs_progress_setting():

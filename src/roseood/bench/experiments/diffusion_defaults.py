@@ -17,12 +17,17 @@ rewritten after each (setting, model) run, so a run stopped part-way keeps every
 
 The rule, written before any run: a setting replaces the default only if its mean AUROC over the data
 set's OOD sets is above the default's on every zoo model of that data set; otherwise the default stays.
+Since eleven settings are judged on the same images, a setting that passes is confirmed on fresh images
+(test and OOD images drawn with another seed; the same Fisher and statistics images) before it replaces
+the default: it must be above the default on every model there too (added after the first runs; it can
+only refuse a setting the first draw accepted).
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,8 @@ from roseood.models.zoo import ZOO_SEEDS, zoo_path
 
 DEFAULT: dict[str, Any] = {"t_min": 0.0, "t_max": 1.0, "fisher": "ekfac", "layers": "all", "draws": 1}
 STATS = "statistics images"
+FRESH = " (fresh images)"  # a confirmation run's label suffix
+FRESH_SEED_STEP = 100  # image draw d uses data seed + 100·d (the bench's data seeds are 0..2 above DATA_SEED)
 SHORT = {"fashion_mnist": "fmnist", "cifar10": "cifar10"}
 
 
@@ -58,15 +65,22 @@ def settings(model: DiffusionModel) -> dict[str, dict[str, Any]]:
 
 
 def setting_scores(
-    ws: Workspace, model: DiffusionModel, data: str, seed: int, setting: dict[str, Any]
+    ws: Workspace,
+    model: DiffusionModel,
+    data: str,
+    seed: int,
+    setting: dict[str, Any],
+    image_draw: int = 0,
 ) -> dict[str, np.ndarray]:
-    """One setting's relu-norm scores of the test set and every OOD set (draws combined)."""
+    """One setting's relu-norm scores of the test set and every OOD set (draws combined); ``image_draw``
+    > 0 draws the test and OOD images with another seed (the Fisher and statistics images stay)."""
     s = DEFAULT | {"k": model.k} | setting
     sizes = ws.profile.experiment_overrides.get("diffusion-zoo", {})
     counts = {k: v for k, v in sizes.items() if k in ("fit_samples", "stats_samples", "test_samples")}
     spec = ws.spec(model, data, OOD[data], ["rose-ekfac"], seed=DATA_SEED + seed, **counts)
     fit = load_fit_images(spec, model).images
     n = fisher_count(spec, len(fit))
+    spec.seed += FRESH_SEED_STEP * image_draw
     size = model.input_shape[-1]
     test = load_images(
         data, n=spec.test_samples, seed=spec.seed, channels=model.in_channels, size=size
@@ -122,27 +136,37 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
             models[seed] = model.to(ws.device).eval()
         changes = settings(models[ZOO_SEEDS[0]])  # the same labels on every zoo model of a data set
         free = [label for label, change in changes.items() if not needs_fit(change)]
-        order = [(label, seed) for label in free for seed in ZOO_SEEDS]
-        order += [(label, seed) for label in changes if label not in free for seed in ZOO_SEEDS]
-        found: dict[str, dict[int, dict[str, float]]] = {}
-        for done, (label, seed) in enumerate(order, 1):
+        order = [(label, seed, 0) for label in free for seed in ZOO_SEEDS]
+        for label in (label for label in changes if label not in free):
+            order += [(label, seed, draw) for draw in (0, 1) for seed in ZOO_SEEDS]
+        found: Found = {}
+        fresh: Found = {}
+        for done, (label, seed, draw) in enumerate(order, 1):
             if label not in free and refused(found, label):
                 continue  # not above the default on a model already: the verdict is final, skip its fits
-            scores = setting_scores(ws, models[seed], data, seed, changes[label])
-            aurocs = {
-                s: float(ood_metrics(scores[data], v)["auroc"]) for s, v in scores.items() if s in OOD[data]
-            }
-            found.setdefault(label, {})[seed] = aurocs
-            rep.results[f"{data}/ddpm-{SHORT[data]}-s{seed}/{label}"] = aurocs
+            if draw and (not accepted(found, label) or refused(fresh, label)):
+                continue  # fresh images confirm only a setting the first draw accepted
+            for name in ("default", label) if draw else (label,):
+                if seed in (fresh if draw else found).get(name, {}):
+                    continue
+                scores = setting_scores(ws, models[seed], data, seed, changes[name], draw)
+                aurocs = {
+                    s: float(ood_metrics(scores[data], v)["auroc"])
+                    for s, v in scores.items()
+                    if s in OOD[data]
+                }
+                (fresh if draw else found).setdefault(name, {})[seed] = aurocs
+                rep.results[f"{data}/ddpm-{SHORT[data]}-s{seed}/{name}{FRESH if draw else ''}"] = aurocs
             if done < len(order):
                 partial = copy.deepcopy(rep)
                 partial.parts.append(
                     f"**Partial: {done} of {len(order)} (setting, model) runs on {data} finished** (the "
-                    f"last: {label} on s{seed}); this report is replaced as the run goes on."
+                    f"last: {label}{FRESH if draw else ''} on s{seed}); this report is replaced as the run "
+                    "goes on."
                 )
-                _table(partial, data, found)
+                _tables(partial, data, found, fresh)
                 partial.write(out, ws, time.time() - started)
-        _table(rep, data, found)
+        _tables(rep, data, found, fresh)
 
 
 Found = dict[str, dict[int, dict[str, float]]]  # setting → zoo seed → AUROC per OOD set
@@ -163,30 +187,61 @@ def refused(found: Found, label: str) -> bool:
     return label != "default" and bool(below(found, label))
 
 
-def _table(rep: BenchReport, data: str, found: Found) -> None:
-    """One row per setting run so far: its mean AUROC and per-set cells over the models it has, and the
-    rule's verdict once it is decided: refused on the first model where the setting is not above the
-    default, accepted once it is above on every zoo model."""
+def accepted(found: Found, label: str) -> bool:
+    """Whether ``label`` has run on every zoo model, the default too, and is above it on each."""
+    complete = len(found.get(label, {})) == len(ZOO_SEEDS) == len(found.get("default", {}))
+    return label != "default" and complete and not refused(found, label)
+
+
+def verdict(found: Found, fresh: Found, label: str) -> str:
+    """The rule's verdict on ``label``: refused on the first model where it is not above the default;
+    above on every model, it replaces the default once fresh images confirm it on every model."""
+    per = found.get(label, {})
+    if label == "default":
+        return "the default"
+    if refused(found, label):
+        seeds = ", ".join(f"s{s}" for s in below(found, label))
+        rest = (
+            "" if len(per) == len(ZOO_SEEDS) else f"; not run on the other {len(ZOO_SEEDS) - len(per)} models"
+        )
+        return f"default stays (not above it on {seeds}{rest})"
+    if not accepted(found, label):
+        return f"partial ({len(per)} of {len(ZOO_SEEDS)} models)"
+    if refused(fresh, label):
+        seeds = ", ".join(f"s{s}" for s in below(fresh, label))
+        return f"default stays (above it on every model, but not on fresh images on {seeds})"
+    if accepted(fresh, label):
+        return "replaces it (confirmed on fresh images)"
+    return f"above it on every model; fresh images: {len(fresh.get(label, {}))} of {len(ZOO_SEEDS)} models"
+
+
+def _tables(rep: BenchReport, data: str, found: Found, fresh: Found) -> None:
+    """One row per setting run so far (its mean AUROC and per-set cells over the models it has, and the
+    rule's verdict once it is decided), then the fresh-image confirmations if any ran."""
+    _table(rep, f"ROSE settings on the zoo's {data} DDPMs", data, found, lambda k: verdict(found, fresh, k))
+    if fresh:
+        title = f"Confirmation on fresh test and OOD images, {data} (seed + {FRESH_SEED_STEP})"
+        _table(rep, title, data, fresh, lambda k: _confirmation(fresh, k))
+
+
+def _confirmation(fresh: Found, label: str) -> str:
+    if label == "default":
+        return "the default"
+    if refused(fresh, label):
+        return "not above it on " + ", ".join(f"s{s}" for s in below(fresh, label))
+    return "above it on every model" if accepted(fresh, label) else f"{len(fresh[label])} models so far"
+
+
+def _table(rep: BenchReport, title: str, data: str, found: Found, rule: Callable[[str], str]) -> None:
     default = found.get("default", {})
     rows = []
     for label, per in found.items():
-        means = {seed: float(np.mean(list(a.values()))) for seed, a in per.items()}
-        complete = len(per) == len(ZOO_SEEDS) == len(default)
-        if label == "default":
-            verdict = "the default"
-        elif refused(found, label):
-            seeds = ", ".join(f"s{s}" for s in below(found, label))
-            rest = "" if complete else f"; not run on the other {len(ZOO_SEEDS) - len(per)} models"
-            verdict = f"default stays (not above it on {seeds}{rest})"
-        elif not complete:
-            verdict = f"partial ({len(per)} of {len(ZOO_SEEDS)} models)"
-        else:
-            verdict = "replaces it"
+        means = [float(np.mean(list(a.values()))) for a in per.values()]
         sets = [_cell([per[seed][s] for seed in per]) for s in OOD[data] if s in next(iter(per.values()))]
-        rows.append([label, _cell(list(means.values())), *sets, verdict])
+        rows.append([label, _cell(means), *sets, rule(label)])
     first = next(iter(default.values()), {})
     head = ["setting", "mean AUROC", *(s for s in OOD[data] if s in first), "rule"]
-    rep.section(f"ROSE settings on the zoo's {data} DDPMs", markdown_rows(head, rows))
+    rep.section(title, markdown_rows(head, rows))
 
 
 def _cell(values: list[float]) -> str:
