@@ -510,24 +510,16 @@ class ROSE(Detector):
         self.model.eval()
         return extra_columns(self.model, x, loss, self.features, batches)
 
-    def state(self) -> dict[str, Any]:
+    def fisher_state(self) -> dict[str, Any]:
+        """The fitted Fishers alone (one per layer, with its kind): what a cache keeps to share one fit."""
         return {
-            "version": STATE_VERSION,
             "fishers": {n: f.state() for n, f in self.fishers_.items()},
             "kinds": dict(self.fisher_kinds_),
-            "mean": self.mean_,
-            "std": self.std_,
-            "aggregation": self.aggregation_.state(),
-            "trend": self.trend_.state(),
-            "extra_columns": list(self.extra_columns_),
-            "fit_warnings": self.fit_warnings_,
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        if not same(state.get("version"), STATE_VERSION):
-            raise CheckpointError(
-                "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
-            )
+    def load_fisher_state(self, state: dict[str, Any], x: Tensor | None = None) -> None:
+        """Restore ``fisher_state()``'s Fishers (``x``: the images they were fitted on, recorded as
+        ``fit_fisher`` records them); a state for other layers or kinds is a one-line ``CheckpointError``."""
         fishers = field(state, "fishers", dict, "state.")
         if list(fishers) != self.layers:
             raise CheckpointError(
@@ -551,6 +543,26 @@ class ROSE(Detector):
                 kind = self.fisher_kinds_[name]
                 raise CheckpointError(f"the {kind} Fisher of layer {name}: {exc}") from None
             self.fishers_[name] = f
+        if x is not None:
+            self._fit_digest = array_digest(x.detach().cpu().numpy())
+
+    def state(self) -> dict[str, Any]:
+        return self.fisher_state() | {
+            "version": STATE_VERSION,
+            "mean": self.mean_,
+            "std": self.std_,
+            "aggregation": self.aggregation_.state(),
+            "trend": self.trend_.state(),
+            "extra_columns": list(self.extra_columns_),
+            "fit_warnings": self.fit_warnings_,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if not same(state.get("version"), STATE_VERSION):
+            raise CheckpointError(
+                "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
+            )
+        self.load_fisher_state(state)
         n = (len(self.columns),)
         self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
         self.std_ = tensor(state.get("std"), "state.std", shape=n, finite=False).double()

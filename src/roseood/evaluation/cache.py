@@ -27,9 +27,10 @@ from roseood.detectors.base import DETECTOR_FORMAT, Detector
 from roseood.errors import CheckpointError, RoseWarning
 from roseood.integrity import field, tensor
 from roseood.serialization import array_digest as array_digest
-from roseood.serialization import safe_load, save_file
+from roseood.serialization import safe_load, save_file, share_equal_tensors
 
 SCORES_FORMAT = "roseood-scores"
+STATE_FORMAT = "roseood-state"
 
 
 class CacheWarning(RoseWarning):
@@ -43,7 +44,8 @@ def cache_key(parts: dict[str, Any]) -> str:
 
 
 class ResultCache:
-    """Detectors under ``root/detectors``, score arrays under ``root/scores``; both keyed by ``cache_key``."""
+    """Detectors under ``root/detectors``, score arrays under ``root/scores``, fitted parts of a detector
+    (a ROSE's Fishers) under ``root/states``; all keyed by ``cache_key``."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -91,6 +93,26 @@ class ResultCache:
         if np.isfinite(values).all():
             save_file({"format": SCORES_FORMAT, "key": key, "scores": torch.from_numpy(values)}, path)
         return values
+
+    def state(
+        self, key: str, compute: Callable[[], dict[str, Any]], check: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """The state dict stored under ``key`` (accepted by ``check``, which raises ``CheckpointError``
+        otherwise), else ``compute()`` it and store it."""
+        path = self._path("states", key)
+        if path.exists() or path.is_symlink():
+            try:
+                obj = safe_load(path, STATE_FORMAT)
+                if field(obj, "key", str) != key:
+                    raise CheckpointError("it holds another entry's state")
+                state = field(obj, "state", dict)
+                check(state)
+                return state
+            except CheckpointError as exc:
+                self._discard(path, self._reason(exc, path))
+        state = compute()
+        save_file({"format": STATE_FORMAT, "key": key, "state": share_equal_tensors(state)}, path)
+        return state
 
     @staticmethod
     def _read_scores(path: Path, key: str, length: int | None) -> np.ndarray:

@@ -7,6 +7,7 @@ exactly as ``ROSE.fit_stats`` fits it, by the same functions (``adjusted``, ``ma
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -113,10 +114,18 @@ class LayerScores:
             )
         if fit and not self._det.fishers_:
             images = self.as_tensor(self.fisher_images)
-            if self.fishers_from is None:
-                self._det.fit_fisher(images)
-            else:
+            if self.fishers_from is not None:
                 self._det.take_fishers(self.fishers_from.detector(), images)
+            else:  # fitted once per model, Fisher settings and images, then read from the cache
+                det = self._det
+
+                def fitted() -> dict[str, Any]:
+                    det.fit_fisher(images)
+                    return det.fisher_state()
+
+                settings = (model_fingerprint(self.model), *det.fisher_settings()[1:])
+                key = cache_key({"rose-fishers": settings, "images": array_digest(self.fisher_images)})
+                self.cache.state(key, fitted, lambda state: det.load_fisher_state(state, images))
         return self._det
 
     def _compute(self, images: np.ndarray) -> np.ndarray:
