@@ -177,9 +177,11 @@ def test_a_setting_above_the_default_everywhere_is_confirmed_on_fresh_images(tmp
     images, model by model, and replaces the default only if it is above there too; settings the first
     draw refused get no confirmation. Faked scores: a setting's AUROC is fixed by its label and draw."""
     from roseood.bench.experiments import diffusion_defaults
+    from roseood.models import load_model
 
-    good = {"t_max": 0.5}  # above on both draws
-    lucky = {"t_min": 0.5}  # above on the first draw only
+    changes = list(diffusion_defaults.settings(load_model(tiny_zoo / "ddpm-fmnist-s0")).values())
+    good = next(c for c in changes if set(c) == {"t_max"})  # the lower half: above on both draws
+    lucky = next(c for c in changes if set(c) == {"t_min"})  # the upper half: above on the first only
     runs = []
 
     def faked(ws, model, data, seed, change, image_draw=0):
@@ -199,6 +201,22 @@ def test_a_setting_above_the_default_everywhere_is_confirmed_on_fresh_images(tmp
     assert "default stays (above it on every model, but not on fresh images on s0)" in text
     assert "Confirmation on fresh test and OOD images, fashion_mnist" in text
     assert sum(1 for change, draw, _ in runs if change == {"k": 1} and not draw) == 1  # refused on s0
+
+
+def test_the_timestep_settings_halve_the_models_own_range_and_try_the_whole_one():
+    from roseood.bench.experiments.diffusion_defaults import settings
+    from roseood.models.diffusion import DiffusionModel
+
+    def ranges(lo: float, hi: float) -> dict[str, dict[str, float]]:
+        model = DiffusionModel(in_channels=1, image_size=8, widths=(4,), denoising={"t_min": lo, "t_max": hi})
+        return {k: v for k, v in settings(model).items() if k.startswith("t ∈")}
+
+    assert ranges(0.0, 0.5) == {
+        "t ∈ [0, 0.25)": {"t_max": 0.25},
+        "t ∈ [0.25, 0.5)": {"t_min": 0.25},
+        "t ∈ [0, 1)": {"t_min": 0.0, "t_max": 1.0},
+    }
+    assert ranges(0.0, 1.0) == {"t ∈ [0, 0.5)": {"t_max": 0.5}, "t ∈ [0.5, 1)": {"t_min": 0.5}}
 
 
 def test_every_bench_rescoring_follows_the_runs_progress_setting():

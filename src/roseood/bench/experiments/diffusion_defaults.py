@@ -47,7 +47,7 @@ from roseood.models.checkpoint import load_model
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model
 from roseood.models.zoo import ZOO_SEEDS, zoo_path
 
-DEFAULT: dict[str, Any] = {"t_min": 0.0, "t_max": 1.0, "fisher": "ekfac", "layers": "all", "draws": 1}
+DEFAULT: dict[str, Any] = {"fisher": "ekfac", "layers": "all", "draws": 1}  # and the model's own pairs
 STATS = "statistics images"
 FRESH = " (fresh images)"  # a confirmation run's label suffix
 FRESH_SEED_STEP = 100  # image draw d uses data seed + 100·d (the bench's data seeds are 0..2 above DATA_SEED)
@@ -55,11 +55,16 @@ SHORT = {"fashion_mnist": "fmnist", "cifar10": "cifar10"}
 
 
 def settings(model: DiffusionModel) -> dict[str, dict[str, Any]]:
-    """Each setting's name and how it differs from ``DEFAULT``."""
+    """Each setting's name and how it differs from ``DEFAULT`` and the model's own K and timestep range:
+    half and twice K, each half of the range, the whole range [0, 1) if the model's is narrower, …"""
     out: dict[str, dict[str, Any]] = {"default": {}}
-    k = model.k
+    k, lo, hi = model.k, model.denoising["t_min"], model.denoising["t_max"]
+    mid = (lo + hi) / 2
     out |= {f"K = {j}": {"k": j} for j in (max(1, k // 2), 2 * k)}
-    out |= {"t ∈ [0, 0.5)": {"t_max": 0.5}, "t ∈ [0.5, 1)": {"t_min": 0.5}, "diag Fisher": {"fisher": "diag"}}
+    out |= {f"t ∈ [{lo:g}, {mid:g})": {"t_max": mid}, f"t ∈ [{mid:g}, {hi:g})": {"t_min": mid}}
+    if (lo, hi) != (0.0, 1.0):
+        out |= {"t ∈ [0, 1)": {"t_min": 0.0, "t_max": 1.0}}
+    out |= {"diag Fisher": {"fisher": "diag"}}
     out |= {f"layers {s}": {"layers": s} for s in model.layer_sets() if s != DEFAULT["layers"]}
     return out | {"3 draws combined": {"draws": 3}}
 
@@ -74,7 +79,8 @@ def setting_scores(
 ) -> dict[str, np.ndarray]:
     """One setting's relu-norm scores of the test set and every OOD set (draws combined); ``image_draw``
     > 0 draws the test and OOD images with another seed (the Fisher and statistics images stay)."""
-    s = DEFAULT | {"k": model.k} | setting
+    own = {k: model.denoising[k] for k in ("k", "t_min", "t_max")}
+    s = DEFAULT | own | setting
     sizes = ws.profile.experiment_overrides.get("diffusion-zoo", {})
     counts = {k: v for k, v in sizes.items() if k in ("fit_samples", "stats_samples", "test_samples")}
     spec = ws.spec(model, data, OOD[data], ["rose-ekfac"], seed=DATA_SEED + seed, **counts)
@@ -121,7 +127,8 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     run stopped part-way leaves every verdict it completed."""
     started = time.time()
     rep.parts.append(
-        f"Default: {DEFAULT} and the model's own K. One change at a time; relu-norm over each layer "
+        f"Default: {DEFAULT} and the model's own K pairs and timestep range (its `denoising` "
+        "settings). One change at a time; relu-norm over each layer "
         "set's columns of one fit on all layers. Cells: mean AUROC over the OOD sets, mean ± 95 % "
         "t-interval over the zoo models (each model's value beside it). Rule (written before the runs): "
         "a setting replaces the default only if it is above the default on every zoo model. Order: the "
@@ -135,6 +142,10 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
             model = as_diffusion_model(load_model(zoo_path(name)), "the defaults bench")
             models[seed] = model.to(ws.device).eval()
         changes = settings(models[ZOO_SEEDS[0]])  # the same labels on every zoo model of a data set
+        own = models[ZOO_SEEDS[0]].denoising
+        rep.parts.append(
+            f"{data}: the zoo models' pairs: K = {own['k']} on t ∈ [{own['t_min']:g}, {own['t_max']:g})."
+        )
         free = [label for label, change in changes.items() if not needs_fit(change)]
         order = [(label, seed, 0) for label in free for seed in ZOO_SEEDS]
         for label in (label for label in changes if label not in free):
