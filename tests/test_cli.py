@@ -502,3 +502,26 @@ def test_a_colour_model_is_told_its_data_and_a_zoo_model_knows_its_own(workdir, 
     assert in_data_arg(argparse.Namespace(in_data=None, model="model.pt"), gray) == "fashion_mnist"
     own = argparse.Namespace(in_data=None, fit_data="photos/", model="rgb.pt")
     assert in_data_arg(own, rgb) == "photos/"  # the user's own images are the in-distribution
+
+
+@pytest.mark.parametrize("under_torchrun", [False, True])
+def test_the_console_command_exits_with_mains_status_and_skips_teardown_under_torchrun(
+    monkeypatch: pytest.MonkeyPatch, under_torchrun: bool
+) -> None:
+    """``rose`` (``roseood.cli.run``) exits with ``main()``'s status; a torchrun process leaves by
+    ``os._exit`` after flushing, past the interpreter exit where gloo's threads can abort."""
+    import roseood.cli as cli
+    from roseood import distributed
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code: int) -> None:
+        raise Exited(code)
+
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    monkeypatch.setattr(distributed, "launched", lambda: under_torchrun)
+    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    with pytest.raises(Exited if under_torchrun else SystemExit) as caught:
+        cli.run()
+    assert caught.value.args[0] == 3 if under_torchrun else caught.value.code == 3

@@ -1,7 +1,5 @@
 """``python -m roseood`` (and ``torchrun --nproc-per-node N -m roseood ...``): the ``rose`` command."""
 
-import sys
+from roseood.cli import run
 
-from roseood.cli import main
-
-sys.exit(main())
+run()

@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from roseood.cli import bench, detect, evaluate, info, models
 from roseood.cli.common import Parser, apply_preset
@@ -91,4 +92,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["build_parser", "main"]
+def run() -> NoReturn:
+    """The ``rose`` console command: exits with ``main()``'s status. A process torchrun started leaves
+    by ``os._exit`` once its output is flushed: its work, files and process-group teardown are done, and
+    the interpreter's own exit can still abort in gloo's threads (SIGABRT, "terminate called without an
+    active exception"), which would turn a finished run into a failed one."""
+    from roseood import distributed
+
+    code = main()
+    if distributed.launched():
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+__all__ = ["build_parser", "main", "run"]
