@@ -131,9 +131,10 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         "settings). One change at a time; relu-norm over each layer "
         "set's columns of one fit on all layers. Cells: mean AUROC over the OOD sets, mean ± 95 % "
         "t-interval over the zoo models (each model's value beside it). Rule (written before the runs): "
-        "a setting replaces the default only if it is above the default on every zoo model. Order: the "
-        "settings that reuse the default fit on every model, then the others one at a time on every model "
-        "until the rule refuses one (not above the default on a model already run)."
+        "a setting replaces the default only if it is above the default on every zoo model, and (added "
+        f"after the first runs) again on fresh test and OOD images (data seed + {FRESH_SEED_STEP}). "
+        "Order: the settings that reuse the default fit on every model, then the others one at a time on "
+        "every model until the rule refuses one (not above the default on a model already run)."
     )
     for data in ws.select_data():
         models: dict[int, DiffusionModel] = {}
