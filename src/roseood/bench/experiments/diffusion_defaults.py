@@ -158,8 +158,9 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
                 continue  # not above the default on a model already: the verdict is final, skip its fits
             if draw and (not accepted(found, label) or refused(fresh, label)):
                 continue  # fresh images confirm only a setting the first draw accepted
+            book = fresh if draw else found  # a confirmation runs the default beside the setting
             for name in ("default", label) if draw else (label,):
-                if seed in (fresh if draw else found).get(name, {}):
+                if seed in book.get(name, {}):
                     continue
                 scores = setting_scores(ws, models[seed], data, seed, changes[name], draw)
                 aurocs = {
@@ -167,7 +168,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
                     for s, v in scores.items()
                     if s in OOD[data]
                 }
-                (fresh if draw else found).setdefault(name, {})[seed] = aurocs
+                book.setdefault(name, {})[seed] = aurocs
                 rep.results[f"{data}/ddpm-{SHORT[data]}-s{seed}/{name}{FRESH if draw else ''}"] = aurocs
             if done < len(order):
                 partial = copy.deepcopy(rep)
