@@ -18,7 +18,7 @@ import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ from roseood.serialization import safe_load, save_file, share_equal_tensors
 
 SCORES_FORMAT = "roseood-scores"
 STATE_FORMAT = "roseood-state"
+T = TypeVar("T")
 
 
 class CacheWarning(RoseWarning):
@@ -66,16 +67,27 @@ class ResultCache:
     def _reason(exc: CheckpointError, path: Path) -> str:
         return str(exc).removeprefix(f"{path}: ")
 
+    def _stored(self, path: Path, read: Callable[[Path], T]) -> T | None:
+        """The entry at ``path`` as ``read`` gives it; None when there is none, or when ``read`` finds it
+        unusable (a ``CheckpointError``: then it is discarded with a one-line warning)."""
+        if path.exists() or path.is_symlink():
+            try:
+                return read(path)
+            except CheckpointError as exc:
+                self._discard(path, self._reason(exc, path))
+        return None
+
     def detector(self, key: str, load: Callable[[Path], Detector], build: Callable[[], Detector]) -> Detector:
         """The detector stored under ``key`` (via ``load``), else ``build()`` it and store it."""
         path = self._path("detectors", key)
-        if path.exists() or path.is_symlink():
-            try:
-                if field(safe_load(path, DETECTOR_FORMAT), "tag", str) != key:
-                    raise CheckpointError("it holds another entry's detector")
-                return load(path)
-            except CheckpointError as exc:
-                self._discard(path, self._reason(exc, path))
+
+        def read(path: Path) -> Detector:
+            if field(safe_load(path, DETECTOR_FORMAT), "tag", str) != key:
+                raise CheckpointError("it holds another entry's detector")
+            return load(path)
+
+        if (stored := self._stored(path, read)) is not None:
+            return stored
         det = build()
         det.save(path, tag=key)
         return det
@@ -84,11 +96,8 @@ class ResultCache:
         """The score array stored under ``key`` (checked to hold ``length`` finite rows when given),
         else ``compute()`` it and store it if it is finite."""
         path = self._path("scores", key)
-        if path.exists() or path.is_symlink():
-            try:
-                return self._read_scores(path, key, length)
-            except CheckpointError as exc:
-                self._discard(path, self._reason(exc, path))
+        if (stored := self._stored(path, lambda p: self._read_scores(p, key, length))) is not None:
+            return stored
         values = np.asarray(compute(), dtype=np.float64)
         if np.isfinite(values).all():
             save_file({"format": SCORES_FORMAT, "key": key, "scores": torch.from_numpy(values)}, path)
@@ -100,16 +109,17 @@ class ResultCache:
         """The state dict stored under ``key`` (accepted by ``check``, which raises ``CheckpointError``
         otherwise), else ``compute()`` it and store it."""
         path = self._path("states", key)
-        if path.exists() or path.is_symlink():
-            try:
-                obj = safe_load(path, STATE_FORMAT)
-                if field(obj, "key", str) != key:
-                    raise CheckpointError("it holds another entry's state")
-                state = field(obj, "state", dict)
-                check(state)
-                return state
-            except CheckpointError as exc:
-                self._discard(path, self._reason(exc, path))
+
+        def read(path: Path) -> dict[str, Any]:
+            obj = safe_load(path, STATE_FORMAT)
+            if field(obj, "key", str) != key:
+                raise CheckpointError("it holds another entry's state")
+            state = field(obj, "state", dict)
+            check(state)
+            return state
+
+        if (stored := self._stored(path, read)) is not None:
+            return stored
         state = compute()
         save_file({"format": STATE_FORMAT, "key": key, "state": share_equal_tensors(state)}, path)
         return state
