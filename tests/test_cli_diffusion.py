@@ -46,3 +46,21 @@ def test_train_export_and_evaluate_a_diffusers_folder(workdir, capsys):  # noqa:
     det = Detector.load(workdir / "rows.pt", load_model("diff-folder"))
     assert isinstance(det, ROSE) and det.rows == "each"
     assert det.mean_ is not None and det.mean_.shape == (2 * len(det.layers),)
+
+
+def test_sample_draws_a_grid_from_a_vae_and_refuses_a_model_that_cannot(workdir, capsys):  # noqa: F811
+    """`rose sample` on a VAE (the workdir's tiny one) writes its PNG grid; on a Glow, one line."""
+    from PIL import Image
+
+    from roseood.models import Glow, save_model
+
+    assert run("sample", "--model", "model.pt", "--out", "grid.png", "--images", "6") == 0
+    assert "6 images drawn from the vae model" in capsys.readouterr().out
+    with Image.open(workdir / "grid.png") as grid:
+        assert grid.mode == "L" and min(grid.size) >= 32
+    assert run("sample", "--model", "model.pt", "--out", "grid2.png", "--steps", "5") == 2
+    assert "without options, not steps" in capsys.readouterr().err
+    save_model(Glow(in_channels=1, levels=1, steps=1, hidden=4), workdir / "glow.pt")
+    assert run("sample", "--model", "glow.pt", "--out", "glow.png") == 2
+    err = capsys.readouterr().err
+    assert "cannot draw images from" in err and len(err.strip().splitlines()) == 1

@@ -41,8 +41,11 @@ def wrapped() -> nn.Module:
 
 
 OFFERS = [
-    (diffusion, ["RowsModel", "Trainable", "HeldOutMetrics", "Described", "Configured", "ModelInputs"]),
-    (lambda: VAE(ngf=4, nz=4), ["Trainable", "Described", "Configured", "ModelInputs"]),
+    (
+        diffusion,
+        ["RowsModel", "Trainable", "HeldOutMetrics", "Generates", "Described", "Configured", "ModelInputs"],
+    ),
+    (lambda: VAE(ngf=4, nz=4), ["Trainable", "Generates", "Described", "Configured", "ModelInputs"]),
     (wrapped, ["Trainable", "Named", "FromFactory", "Described", "Configured", "ModelInputs"]),
     (lambda: DiffPath(diffusion(), steps=2), ["CountsEvaluations"]),
 ]

@@ -113,6 +113,17 @@ class HeldOutMetrics(Protocol):
 
 
 @runtime_checkable
+class Generates(Protocol):
+    """A model that draws new images from what it learned (``rose sample``): a look at whether a detector
+    judged on it judges a model worth the name."""
+
+    def generate(self, n: int, seed: int = 0, **options: int) -> Tensor:
+        """``n`` images as uint8 (n, C, H, W), reproducible by ``seed``; ``options`` are the family's own
+        (a DDPM: ``steps``); one it does not know is a ``RoseError``."""
+        ...
+
+
+@runtime_checkable
 class CountsEvaluations(Protocol):
     """A detector that states its cost as the network evaluations it makes per scored image (the
     diffusion detectors: UNet forward passes), for forecasts and reports."""

@@ -113,3 +113,12 @@ def test_samples_are_images_repeatable_by_seed(tmp_path):
     assert Image.open(png).size == (4 * 10 + 2, 2 * 10 + 2)
     with pytest.raises(RoseError, match="steps"):
         sample_images(model, steps=11)
+
+
+def test_generate_is_ddim_sampling_with_steps_its_only_option():
+    from roseood.models.diffusion.quality import sample_images
+
+    model = tiny()
+    assert torch.equal(model.generate(3, seed=4, steps=2), sample_images(model, n=3, steps=2, seed=4))
+    with pytest.raises(RoseError, match="steps only, not eta"):
+        model.generate(3, eta=1)

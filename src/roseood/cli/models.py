@@ -32,7 +32,7 @@ COMMANDS = {
     "train": "train a model family or your own model (per-epoch checkpoints, --resume)",
     "check-model": "dry run: which layers of a model ROSE can use, and why not (one tiny batch)",
     "export-diffusers": "save a diffusion model as a diffusers folder (DDPMPipeline.from_pretrained)",
-    "sample": "a diffusion model's samples as one PNG grid (DDIM): what the model learned",
+    "sample": "a DDPM's (DDIM) or VAE's samples as one PNG grid: what the model learned",
 }
 
 
@@ -152,15 +152,21 @@ def cmd_export_diffusers(args: argparse.Namespace) -> None:
 
 
 def cmd_sample(args: argparse.Namespace) -> None:
+    from roseood.contracts import Generates
     from roseood.evaluation.gallery import save_grid
-    from roseood.models.diffusion import as_diffusion_model
-    from roseood.models.diffusion.quality import sample_images
+    from roseood.models.base import model_name
 
     out = checked_output(args, args.out)
-    model = as_diffusion_model(load_model_arg(args), f"sample {args.model}")
-    images = sample_images(model, n=args.images, steps=args.steps, seed=args.seed)
+    model = load_model_arg(args)
+    if not isinstance(model, Generates):
+        raise RoseError(
+            f"sample: {args.model} is a {model_name(model)} model, which roseood cannot draw images from "
+            "(a DDPM or a VAE can)"
+        )
+    options = {} if args.steps is None else {"steps": args.steps}
+    images = model.generate(args.images, seed=args.seed, **options)
     save_grid(images.numpy(), out)
-    print(f"wrote {out}: {args.images} images by DDIM in {args.steps} steps (seed {args.seed})")
+    print(f"wrote {out}: {args.images} images drawn from the {model_name(model)} model (seed {args.seed})")
 
 
 def _add_train_args(p: argparse.ArgumentParser) -> None:
@@ -271,12 +277,10 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_export_diffusers, device="cpu")
 
     p = sub.add_parser("sample", help=COMMANDS["sample"])
-    p.add_argument(
-        "--model", required=True, help="a diffusion model (checkpoint, diffusers folder or zoo name)"
-    )
+    p.add_argument("--model", required=True, help="a DDPM or VAE (checkpoint, diffusers folder or zoo name)")
     p.add_argument("--out", required=True, help="PNG file to write")
     p.add_argument("--images", type=v.count, default=64, help="images to generate")
-    p.add_argument("--steps", type=v.count, default=50, help="DDIM steps")
+    p.add_argument("--steps", type=v.count, help="DDIM steps (DDPMs only; unset: 50)")
     p.add_argument("--seed", type=v.seed, default=0, help="seed of the starting noise")
     add_device(p)
     add_overwrite(p)

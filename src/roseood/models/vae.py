@@ -173,6 +173,23 @@ class VAE(GenerativeModel):
     def train_loss(self, x: Tensor) -> Tensor:
         return self.neg_elbo(x, sample=True)
 
+    @torch.no_grad()
+    def generate(self, n: int, seed: int = 0, **options: int) -> Tensor:
+        """``n`` images decoded from latents drawn from the prior, each pixel the mean of its 256-way
+        categorical (the usual picture of a VAE's samples; drawing every pixel independently adds noise)."""
+        if options:
+            raise RoseError(f"a VAE generates without options, not {', '.join(sorted(options))}")
+        if n < 1:
+            raise RoseError(f"generating needs n ≥ 1, got {n}")
+        device = next(self.parameters()).device
+        z = torch.randn(n, self.nz, generator=torch.Generator().manual_seed(seed)).to(device)
+        was_training = self.training
+        self.eval()
+        levels = torch.arange(256, dtype=torch.float32, device=device).view(1, 1, 256, 1, 1)
+        out = [(self.decoder(zb).softmax(2) * levels).sum(2) for zb in z.split(64)]
+        self.train(was_training)
+        return torch.cat(out).round().clamp(0, 255).to(torch.uint8).cpu()
+
 
 def authors_key_map(ngf: int, nz: int, channels: int = 1) -> dict[str, str]:
     """Map the released checkpoints' module names (shinypond/ood_detection) to ours."""

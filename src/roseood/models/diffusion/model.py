@@ -321,6 +321,15 @@ class DiffusionModel(GenerativeModel):
 
         return held_out_metrics(self, x)
 
+    def generate(self, n: int, seed: int = 0, **options: int) -> Tensor:
+        """``n`` images by DDIM (``steps``, default 50; ``roseood.models.diffusion.quality``)."""
+        from roseood.models.diffusion.quality import sample_images
+
+        unknown = set(options) - {"steps"}
+        if unknown:
+            raise RoseError(f"a diffusion model generates with steps only, not {', '.join(sorted(unknown))}")
+        return sample_images(self, n=n, steps=options.get("steps", 50), seed=seed)
+
     @torch.no_grad()
     def _update_ema(self) -> None:
         """EMA with diffusers' warm-up: decay min(ema_decay, (1 + s) / (10 + s)) at step s."""
