@@ -60,3 +60,23 @@ def test_the_band_rows_on_ddpms_are_the_methods_own_scores(tmp_path, tiny_zoo, m
     text = report.read_text()
     assert "| rose-bands-stats |" in text and "the band scores (every row's gradient) instead" in text
     assert "ddpm/rose-bands" in results["verdicts"]
+
+
+def test_the_cifar10_vaes_are_the_zoos_three(tmp_path, monkeypatch):
+    """On CIFAR-10 the VAE family is the zoo's three VAEs (tiny stand-ins here), each with its own data
+    seed, as the DDPMs are."""
+    import torch
+
+    from roseood.bench.experiments.diffusion import DATA_SEED
+    from roseood.models import save_model
+    from roseood.models.vae import VAE
+    from roseood.models.zoo import write_checksums
+
+    for s in range(3):
+        torch.manual_seed(s)
+        save_model(VAE(in_channels=3, ngf=4, nz=4), tmp_path / "zoo" / f"vae-cifar10-s{s}" / "model.pt")
+    write_checksums(tmp_path / "zoo")
+    monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path / "zoo"))
+    ws = smoke_workspace(tmp_path / "bench", models=("vae",), datasets=("cifar10",))
+    found = [(family, label, seed) for family, label, _, seed in near_ood_models(ws, "cifar10")]
+    assert found == [("vae", f"vae-cifar10-s{s}", DATA_SEED + s) for s in range(3)]

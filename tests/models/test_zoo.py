@@ -3,30 +3,47 @@ damaged, extended or missing file is refused in one line."""
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import pytest
 import torch
 
+from roseood.data import load_images
+from roseood.data.tensors import as_image_tensor
 from roseood.errors import CheckpointError, RoseError
-from roseood.models import load_model
+from roseood.models import load_model, save_model
+from roseood.models.checkpoint import model_fingerprint
 from roseood.models.diffusion import DiffusionModel
+from roseood.models.vae import VAE
 from roseood.models.zoo import ZOO_NAMES, write_checksums, zoo_data, zoo_dir, zoo_path
+from tests.conftest import needs_shared_data
 
 
-@pytest.mark.parametrize("name", ZOO_NAMES)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=needs_shared_data) if n.startswith("vae-") else n for n in ZOO_NAMES]
+)
 def test_every_zoo_model_matches_its_checksums_loads_by_name_and_runs(name):
     folder = zoo_path(name)  # every file against zoo/SHA256SUMS
     model = load_model(name)
-    assert isinstance(model, DiffusionModel) and folder.name == name
+    assert folder.name == name
     channels = 1 if zoo_data(name) == "fashion_mnist" else 3
     assert model.input_shape == (channels, 32, 32)
-    assert model.denoising["k"] == 8 and model.ema_decay == 0.999
     x = torch.rand(1, channels, 32, 32, generator=torch.Generator().manual_seed(0))
     loss = model.nll(x)
-    # a trained DDPM's ε-MSE per pixel on a uniform-noise image stays within a few times its ε variance
     assert loss.shape == (1,) and torch.isfinite(loss).all()
-    assert 0 < loss.item() / (8 * x[0].numel()) < 5
+    if name.startswith("ddpm-"):
+        assert isinstance(model, DiffusionModel)
+        assert model.denoising["k"] == 8 and model.ema_decay == 0.999
+        # a trained DDPM's ε-MSE per pixel on a uniform-noise image stays within a few times its ε variance
+        assert 0 < loss.item() / (8 * x[0].numel()) < 5
+    else:
+        assert isinstance(model, VAE) and (model.ngf, model.nz) == (32, 200)
+        # a trained CIFAR-10 VAE's ELBO on one of its test images (the shared data): between a good
+        # model's few bits/dim and the 8 of a uniform code (nll is in nats per image)
+        test = as_image_tensor(load_images("cifar10", n=1, seed=0, channels=3, size=32).images)
+        bpd = model.nll(test).item() / (test[0].numel() * math.log(2))
+        assert 3 < bpd < 8
 
 
 @pytest.fixture
@@ -64,3 +81,17 @@ def test_a_model_absent_from_the_zoo_says_where_it_ships(copy):
         zoo_path(ZOO_NAMES[-1])
     with pytest.raises(RoseError, match="unknown zoo model"):
         zoo_path("ddpm-svhn-s0")
+
+
+def test_a_vae_folder_loads_its_checkpoint_by_name(tmp_path, monkeypatch):
+    """A family shipped as a roseood checkpoint (the VAEs) loads by name from ``NAME/model.pt``, checked."""
+    torch.manual_seed(0)
+    model = VAE(in_channels=3, ngf=4, nz=4)
+    save_model(model, tmp_path / "vae-cifar10-s1" / "model.pt")
+    write_checksums(tmp_path)
+    monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path))
+    loaded = load_model("vae-cifar10-s1")
+    assert isinstance(loaded, VAE) and model_fingerprint(loaded) == model_fingerprint(model)
+    (tmp_path / "vae-cifar10-s1" / "model.pt").write_bytes(b"damaged")
+    with pytest.raises(CheckpointError, match="does not match its checksum"):
+        load_model("vae-cifar10-s1")

@@ -99,7 +99,8 @@ def _user_model_error(path: str | Path, obj: dict[str, Any]) -> CheckpointError:
 def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[RoseModel, dict[str, Any]]:
     """Rebuild the model stored at ``path``; also return the raw file dict (for training state).
     A folder saved by diffusers (a pipeline or a UNet2DModel's folder) loads as a diffusion model, and so
-    does the name of a zoo model (``ddpm-fmnist-s0``, see ``roseood.models.zoo``) where no file has it.
+    does the name of a zoo model (``ddpm-fmnist-s0``, ``vae-cifar10-s0``, see ``roseood.models.zoo``) where
+    no file has it.
 
     A built-in family is rebuilt from its registry by the stored config; any other model only by
     ``model_module`` ("file.py:factory" or "package.module:factory"), the user's own code: a factory
@@ -108,10 +109,10 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     from roseood.models.diffusion import is_diffusers_folder, load_diffusers
     from roseood.models.families import FAMILIES
     from roseood.models.user import load_factory
-    from roseood.models.zoo import ZOO_NAMES, zoo_path
+    from roseood.models.zoo import ZOO_NAMES, zoo_model
 
     if model_module is None and str(path) in ZOO_NAMES and not Path(path).exists():
-        path = zoo_path(str(path))
+        path = zoo_model(str(path))
     if model_module is None and is_diffusers_folder(path):
         return load_diffusers(path), {}
     obj = safe_load(path, MODEL_FORMAT)

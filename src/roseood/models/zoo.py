@@ -1,7 +1,9 @@
-"""The reference zoo: DDPMs trained by ``rose train diffusion`` and shipped in the repository's ``zoo/``
-folder (not in the wheel), named ``ddpm-fmnist-s0`` … ``ddpm-cifar10-s2`` (data set and training seed).
+"""The reference zoo: models trained here and shipped in the repository's ``zoo/`` folder (not in the
+wheel), named family-data-seed: the DDPMs ``ddpm-fmnist-s0`` … ``ddpm-cifar10-s2`` (``rose train
+diffusion``, diffusers folders) and the VAEs ``vae-cifar10-s0`` … ``-s2`` (``rose train vae``, a roseood
+checkpoint ``model.pt`` in their folder).
 
-A name loads wherever a model path is taken (``--model ddpm-fmnist-s0``, ``load_model("ddpm-fmnist-s0")``)
+A name loads wherever a model path is taken (``--model ddpm-fmnist-s0``, ``load_model("vae-cifar10-s1")``)
 once its folder's files match ``zoo/SHA256SUMS``; ``$ROSEOOD_ZOO`` points to another copy of the folder.
 ``zoo/README.md`` lists each model's size, training and quality, and ``zoo/build.sh`` rebuilds it.
 """
@@ -16,7 +18,14 @@ from roseood.serialization import file_digest
 
 ZOO_DATA = {"fmnist": "fashion_mnist", "cifar10": "cifar10"}  # name part -> training data set
 ZOO_SEEDS = (0, 1, 2)
-ZOO_NAMES = tuple(f"ddpm-{short}-s{seed}" for short in ZOO_DATA for seed in ZOO_SEEDS)
+ZOO_FAMILIES = {"ddpm": ("fmnist", "cifar10"), "vae": ("cifar10",)}  # family -> the data sets it has
+ZOO_NAMES = tuple(
+    f"{family}-{short}-s{seed}"
+    for family, shorts in ZOO_FAMILIES.items()
+    for short in shorts
+    for seed in ZOO_SEEDS
+)
+CHECKPOINT = "model.pt"  # a zoo folder's roseood checkpoint (families that are not diffusers folders)
 SUMS = "SHA256SUMS"
 
 
@@ -30,6 +39,14 @@ def zoo_data(name: str) -> str:
     """The data set a zoo model was trained on (``ddpm-fmnist-s1`` → ``fashion_mnist``)."""
     check_name(name)
     return ZOO_DATA[name.split("-")[1]]
+
+
+def zoo_model(name: str) -> Path:
+    """What ``load_model`` reads for zoo model ``name`` (checked): its checkpoint file, or its diffusers
+    folder."""
+    folder = zoo_path(name)
+    file = folder / CHECKPOINT
+    return file if file.is_file() else folder
 
 
 def check_name(name: str) -> None:

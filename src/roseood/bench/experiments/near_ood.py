@@ -9,7 +9,8 @@ every OOD set are cached; every variant is then fitted on the statistics images'
 ``ROSE.fit_stats`` fits it, so the variants differ only in what they aggregate and how; on a DDPM the band
 variants (``rose-bands``, ``rose-bands-stats``) read the same Fisher's scores of every row. Models:
 Fashion-MNIST: the authors' VAE (shipped), the bench's Glow and PixelCNN, the zoo's three DDPMs
-(``--models ddpm``); CIFAR-10: the bench's VAE, Glow and PixelCNN, the zoo's three DDPMs.
+(``--models ddpm``); CIFAR-10: the zoo's three VAEs (the paper's recipe), the bench's Glow and PixelCNN,
+the zoo's three DDPMs. The zoo's models of one data set take data seeds 2021 + their training seed.
 
 The rule, written before any run: a variant becomes the default of ``rose evaluate`` for a model family
 only if its mean AUROC over the data set's OOD sets is above ``rose-ekfac``'s on every model of that
@@ -44,7 +45,7 @@ from roseood.evaluation.rescoring import Columns, LayerScores
 from roseood.models.base import RoseModel, model_name
 from roseood.models.checkpoint import load_model, model_fingerprint
 from roseood.models.diffusion import as_diffusion_model
-from roseood.models.zoo import ZOO_SEEDS, zoo_path
+from roseood.models.zoo import ZOO_SEEDS
 
 DEFAULT = "rose-ekfac"
 
@@ -71,15 +72,21 @@ def near_ood_models(ws: Workspace, data: str) -> list[tuple[str, str, RoseModel,
     for kind in ws.select_models(("vae", "glow", "pixelcnn")):
         if kind == "vae" and data == "fashion_mnist":
             out.append(("vae", "authors' VAE", demo_model(), seed))
-            continue
-        recipe = {"vae": ws.vae, "glow": ws.glow, "pixelcnn": ws.pixelcnn}[kind](data)
-        out.append((kind, recipe.name, ws.model(recipe), seed))
+        elif kind == "vae":
+            out += [("vae", name, load_model(name), DATA_SEED + s) for s, name in _zoo("vae", data)]
+        else:
+            recipe = {"glow": ws.glow, "pixelcnn": ws.pixelcnn}[kind](data)
+            out.append((kind, recipe.name, ws.model(recipe), seed))
     if "ddpm" in ws.models:
-        for s in ZOO_SEEDS:
-            name = f"ddpm-{ZOO_SHORT[data]}-s{s}"
-            model = as_diffusion_model(load_model(zoo_path(name)), "the near-OOD bench")
+        for s, name in _zoo("ddpm", data):
+            model = as_diffusion_model(load_model(name), "the near-OOD bench")
             out.append(("ddpm", name, model, DATA_SEED + s))
     return [(f, label, m.to(ws.device).eval(), s) for f, label, m, s in out]
+
+
+def _zoo(family: str, data: str) -> list[tuple[int, str]]:
+    """(training seed, name) of the zoo's models of ``family`` trained on ``data``."""
+    return [(s, f"{family}-{ZOO_SHORT[data]}-s{s}") for s in ZOO_SEEDS]
 
 
 def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: int) -> dict[str, Any]:
