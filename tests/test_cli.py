@@ -525,3 +525,21 @@ def test_the_console_command_exits_with_mains_status_and_skips_teardown_under_to
     with pytest.raises(Exited if under_torchrun else SystemExit) as caught:
         cli.run()
     assert caught.value.args[0] == 3 if under_torchrun else caught.value.code == 3
+
+
+def test_fit_and_evaluate_take_the_model_familys_method_when_none_is_named(workdir, capsys):
+    """A VAE's default is rose-gmm-stats (the near-OOD bench's verdict), said in one line by `rose fit`;
+    `rose evaluate` puts it before rose-ekfac, rose-diag and nll."""
+    from roseood.detectors import ROSE
+
+    args = ("--model", "model.pt", "--fit-samples", "40", "--stats-samples", "30")
+    assert run("fit", *args, "--out", "det.pt", "--quiet") == 0
+    assert "--method rose-gmm-stats: the default for this model's family" in capsys.readouterr().err
+    det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
+    assert isinstance(det, ROSE) and det.features == "layers,stats" and det.aggregate.startswith("gmm")
+    code = run(
+        "evaluate", *args, "--ood", "mnist", "--test-samples", "10", "--bootstrap", "0", "--json", "r.json"
+    )
+    assert code == 0, capsys.readouterr().err
+    methods = list(json.loads((workdir / "r.json").read_text())["results"])
+    assert methods == ["rose-gmm-stats", "rose-ekfac", "rose-diag", "nll"]

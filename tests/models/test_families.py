@@ -118,3 +118,17 @@ def test_latent_models_are_told_by_their_attributes_on_every_python() -> None:
     # not see from Python 3.12 on: IWAE and Likelihood Regret then refused every VAE there.
     assert is_latent_model(VAE(in_channels=1, ngf=4, nz=4))
     assert not is_latent_model(Glow(in_channels=1, image_size=32, levels=2, steps=1, hidden=4))
+
+
+def test_a_familys_default_method_is_the_near_ood_verdict_else_the_papers():
+    from roseood import wrap
+    from roseood.models import VAE, Glow
+    from roseood.models.families import default_method
+
+    assert default_method(VAE(ngf=4, nz=4)) == "rose-gmm-stats"
+    assert default_method(Glow(in_channels=1, levels=1, steps=1, hidden=4)) == "rose-ekfac"
+    module = torch.nn.Linear(4, 1)
+    assert (
+        default_method(wrap(module, lambda x: module(x.flatten(1)).squeeze(1), input_shape=(1, 2, 2)))
+        == "rose-ekfac"
+    )

@@ -39,9 +39,14 @@ COMMANDS = {
 
 def cmd_fit(args: argparse.Namespace) -> None:
     from roseood.evaluation.evaluate import fit_calibrated
+    from roseood.models.families import default_method
+    from roseood.progress import note
 
     checked_output(args, args.out)
     models = load_models_arg(args)
+    if args.method is None:
+        args.method = default_method(models[0])
+        note(f"--method {args.method}: the default for this model's family")
     spec = spec_from_args(args, [args.method], models[0])
     model = models if len(models) > 1 else models[0]
     fitted = fit_calibrated(args.method, model, spec, tpr=args.tpr, progress=not args.quiet)
@@ -189,8 +194,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--method",
         type=v.cli_type(lambda text, _: v.check_choice(text, list(METHODS), "method"), str),
-        default="rose-ekfac",
-        help=f"one of: {methods}",
+        help=f"one of: {methods} (unset: the model family's, rose-ekfac but for VAEs, rose-gmm-stats)",
     )
     add_tpr(p)
     p.add_argument("--out", required=True, help="detector file to write")

@@ -85,8 +85,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     paths = args.model or [None]
     if (args.scores or args.save_detector) and len(paths) > 1 and not args.ensemble:
         raise RoseError("--scores and --save-detector take one model (or --ensemble): evaluate one at a time")
-    if args.save_detector and len(args.methods) != 1:
-        raise RoseError(f"--save-detector saves one detector: name one --methods, not {len(args.methods)}")
+    if args.save_detector and (args.methods is None or len(args.methods) != 1):
+        given = "none" if args.methods is None else len(args.methods)
+        raise RoseError(f"--save-detector saves one detector: name one --methods, not {given}")
     if args.ensemble:
         if len(paths) < 2:
             raise RoseError("--ensemble needs two or more --model")
@@ -150,10 +151,19 @@ def _evaluate(
     return evaluate(model, spec, progress=not args.quiet, cache=cache, examples=examples, tpr=tpr)
 
 
+def _methods(args: argparse.Namespace, model: RoseModel) -> list[str]:
+    """``--methods``, else the model family's method followed by rose-ekfac, rose-diag and nll."""
+    from roseood.models.families import default_method
+
+    if args.methods is not None:
+        return list(args.methods)
+    return list(dict.fromkeys([default_method(model), "rose-ekfac", "rose-diag", "nll"]))
+
+
 def _evaluate_one(args: argparse.Namespace, path: str | list[str] | None) -> EvaluationResult:
     model = [load_model_arg(args, p) for p in path] if isinstance(path, list) else load_model_arg(args, path)
     first = model[0] if isinstance(model, list) else model
-    result = _evaluate(args, model, spec_from_args(args, list(args.methods), first))
+    result = _evaluate(args, model, spec_from_args(args, _methods(args, first), first))
     if args.verbose:
         settings = {k: v for k, v in result.settings.items() if k != "model_config"}
         print(json.dumps(settings, indent=1, ensure_ascii=False))
@@ -170,7 +180,7 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
 
     names = model_names(paths)
     models = [load_model_arg(args, p) for p in paths]  # every file checked before hours of work on any
-    spec = spec_from_args(args, list(args.methods), models[0])
+    spec = spec_from_args(args, _methods(args, models[0]), models[0])
     results: dict[str, EvaluationResult] = {}
     for name, path, model in zip(names, paths, models, strict=True):
         print(f"\n=== model {name} ({path}) ===")
@@ -212,8 +222,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--methods",
         type=cli_names(METHODS, "method"),
-        default="rose-ekfac,rose-diag,nll",
-        help=f"comma-separated detection methods, of: {', '.join(METHODS)}",
+        help=f"comma-separated detection methods, of: {', '.join(METHODS)} (unset: the model family's "
+        "method, then rose-ekfac, rose-diag and nll; a VAE's is rose-gmm-stats)",
     )
     p.add_argument("--test-samples", type=v.count, default=5000, help="images scored per test set")
     p.add_argument(
