@@ -14,6 +14,7 @@ from sklearn.covariance import LedoitWolf
 from roseood.detectors import ROSE, Detector
 from roseood.detectors.aggregation import (
     AGGREGATIONS,
+    ReluNorm,
     layer_problems,
     make_aggregation,
     threshold_at,
@@ -212,3 +213,19 @@ def test_files_without_an_aggregation_state_load_as_the_papers_score(tiny_vae, i
     z = (det.layer_scores(images) - det.mean_) / det.std_
     np.testing.assert_allclose(old.score(images), torch.relu(z).amax(1).numpy())
     assert math.isinf(old.p)
+
+
+def test_a_list_of_betas_holds_one_per_column_when_fitted_and_loaded():
+    """Found by the resealed-file property test: a list β of another length reached numpy's broadcasting
+    when scoring; now fitting and loading refuse it in one line."""
+    from roseood.errors import CheckpointError
+
+    with pytest.raises(RoseError, match="empty list"):
+        ReluNorm(beta=[])
+    raw = np.random.default_rng(0).random((20, 3)) + 0.5
+    with pytest.raises(RoseError, match="2 values for 3 layer-score columns"):
+        ReluNorm(beta=[0.0, 1.0]).fit(raw)
+    fitted = ReluNorm(beta=[0.0, 1.0, 2.0])
+    fitted.fit(raw)
+    with pytest.raises(CheckpointError, match="3 values for 4 layer-score columns"):
+        fitted.load_state({k: torch.cat([v, v[:1]]) for k, v in fitted.state().items()}, 4)

@@ -103,14 +103,22 @@ class ZScore(Aggregation):
             raise RoseError(f"p must be ≥ 1 (or inf), got {p}")
         if ties not in TIE_RULES:
             raise RoseError(f"ties must be one of {', '.join(TIE_RULES)}, got {ties!r}")
+        if isinstance(beta, list) and not beta:
+            raise RoseError("beta: a number or one number per layer, got an empty list")
         self.beta, self.p, self.ties = beta, p, ties
         self.mean_: np.ndarray | None = None
         self.std_: np.ndarray | None = None
+
+    def _check_beta(self, columns: int, error: type[RoseError]) -> None:
+        """A list of β holds one value per layer-score column."""
+        if isinstance(self.beta, list) and len(self.beta) != columns:
+            raise error(f"beta: {len(self.beta)} values for {columns} layer-score columns")
 
     def _values(self, raw: np.ndarray) -> np.ndarray:
         return log_scores(raw) if self.log else raw
 
     def fit(self, raw: np.ndarray) -> None:
+        self._check_beta(raw.shape[1], RoseError)
         v = torch.from_numpy(self._values(raw))  # torch's reductions: the same numbers as ROSE had before
         self.mean_, self.std_ = v.mean(0).numpy(), v.std(0).clamp_min(1e-12).numpy()
 
@@ -142,6 +150,7 @@ class ZScore(Aggregation):
         std = tensor(state.get("std"), "aggregation.std", shape=(columns,))
         if bool(mean.isnan().any()) or not bool((std > 0).all()):
             raise CheckpointError("field 'aggregation.mean'/'std': NaN means or non-positive deviations")
+        self._check_beta(columns, CheckpointError)
         self.mean_, self.std_ = mean.double().numpy(), std.double().numpy()
 
 
