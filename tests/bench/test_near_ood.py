@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from roseood.bench import run_experiment
 from roseood.bench.experiments.near_ood import BANDS, DEFAULT, VARIANTS, near_ood_models
@@ -80,3 +81,22 @@ def test_the_cifar10_vaes_are_the_zoos_three(tmp_path, monkeypatch):
     ws = smoke_workspace(tmp_path / "bench", models=("vae",), datasets=("cifar10",))
     found = [(family, label, seed) for family, label, _, seed in near_ood_models(ws, "cifar10")]
     assert found == [("vae", f"vae-cifar10-s{s}", DATA_SEED + s) for s in range(3)]
+
+
+@needs_shared_data
+def test_the_benchs_own_models_are_one_per_training_seed(tmp_path):
+    """The Glows the bench trains for near-ood are one per training seed of the profile, each trained
+    from its own seed and judged on data seed 2021 + that seed, as the zoo's models are."""
+    from dataclasses import replace
+
+    from roseood.bench.experiments.diffusion import DATA_SEED
+
+    ws = smoke_workspace(tmp_path, models=("glow",), datasets=("fashion_mnist",))
+    ws.profile = replace(ws.profile, near_ood_seeds=(0, 1))
+    found = near_ood_models(ws, "fashion_mnist")
+    assert [(family, label[-3:], seed) for family, label, _, seed in found] == [
+        ("glow", "-s0", DATA_SEED),
+        ("glow", "-s1", DATA_SEED + 1),
+    ]
+    first, second = (dict(model.named_parameters()) for _, _, model, _ in found)
+    assert any(not torch.equal(first[k], second[k]) for k in first)  # two trainings, not one model twice

@@ -83,6 +83,7 @@ class Profile:
     diffusion_seeds: tuple[int, ...] = (0, 1, 2)
     diffusion_k: int = 8
     diffusion_draws: int = 3  # noise draws of the K pairs in diffusion-zoo
+    near_ood_seeds: tuple[int, ...] = (0, 1, 2)  # training seeds of near-ood's own Glows and PixelCNNs
 
     def settings(self) -> dict[str, Any]:
         """Everything about the profile, for reports."""
@@ -203,6 +204,7 @@ PROFILES: dict[str, Profile] = {
             diffusion_seeds=(0, 1),
             diffusion_k=2,
             diffusion_draws=2,
+            near_ood_seeds=(0,),
             experiment_overrides={
                 "diffusion": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
                 "diffusion-zoo": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
