@@ -183,7 +183,7 @@ def test_ties_at_the_threshold_are_reported_with_the_fix(raw):
         (lambda n: np.r_[np.inf, np.ones(n - 1)], "non-finite layer scores"),
         (lambda n: np.logspace(10, 20, n), "dynamic range"),
         (lambda n: np.full(n, 7.0) + np.arange(n) * 1e-12, "barely vary"),
-        (lambda n: np.r_[np.zeros(n // 4), np.arange(1, n - n // 4 + 1.0)], "tied layer scores"),
+        (lambda n: np.r_[np.zeros(n // 4), np.arange(1, n - n // 4 + 1.0)], "tied scores"),
     ],
 )
 def test_each_layer_problem_names_the_layer(raw, column, expected):
@@ -191,6 +191,9 @@ def test_each_layer_problem_names_the_layer(raw, column, expected):
     bad[:, 1] = column(len(raw))
     [message] = layer_problems(bad, LAYERS)
     assert message.startswith("layer b:") and expected in message
+    # a column that is no layer (a model statistic, the images' complexity): --layers cannot drop it
+    [message] = layer_problems(bad, LAYERS, extras=["b"])
+    assert message.startswith("column b:") and expected in message and "--layers" not in message
 
 
 def test_rose_warns_at_fit_time_and_keeps_the_warning(tiny_vae, images, tmp_path):

@@ -194,7 +194,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--method",
         type=v.cli_type(lambda text, _: v.check_choice(text, list(METHODS), "method"), str),
-        help=f"one of: {methods} (unset: the model family's, rose-ekfac but for VAEs, rose-gmm-stats)",
+        help=f"one of: {methods} (unset: the model family's: rose-gmm-stats for VAEs, rose-gmm-all for "
+        "Glows, else rose-ekfac)",
     )
     add_tpr(p)
     p.add_argument("--out", required=True, help="detector file to write")

@@ -223,7 +223,7 @@ def register(sub: Any) -> None:
         "--methods",
         type=cli_names(METHODS, "method"),
         help=f"comma-separated detection methods, of: {', '.join(METHODS)} (unset: the model family's "
-        "method, then rose-ekfac, rose-diag and nll; a VAE's is rose-gmm-stats)",
+        "method, then rose-ekfac, rose-diag and nll; a VAE's is rose-gmm-stats, a Glow's rose-gmm-all)",
     )
     p.add_argument("--test-samples", type=v.count, default=5000, help="images scored per test set")
     p.add_argument(

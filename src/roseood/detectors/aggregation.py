@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from typing import Any, ClassVar
 
 import numpy as np
@@ -375,35 +376,42 @@ def threshold_at(held_out_scores: np.ndarray, tpr: float = DECISION_TPR) -> floa
     return float(np.quantile(held_out_scores, tpr, method="higher"))
 
 
-def layer_problems(raw: np.ndarray, layers: list[str]) -> list[str]:
+def layer_problems(raw: np.ndarray, layers: list[str], extras: Collection[str] = ()) -> list[str]:
     """What makes statistics-image layer scores (N, L) unusable, one message per finding naming the
-    layer and a fix: non-finite, exploding (dynamic range), near-constant or tied scores."""
+    layer and a fix: non-finite, exploding (dynamic range), near-constant or tied scores. ``extras``:
+    the columns that are no layer (the model's statistics, the images' complexity), whose fix is a
+    method without them."""
     found = []
     for j, layer in enumerate(layers):
         col = raw[:, j]
+        name, drop = (
+            (f"column {layer}", "use a method without it (rose-gmm reads the layer scores alone)")
+            if layer in extras
+            else (f"layer {layer}", "drop it from --layers")
+        )
         bad = int((~np.isfinite(col)).sum())
         if bad:
             found.append(
-                f"layer {layer}: {bad} of {len(col)} statistics images have non-finite layer scores "
-                "(singular Fisher or overflowing gradients); increase the damping or drop the layer"
+                f"{name}: {bad} of {len(col)} statistics images have non-finite layer scores "
+                f"(singular Fisher or overflowing gradients); increase the damping or {drop}"
             )
             continue
         positive = col[col > 0]
         if len(positive) and positive.max() / positive.min() > DYNAMIC_RANGE:
             found.append(
-                f"layer {layer}: scores span {positive.min():.3g} to {positive.max():.3g} (dynamic range "
+                f"{name}: scores span {positive.min():.3g} to {positive.max():.3g} (dynamic range "
                 f"> {DYNAMIC_RANGE:.0e}); z-scores are dominated by a few images: use --aggregate log-z"
             )
         if col.std() <= MIN_RELATIVE_STD * max(abs(col.mean()), 1e-300):
             found.append(
-                f"layer {layer}: scores barely vary on the statistics images (std {col.std():.3g}, mean "
-                f"{col.mean():.3g}); its z-scores are noise: drop it from --layers"
+                f"{name}: scores barely vary on the statistics images (std {col.std():.3g}, mean "
+                f"{col.mean():.3g}); its z-scores are noise: {drop}"
             )
         share = tie_share(col)
         if share > TIE_SHARE:
             found.append(
-                f"layer {layer}: {share:.0%} of the statistics images have tied layer scores (e.g. "
-                "exactly 0): drop it from --layers or use --aggregate log-z"
+                f"{name}: {share:.0%} of the statistics images have tied scores (e.g. exactly 0): "
+                f"{drop} or use --aggregate log-z"
             )
     return found
 

@@ -437,7 +437,7 @@ class ROSE(Detector):
             self.trend_.fit(raw.numpy(), loss.numpy())
         values = np.concatenate([adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust), extra], 1)
         columns = column_names(self.columns, self.adjust) + self.extra_columns_
-        self.fit_warnings_ = self._warn(layer_problems(values, columns))
+        self.fit_warnings_ = self._warn(layer_problems(values, columns, self.extra_columns_))
         self.aggregation_.fit(values)
         self.fit_warnings_ += self._warn(tie_problem(values, columns, self.aggregation_))
 
