@@ -380,7 +380,7 @@ def layer_problems(raw: np.ndarray, layers: list[str], extras: Collection[str] =
     """What makes statistics-image layer scores (N, L) unusable, one message per finding naming the
     layer and a fix: non-finite, exploding (dynamic range), near-constant or tied scores. ``extras``:
     the columns that are no layer (the model's statistics, the images' complexity), whose fix is a
-    method without them."""
+    method without them; their ties are not reported (a compressed size counts whole bytes)."""
     found = []
     for j, layer in enumerate(layers):
         col = raw[:, j]
@@ -407,7 +407,7 @@ def layer_problems(raw: np.ndarray, layers: list[str], extras: Collection[str] =
                 f"{name}: scores barely vary on the statistics images (std {col.std():.3g}, mean "
                 f"{col.mean():.3g}); its z-scores are noise: {drop}"
             )
-        share = tie_share(col)
+        share = tie_share(col) if layer not in extras else 0.0  # PNG sizes are whole bytes: ties are data
         if share > TIE_SHARE:
             found.append(
                 f"{name}: {share:.0%} of the statistics images have tied scores (e.g. exactly 0): "
