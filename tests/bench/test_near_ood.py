@@ -42,9 +42,9 @@ def test_the_band_rows_on_ddpms_are_the_methods_own_scores(tmp_path, tiny_zoo, m
     """On the zoo's DDPMs (a tiny stand-in for the first) the band variants join the table, read from the
     shared Fisher's scores of every row, and equal what `rose evaluate` gives for rose-bands and
     rose-bands-stats."""
-    from roseood.bench.experiments import near_ood
+    from roseood.models import zoo
 
-    monkeypatch.setattr(near_ood, "ZOO_SEEDS", (0,))  # one model: the CI's time
+    monkeypatch.setattr(zoo, "ZOO_SEEDS", (0,))  # one model: the CI's time
     ws = smoke_workspace(tmp_path / "bench", models=("ddpm",), datasets=("fashion_mnist",))
     report = run_experiment("near-ood", ws)
     results = json.loads((report.parent / "results.json").read_text())["results"]

@@ -41,6 +41,16 @@ def zoo_data(name: str) -> str:
     return ZOO_DATA[name.split("-")[1]]
 
 
+def zoo_seeds(family: str, data: str) -> list[tuple[int, str]]:
+    """(training seed, name) of the zoo's ``family`` models trained on data set ``data``
+    (``("ddpm", "fashion_mnist")`` → ``(0, "ddpm-fmnist-s0")`` …); names checked."""
+    short = next(k for k, v in ZOO_DATA.items() if v == data)
+    found = [(seed, f"{family}-{short}-s{seed}") for seed in ZOO_SEEDS]
+    for _, name in found:
+        check_name(name)
+    return found
+
+
 def zoo_model(name: str) -> Path:
     """What ``load_model`` reads for zoo model ``name`` (checked): its checkpoint file, or its diffusers
     folder."""

@@ -46,7 +46,7 @@ from roseood.evaluation.rescoring import Columns, LayerScores
 from roseood.models.base import RoseModel, model_name
 from roseood.models.checkpoint import load_model, model_fingerprint
 from roseood.models.diffusion import as_diffusion_model
-from roseood.models.zoo import ZOO_SEEDS
+from roseood.models.zoo import zoo_seeds
 
 DEFAULT = "rose-ekfac"
 
@@ -61,7 +61,6 @@ VARIANTS = {DEFAULT: ("relu-norm", "layers")} | _aggregations(NEAR_OOD_METHODS)
 BANDS = _aggregations(BAND_METHODS)
 ALL_FEATURES = "layers,stats,complexity"
 FAR = {"fashion_mnist": ("noise", "constant"), "cifar10": ("mnist", "fashion_mnist", "noise", "constant")}
-ZOO_SHORT = {"fashion_mnist": "fmnist", "cifar10": "cifar10"}
 STATS = "statistics images"
 TIMED = 32  # images the per-image costs are timed on
 
@@ -73,21 +72,16 @@ def near_ood_models(ws: Workspace, data: str) -> list[tuple[str, str, RoseModel,
         if kind == "vae" and data == "fashion_mnist":
             out.append(("vae", "authors' VAE", demo_model(), DATA_SEED))
         elif kind == "vae":
-            out += [("vae", name, load_model(name), DATA_SEED + s) for s, name in _zoo("vae", data)]
+            out += [("vae", name, load_model(name), DATA_SEED + s) for s, name in zoo_seeds("vae", data)]
         else:
             for s in ws.profile.near_ood_seeds:
                 recipe = replace({"glow": ws.glow, "pixelcnn": ws.pixelcnn}[kind](data), seed=s)
                 out.append((kind, recipe.name, ws.model(recipe), DATA_SEED + s))
     if "ddpm" in ws.models:
-        for s, name in _zoo("ddpm", data):
+        for s, name in zoo_seeds("ddpm", data):
             model = as_diffusion_model(load_model(name), "the near-OOD bench")
             out.append(("ddpm", name, model, DATA_SEED + s))
     return [(f, label, m.to(ws.device).eval(), s) for f, label, m, s in out]
-
-
-def _zoo(family: str, data: str) -> list[tuple[int, str]]:
-    """(training seed, name) of the zoo's models of ``family`` trained on ``data``."""
-    return [(s, f"{family}-{ZOO_SHORT[data]}-s{s}") for s in ZOO_SEEDS]
 
 
 def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: int) -> dict[str, Any]:
