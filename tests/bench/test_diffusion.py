@@ -10,6 +10,7 @@ import pytest
 
 from roseood.bench import run_experiment
 from roseood.bench.experiments.diffusion import METHODS, OOD, mean_interval
+from roseood.models import zoo
 from tests.bench.smoke import FULL, smoke_workspace
 from tests.conftest import needs_shared_data
 
@@ -133,12 +134,11 @@ def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
     verdicts; the layer-set rows reuse the fit on all layers (one fit per K, range, Fisher and draw) and
     run on every model; a setting that needs a fit stops at the first model where it is not above the
     default. Reduced form (CI): two of the three models."""
-    from roseood.bench.experiments import diffusion_defaults
     from roseood.bench.experiments.diffusion_defaults import needs_fit, settings
     from roseood.models import load_model
 
     seeds = (0, 1, 2) if FULL else (0, 1)
-    monkeypatch.setattr(diffusion_defaults, "ZOO_SEEDS", seeds)
+    monkeypatch.setattr(zoo, "ZOO_SEEDS", seeds)
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
     report = run_experiment("diffusion-defaults", ws)
     text = report.read_text()
@@ -192,7 +192,7 @@ def test_a_setting_above_the_default_everywhere_is_confirmed_on_fresh_images(tmp
         return {data: inside} | {s: inside + 0.5 + 0.25 * lift for s in diffusion_defaults.OOD[data]}
 
     monkeypatch.setattr(diffusion_defaults, "setting_scores", faked)
-    monkeypatch.setattr(diffusion_defaults, "ZOO_SEEDS", (0, 1))
+    monkeypatch.setattr(zoo, "ZOO_SEEDS", (0, 1))
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
     text = run_experiment("diffusion-defaults", ws).read_text()
     fresh = [(change, seed) for change, draw, seed in runs if draw]

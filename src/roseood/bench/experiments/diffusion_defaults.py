@@ -43,15 +43,14 @@ from roseood.evaluation.evaluate import fisher_count, load_fit_images, load_ood_
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.rescoring import LayerScores
+from roseood.models import zoo
 from roseood.models.checkpoint import load_model
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model
-from roseood.models.zoo import ZOO_SEEDS, zoo_path
 
 DEFAULT: dict[str, Any] = {"fisher": "ekfac", "layers": "all", "draws": 1}  # and the model's own pairs
 STATS = "statistics images"
 FRESH = " (fresh images)"  # a confirmation run's label suffix
 FRESH_SEED_STEP = 100  # image draw d uses data seed + 100·d (the bench's data seeds are 0..2 above DATA_SEED)
-SHORT = {"fashion_mnist": "fmnist", "cifar10": "cifar10"}
 
 
 def settings(model: DiffusionModel) -> dict[str, dict[str, Any]]:
@@ -137,20 +136,21 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         "every model until the rule refuses one (not above the default on a model already run)."
     )
     for data in ws.select_data():
+        names = dict(zoo.zoo_seeds("ddpm", data))
         models: dict[int, DiffusionModel] = {}
-        for seed in ZOO_SEEDS:
-            name = f"ddpm-{SHORT[data]}-s{seed}"
-            model = as_diffusion_model(load_model(zoo_path(name)), "the defaults bench")
+        for seed, name in names.items():
+            model = as_diffusion_model(load_model(zoo.zoo_path(name)), "the defaults bench")
             models[seed] = model.to(ws.device).eval()
-        changes = settings(models[ZOO_SEEDS[0]])  # the same labels on every zoo model of a data set
-        own = models[ZOO_SEEDS[0]].denoising
+        first = next(iter(names))
+        changes = settings(models[first])  # the same labels on every zoo model of a data set
+        own = models[first].denoising
         rep.parts.append(
             f"{data}: the zoo models' pairs: K = {own['k']} on t ∈ [{own['t_min']:g}, {own['t_max']:g})."
         )
         free = [label for label, change in changes.items() if not needs_fit(change)]
-        order = [(label, seed, 0) for label in free for seed in ZOO_SEEDS]
+        order = [(label, seed, 0) for label in free for seed in names]
         for label in (label for label in changes if label not in free):
-            order += [(label, seed, draw) for draw in (0, 1) for seed in ZOO_SEEDS]
+            order += [(label, seed, draw) for draw in (0, 1) for seed in names]
         found: Found = {}
         fresh: Found = {}
         for done, (label, seed, draw) in enumerate(order, 1):
@@ -169,7 +169,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
                     if s in OOD[data]
                 }
                 book.setdefault(name, {})[seed] = aurocs
-                rep.results[f"{data}/ddpm-{SHORT[data]}-s{seed}/{name}{FRESH if draw else ''}"] = aurocs
+                rep.results[f"{data}/{names[seed]}/{name}{FRESH if draw else ''}"] = aurocs
             if done < len(order):
                 partial = copy.deepcopy(rep)
                 partial.parts.append(
@@ -202,7 +202,7 @@ def refused(found: Found, label: str) -> bool:
 
 def accepted(found: Found, label: str) -> bool:
     """Whether ``label`` has run on every zoo model, the default too, and is above it on each."""
-    complete = len(found.get(label, {})) == len(ZOO_SEEDS) == len(found.get("default", {}))
+    complete = len(found.get(label, {})) == len(zoo.ZOO_SEEDS) == len(found.get("default", {}))
     return label != "default" and complete and not refused(found, label)
 
 
@@ -214,18 +214,18 @@ def verdict(found: Found, fresh: Found, label: str) -> str:
         return "the default"
     if refused(found, label):
         seeds = ", ".join(f"s{s}" for s in below(found, label))
-        rest = (
-            "" if len(per) == len(ZOO_SEEDS) else f"; not run on the other {len(ZOO_SEEDS) - len(per)} models"
-        )
+        left = len(zoo.ZOO_SEEDS) - len(per)
+        rest = f"; not run on the other {left} models" if left else ""
         return f"default stays (not above it on {seeds}{rest})"
     if not accepted(found, label):
-        return f"partial ({len(per)} of {len(ZOO_SEEDS)} models)"
+        return f"partial ({len(per)} of {len(zoo.ZOO_SEEDS)} models)"
     if refused(fresh, label):
         seeds = ", ".join(f"s{s}" for s in below(fresh, label))
         return f"default stays (above it on every model, but not on fresh images on {seeds})"
     if accepted(fresh, label):
         return "replaces it (confirmed on fresh images)"
-    return f"above it on every model; fresh images: {len(fresh.get(label, {}))} of {len(ZOO_SEEDS)} models"
+    done = len(fresh.get(label, {}))
+    return f"above it on every model; fresh images: {done} of {len(zoo.ZOO_SEEDS)} models"
 
 
 def _tables(rep: BenchReport, data: str, found: Found, fresh: Found) -> None:

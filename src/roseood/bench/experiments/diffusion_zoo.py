@@ -25,12 +25,11 @@ from roseood.bench.experiments.diffusion import DATA_SEED, METHODS, OOD, cell, e
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.evaluation.report import markdown_rows
+from roseood.models import zoo
 from roseood.models.checkpoint import load_model
 from roseood.models.diffusion import as_diffusion_model
-from roseood.models.zoo import ZOO_DATA, ZOO_SEEDS, zoo_path
 
 DRAWN = ("rose-ekfac", "rose-diag", "denoising")  # methods whose score depends on the noise draw
-SHORT = {data: short for short, data in ZOO_DATA.items()}
 USES = common.Uses(("diffusion zoo (ddpm-*-s0..s2)",), common.BOTH, tuple(METHODS), ("diffusion-zoo",))
 
 Cells = dict[str, dict[str, list[list[float]]]]  # method -> OOD set -> per model, the AUROC of each draw
@@ -75,7 +74,7 @@ def tables(
 ) -> None:
     """The AUROC table and the decision rule's verdicts on ``data`` from the models run so far."""
     cells: Cells = {m: {s: [] for s in OOD[data]} for m in METHODS}
-    for seed in ZOO_SEEDS:
+    for seed in per_model:
         for m in METHODS:
             for s in OOD[data]:
                 if per_model[seed][m][s]:
@@ -102,7 +101,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     p, started = ws.profile, time.time()
     draws = p.diffusion_draws
     rep.parts.append(
-        f"Models: the zoo (zoo/README.md), training seeds {list(ZOO_SEEDS)}; ROSE at its defaults; "
+        f"Models: the zoo (zoo/README.md), training seeds {list(zoo.ZOO_SEEDS)}; ROSE at its defaults; "
         f"{', '.join(DRAWN)} over {draws} noise draws of the K pairs, the others once; data seed "
         f"{DATA_SEED} + the training seed; cells: mean AUROC ± 95 % t-interval half-width over the three "
         "models (each model's value, its mean over draws; the mean sd over draws). Decision rule (written "
@@ -111,11 +110,12 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     for data in ws.select_data():
         speed: dict[str, list[float]] = {m: [] for m in METHODS}
         nfes: dict[str, str] = {}
-        per_model: PerModel = {seed: {m: {s: [] for s in OOD[data]} for m in METHODS} for seed in ZOO_SEEDS}
-        runs = [(d, seed) for d in range(draws) for seed in ZOO_SEEDS]  # the seed interval first
+        names = dict(zoo.zoo_seeds("ddpm", data))
+        per_model: PerModel = {seed: {m: {s: [] for s in OOD[data]} for m in METHODS} for seed in names}
+        runs = [(d, seed) for d in range(draws) for seed in names]  # the seed interval first
         for done, (d, seed) in enumerate(runs, 1):
-            name = f"ddpm-{SHORT[data]}-s{seed}"
-            model = as_diffusion_model(load_model(zoo_path(name)), "the zoo bench").to(ws.device)
+            name = names[seed]
+            model = as_diffusion_model(load_model(zoo.zoo_path(name)), "the zoo bench").to(ws.device)
             model.set_denoising(**(model.denoising | {"seed": model.denoising["seed"] + d}))
             methods = [m for m in METHODS if d == 0 or m in DRAWN]
             result, values = evaluate_methods(ws, model, data, methods, seed)
