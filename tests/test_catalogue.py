@@ -23,10 +23,19 @@ def test_the_catalogue_gives_every_trainable_family_its_registered_options():
     from roseood.cli.models import trainable_families
     from roseood.models.families import FAMILIES
 
-    registered = {f.name: (f.help, f.add_cli_arguments, f.from_cli_arguments) for f in FAMILIES.values()}
+    registered = {
+        f.name: (f.help, f.add_cli_arguments, f.from_cli_arguments, f.method) for f in FAMILIES.values()
+    }
     for name, options in catalogue.TRAIN_OPTIONS.items():
-        assert registered[name] == (options.help, options.add_arguments, options.to_config)
+        assert registered[name] == (options.help, options.add_arguments, options.to_config, options.method)
     assert list(trainable_families()) == [f.name for f in FAMILIES.values() if f.trainable]
+
+
+def test_the_help_names_each_familys_method_when_none_is_named():
+    assert (
+        catalogue.family_methods()
+        == "rose-gmm-stats for vae, rose-gmm-all for glow and pixelcnn, else rose-ekfac"
+    )
 
 
 def test_the_diffusion_loss_and_resizing_constants_are_the_ones_the_library_checks_against():

@@ -73,11 +73,13 @@ DIFFUSION_LOSS_DEFAULTS: dict[str, Any] = {
 @dataclass(frozen=True)
 class TrainOptions:
     """A model family's ``rose train FAMILY`` options: its help line, the options it adds to the parser,
-    and the constructor keywords they give (``ModelFamily.add_cli_arguments`` / ``from_cli_arguments``)."""
+    the constructor keywords they give (``ModelFamily.add_cli_arguments`` / ``from_cli_arguments``), and
+    the detection method ``rose fit`` and ``rose evaluate`` take for it (``ModelFamily.method``)."""
 
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     to_config: Callable[[argparse.Namespace], dict[str, Any]]
+    method: str = "rose-ekfac"
 
 
 def _vae_arguments(p: argparse.ArgumentParser) -> None:
@@ -144,16 +146,23 @@ TRAIN_OPTIONS = {
         "the paper's VAE (Adam 1e-3 halved every 30 epochs, batch 64, flips)",
         _vae_arguments,
         lambda a: {"ngf": a.ngf, "nz": a.nz},
+        # ROSE's layer scores with the ELBO's two terms under one density: the near-OOD bench's verdict on
+        # the authors' Fashion-MNIST VAE and the zoo's three CIFAR-10 VAEs (docs/results.md)
+        "rose-gmm-stats",
     ),
     "glow": TrainOptions(
         "Glow (Adamax 5e-4; --warmup, --grad-clip, --weight-decay)",
         _glow_arguments,
         lambda a: {"levels": a.levels, "steps": a.steps, "hidden": a.hidden, "lu": not a.plain_invconv},
+        # the layer scores, the NLL and the images' PNG complexity under one density: the same bench's
+        # verdict on its three Fashion-MNIST and three CIFAR-10 Glows, and likewise its PixelCNNs
+        "rose-gmm-all",
     ),
     "pixelcnn": TrainOptions(
         "PixelCNN, not in the paper (masked convs, 256-way softmax; Adam 1e-3 halved every 10 epochs)",
         _pixelcnn_arguments,
         lambda a: {"width": a.width, "blocks": a.blocks, "gated": a.gated},
+        "rose-gmm-all",
     ),
     "diffusion": TrainOptions(
         "DDPM on a diffusers UNet2DModel (needs roseood[diffusion]; Adam 1e-3, 100 warm-up steps, clip 1, "
@@ -162,3 +171,13 @@ TRAIN_OPTIONS = {
         _diffusion_config,
     ),
 }
+
+
+def family_methods() -> str:
+    """Which detection method each built-in family takes when none is named, for a help text."""
+    by_method: dict[str, list[str]] = {}
+    for name, opts in TRAIN_OPTIONS.items():
+        if opts.method != TrainOptions.method:
+            by_method.setdefault(opts.method, []).append(name)
+    each = [f"{method} for {' and '.join(names)}" for method, names in by_method.items()]
+    return f"{', '.join(each)}, else {TrainOptions.method}"

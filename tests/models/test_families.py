@@ -127,7 +127,7 @@ def test_a_familys_default_method_is_the_near_ood_verdict_else_the_papers():
 
     assert default_method(VAE(ngf=4, nz=4)) == "rose-gmm-stats"
     assert default_method(Glow(in_channels=1, levels=1, steps=1, hidden=4)) == "rose-gmm-all"
-    assert default_method(PixelCNN(in_channels=1, width=4, blocks=1)) == "rose-ekfac"
+    assert default_method(PixelCNN(in_channels=1, width=4, blocks=1)) == "rose-gmm-all"
     module = torch.nn.Linear(4, 1)
     assert (
         default_method(wrap(module, lambda x: module(x.flatten(1)).squeeze(1), input_shape=(1, 2, 2)))

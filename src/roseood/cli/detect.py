@@ -185,7 +185,7 @@ def _score_page(
 
 def register(sub: Any) -> None:
     """Add ``fit`` and ``score`` to the ``rose`` sub-parsers ``sub``."""
-    from roseood.catalogue import METHODS
+    from roseood.catalogue import METHODS, family_methods
 
     methods = ", ".join(METHODS)
     p = sub.add_parser("fit", help=COMMANDS["fit"])
@@ -194,8 +194,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--method",
         type=v.cli_type(lambda text, _: v.check_choice(text, list(METHODS), "method"), str),
-        help=f"one of: {methods} (unset: the model family's: rose-gmm-stats for VAEs, rose-gmm-all for "
-        "Glows, else rose-ekfac)",
+        help=f"one of: {methods} (unset: the model family's: {family_methods()})",
     )
     add_tpr(p)
     p.add_argument("--out", required=True, help="detector file to write")

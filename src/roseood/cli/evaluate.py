@@ -205,7 +205,7 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
 
 def register(sub: Any) -> None:
     """Add ``evaluate`` to the ``rose`` sub-parsers ``sub``."""
-    from roseood.catalogue import METHODS
+    from roseood.catalogue import METHODS, family_methods
 
     p = sub.add_parser("evaluate", help=COMMANDS["evaluate"])
     several = "; give it again for more models, e.g. one per training seed: each is evaluated alike, then "
@@ -223,7 +223,7 @@ def register(sub: Any) -> None:
         "--methods",
         type=cli_names(METHODS, "method"),
         help=f"comma-separated detection methods, of: {', '.join(METHODS)} (unset: the model family's "
-        "method, then rose-ekfac, rose-diag and nll; a VAE's is rose-gmm-stats, a Glow's rose-gmm-all)",
+        f"method, then rose-ekfac, rose-diag and nll; the family's: {family_methods()})",
     )
     p.add_argument("--test-samples", type=v.count, default=5000, help="images scored per test set")
     p.add_argument(

@@ -96,29 +96,19 @@ def default_method(model: object) -> str:
     return family.method if family is not None else ModelFamily.method
 
 
-def _built_in(
-    name: str, cls: type[GenerativeModel], train_defaults: dict[str, Any], method: str = ModelFamily.method
-) -> None:
-    """Register a built-in family with its ``rose train`` options from the torch-free catalogue."""
+def _built_in(name: str, cls: type[GenerativeModel], train_defaults: dict[str, Any]) -> None:
+    """Register a built-in family with its ``rose train`` options and its detection method from the
+    torch-free catalogue."""
     opts = TRAIN_OPTIONS[name]
     register_family(
         ModelFamily(
-            name, cls, train_defaults, opts.add_arguments, opts.to_config, help=opts.help, method=method
+            name, cls, train_defaults, opts.add_arguments, opts.to_config, help=opts.help, method=opts.method
         )
     )
 
 
-# VAEs: ROSE's layer scores with the ELBO's two terms under one density, the near-OOD bench's verdict on
-# the authors' Fashion-MNIST VAE and the zoo's three CIFAR-10 VAEs (docs/results.md)
-_built_in("vae", VAE, {}, method="rose-gmm-stats")
-# Glows: the layer scores, the NLL and the images' PNG complexity under one density, the same bench's
-# verdict on its three Fashion-MNIST and three CIFAR-10 Glows
-_built_in(
-    "glow",
-    Glow,
-    {"optimizer": "adamax", "lr": 5e-4, "lr_halve_every": 0, "epochs": 50},
-    method="rose-gmm-all",
-)
+_built_in("vae", VAE, {})
+_built_in("glow", Glow, {"optimizer": "adamax", "lr": 5e-4, "lr_halve_every": 0, "epochs": 50})
 _built_in("pixelcnn", PixelCNN, {"epochs": 20, "lr_halve_every": 10})
 _built_in(
     "diffusion",
