@@ -41,23 +41,29 @@ def test_each_near_ood_method_fits_scores_saves_and_loads(method, tiny_vae, many
     np.testing.assert_allclose(loaded.score(many[:8]), scores, rtol=0, atol=1e-5 * np.abs(scores).max())
 
 
-def test_a_glows_default_method_fits_scores_saves_and_loads(many, tmp_path):
-    """rose-gmm-all, the Glow family's default: its columns are the layer scores, the Glow's NLL and the
-    images' PNG complexity."""
-    from roseood.models import Glow
+@pytest.mark.parametrize("family", ["glow", "pixelcnn"])
+def test_a_familys_density_default_fits_scores_saves_and_loads(family, many, tmp_path):
+    """rose-gmm-all, the Glow and PixelCNN families' default: its columns are the layer scores, the
+    model's NLL and the images' PNG complexity."""
+    from roseood.models import Glow, PixelCNN
     from roseood.models.families import default_method
 
     torch.manual_seed(0)
-    glow = Glow(in_channels=1, levels=1, steps=1, hidden=4).eval()
-    det = make_detector(default_method(glow), glow, progress=False, stats_fraction=0.5).fit(many)
+    model = (
+        Glow(in_channels=1, levels=1, steps=1, hidden=4)
+        if family == "glow"
+        else PixelCNN(in_channels=1, width=4, blocks=1)
+    ).eval()
+    det = make_detector(default_method(model), model, progress=False, stats_fraction=0.5).fit(many)
     scores = det.score(many[:8])
     assert scores.shape == (8,) and np.isfinite(scores).all()
     assert det.extra_columns_ == ["loss", "png_bits_per_dim"]
     det.save(tmp_path / "d.pt")
-    loaded = Detector.load(tmp_path / "d.pt", glow)
-    # the saved Fisher is float32, and this random one-step Glow's Fisher of 30 images is ill-conditioned:
-    # the loaded scores moved by up to 1.5e-5 of the largest score here and 1.7e-4 under MKL_CBWR=COMPATIBLE
-    # ATEN_CPU_CAPABILITY=default; 1e-3 leaves room, and the order of the images must not change
+    loaded = Detector.load(tmp_path / "d.pt", model)
+    # the saved Fisher is float32, and a random one-step Glow's Fisher of 30 images is ill-conditioned: the
+    # loaded scores moved by up to 1.5e-5 of the largest score here and 1.7e-4 under MKL_CBWR=COMPATIBLE
+    # ATEN_CPU_CAPABILITY=default (the PixelCNN: 4.4e-6 and 1.9e-6); 1e-3 leaves room, and the order of the
+    # images must not change
     again = loaded.score(many[:8])
     np.testing.assert_allclose(again, scores, rtol=0, atol=1e-3 * np.abs(scores).max())
     assert (np.argsort(again) == np.argsort(scores)).all()
