@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from roseood.demo import demo_images, demo_model
-from roseood.detectors import METHODS, DiffusionDetector, make_detector
+from roseood.detectors import METHODS, ROSE, DiffusionDetector, make_detector
 from roseood.models.vae import load_authors_vae
 from tests.conftest import SHARED_DATA
 
@@ -81,7 +81,10 @@ def authors_vae(stem: str) -> torch.nn.Module:
 
 def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """``{model/method: scores}`` for every method on both models, or for the keys in ``only`` (global RNG
-    seeded per fit and score, so a key does not depend on which others are computed)."""
+    seeded per fit and score, so a key does not depend on which others are computed). The ROSE variants
+    with the same Fisher settings take the first one's Fishers, as ``rose evaluate`` does: fitted on the
+    same images, they are the same (``tests/detectors/test_rose_features.py``), and a key computed alone
+    fits its own."""
     torch.set_num_threads(1)
     images = demo_images()
     train = images["fashion_mnist_train"]
@@ -91,6 +94,7 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     models = {"demo": demo_model(), "seed1": authors_vae("fmnist_ngf16_nz100_seed1")}
     out = {}
     for name, model in models.items():
+        fishers: dict[tuple[object, ...], ROSE] = {}  # fitted ROSEs by their Fisher settings
         for method in METHODS:
             cls, kwargs = METHODS[method]
             # a diffusion detector, or ROSE over a diffusion model's rows: needs a diffusion model, not a VAE
@@ -100,7 +104,12 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
                 continue
             extra = {"background": background} if method == "lratio" else QUICK.get(method, {})
             torch.manual_seed(0)
-            det = make_detector(method, model, progress=False, **extra).fit(fit, held_out=held)
+            det = make_detector(method, model, progress=False, **extra)
+            if isinstance(det, ROSE):
+                source = fishers.setdefault(det.fisher_settings(), det)
+                det.fit(fit, held_out=held, fishers_from=None if source is det else source)
+            else:
+                det.fit(fit, held_out=held)
             torch.manual_seed(1)
             out[f"{name}/{method}"] = det.score(test)
     return out
