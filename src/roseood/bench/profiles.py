@@ -207,7 +207,11 @@ PROFILES: dict[str, Profile] = {
             near_ood_seeds=(0,),
             experiment_overrides={
                 "diffusion": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
-                "diffusion-zoo": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
+                "diffusion-zoo": {
+                    "fit_samples": 16,
+                    "test_samples": 8,
+                    "detector_kwargs": {"rose": {"layers": "mid"}},
+                },
                 "near-ood": {"stats_samples": 24},  # gmm:k=auto compares two halves of ten or more
             },
         ),
