@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from roseood.catalogue import TRAIN_OPTIONS
+from roseood.catalogue import PAPER_METHOD, TRAIN_OPTIONS
 from roseood.contracts import Described
 from roseood.data.loading import ImageSet, ImageStream
 from roseood.data.preprocess import Preprocessing
@@ -53,7 +53,7 @@ class ModelFamily:
     from_cli_arguments: Callable[[argparse.Namespace], dict[str, Any]] = _no_config
     trainable: bool = True
     help: str = ""
-    method: str = "rose-ekfac"
+    method: str = PAPER_METHOD
 
     def build(self, in_channels: int, image_size: int = 32, **config: Any) -> GenerativeModel:
         """A fresh model of this family for ``in_channels``-channel ``image_size``² images (an
