@@ -166,6 +166,36 @@ def test_a_rose_takes_the_fishers_of_another_fitted_on_the_same_images(tiny_vae,
         ROSE(tiny_vae, fisher="kfac", progress=False).fit(fit, held_out=held, fishers_from=first)
 
 
+def test_a_rose_that_took_the_fishers_reads_the_layer_scores_they_gave(tiny_vae, many, monkeypatch):
+    """The variants sharing a Fisher run the model once per image set: one that took the Fishers reads
+    the raw layer scores the first computed on the same images (its scores as from a fit of its own); a
+    ROSE scoring images twice runs the model twice, and a model changed in place since is run again."""
+    runs: list[int] = []
+    real = ROSE._compute_scores_and_loss
+
+    def counting(self, x, desc):
+        runs.append(id(self))
+        return real(self, x, desc)
+
+    monkeypatch.setattr(ROSE, "_compute_scores_and_loss", counting)
+    fit, held, test = many[:30], many[30:], many[:8]
+    first = ROSE(tiny_vae, progress=False).fit(fit, held_out=held)
+    first.score(test)
+    first.score(test)
+    assert runs == [id(first)] * 3  # the statistics images, then the test images twice
+    runs.clear()
+    shared = ROSE(tiny_vae, aggregate="two-sided", progress=False).fit(fit, held_out=held, fishers_from=first)
+    scores = shared.score(test)
+    assert runs == []
+    own = ROSE(tiny_vae, aggregate="two-sided", progress=False).fit(fit, held_out=held)
+    np.testing.assert_allclose(scores, own.score(test), rtol=1e-6, atol=1e-9)
+    runs.clear()
+    with torch.no_grad():
+        next(tiny_vae.parameters()).mul_(1.01)
+    ROSE(tiny_vae, progress=False).fit(fit, held_out=held, fishers_from=first).score(test)
+    assert len(runs) == 2 and len(set(runs)) == 1 and runs[0] != id(first)  # statistics, test: run again
+
+
 def test_evaluate_fits_one_fisher_for_the_rose_variants_that_share_it(tiny_vae, monkeypatch):
     """rose-ekfac, rose-gmm and rose-two-sided read one EKFAC Fisher; rose-diag fits its own."""
     fitted = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -182,6 +183,7 @@ class ROSE(Detector):
         self.std_: Tensor | None = None
         self._fit_digest: str | None = None  # of the images the Fishers were fitted on (``fishers_from``)
         self._fishers_from: ROSE | None = None
+        self._raw = RawScores()  # what these Fishers gave, shared with the ROSEs that take them
 
     @property
     def images_per_batch(self) -> int:
@@ -376,6 +378,7 @@ class ROSE(Detector):
             )
         self.fisher_kinds_, self.fishers_ = dict(source.fisher_kinds_), dict(source.fishers_)
         self._fit_digest = digest
+        self._raw = source._raw
 
     def fit_fisher(self, x: Tensor) -> None:
         """Accumulate each layer's Fisher over ``x`` (two passes for EKFAC).
@@ -386,6 +389,7 @@ class ROSE(Detector):
         instead of running the model again."""
         distributed.check_enough(x.shape[0], "Fisher images")
         self._fit_digest = array_digest(x.detach().cpu().numpy())  # all the images, before this shard
+        self._raw = RawScores()
         x = x[distributed.shard(x.shape[0])]
         self.fisher_kinds_ = self.choose_fishers(self._probe(x)[0])
         self.fishers_ = {
@@ -461,9 +465,18 @@ class ROSE(Detector):
         return self._scores_and_loss(x, desc)[0]
 
     def _scores_and_loss(self, x: Tensor, desc: str = "ROSE scoring") -> tuple[Tensor, Tensor]:
-        """Raw layer scores (N, layers) and the per-sample loss (N,), both float64 on the CPU."""
+        """Raw layer scores (N, layers) and the per-sample loss (N,), both float64 on the CPU; read from
+        ``RawScores`` where these Fishers already scored these images with the model as it is."""
         if not self.fishers_:
             raise RoseError("ROSE detector is not fitted: call fit() or load() first")
+        key = None if self.stochastic else self._raw.key(self._grads.model, x, self.rows)
+        found = self._raw.get(key, reader=self)
+        if found is None:
+            found = self._compute_scores_and_loss(x, desc)
+            self._raw.put(key, found, writer=self)
+        return found
+
+    def _compute_scores_and_loss(self, x: Tensor, desc: str) -> tuple[Tensor, Tensor]:
         plan = self._plan(x, self.fisher_kinds_)
         scores, losses = [], []
         for batch in iter_batches(x, plan.images, desc if self.progress else None):
@@ -535,6 +548,7 @@ class ROSE(Detector):
             )
         self.fisher_kinds_ = {str(n): str(k) for n, k in kinds.items()}
         self.fishers_ = {}
+        self._raw = RawScores()
         for name in fishers:
             f = make_fisher(self.fisher_kinds_[name], self.damping, self.rcond)
             try:
@@ -620,3 +634,34 @@ register_detector(
     | NEAR_OOD_METHODS
     | BAND_METHODS,
 )
+
+
+class RawScores:
+    """The raw layer scores and losses one fit's Fishers gave, by image set, shared by the ROSEs that took
+    these Fishers (``fishers_from``): the variants ``rose evaluate`` compares read one backward pass per
+    image set instead of one each. A key holds the images' digest, the rows setting and the version of
+    every parameter and buffer, so a model changed in place since is scored again. A ROSE reads only what
+    another one wrote (scoring the same images twice runs the model twice, as a timing expects); the last
+    ``keep`` sets are kept, and each reader gets its own copy."""
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self._items: OrderedDict[tuple[Any, ...], tuple[int, Tensor, Tensor]] = OrderedDict()
+
+    @staticmethod
+    def key(model: torch.nn.Module, x: Tensor, rows: str) -> tuple[Any, ...]:
+        versions = tuple(t._version for t in (*model.parameters(), *model.buffers()))
+        return (array_digest(x.detach().cpu().numpy()), rows, versions)
+
+    def get(self, key: tuple[Any, ...] | None, reader: object) -> tuple[Tensor, Tensor] | None:
+        found = None if key is None else self._items.get(key)
+        if found is None or found[0] == id(reader):
+            return None
+        return found[1].clone(), found[2].clone()
+
+    def put(self, key: tuple[Any, ...] | None, value: tuple[Tensor, Tensor], writer: object) -> None:
+        if key is None:
+            return
+        self._items[key] = (id(writer), value[0].clone(), value[1].clone())
+        while len(self._items) > self.keep:
+            self._items.popitem(last=False)

@@ -548,7 +548,14 @@ def _forecast(spec: EvalSpec, models: list[RoseModel], fit: ImageSet, tested: li
     limits = [spec.test_limits.get(m) for m in spec.methods]
     sets = [len(s) for s in tested]
     scored = [sum(min(n, lim or n) for n in sets) for lim in limits]  # images each method scores
-    weights = [pass_weight(_make(m, first, spec, False), first) for m in spec.methods]
+    detectors = [_make(m, first, spec, False) for m in spec.methods]
+    weights = [pass_weight(d, first) for d in detectors]
+    seen: set[tuple[Any, ...]] = set()
+    for i, d in enumerate(detectors):  # a ROSE variant on an earlier one's Fishers reads its layer scores
+        if isinstance(d, SharesFishers):
+            if d.fisher_settings() in seen:
+                weights[i] = 0.0
+            seen.add(d.fisher_settings())
     passes = round(sum(w * (len(fit) + n) for w, n in zip(weights, scored, strict=True)))
     each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
     what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
