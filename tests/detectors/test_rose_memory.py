@@ -47,6 +47,15 @@ def test_a_tight_budget_shrinks_batches_and_keeps_the_scores(fisher, tiny_vae, i
     np.testing.assert_allclose(det.score(images), free.score(images), rtol=1e-5, atol=1e-6)
 
 
+def test_the_batch_plan_is_stated_once_while_it_holds(tiny_vae, images, capsys):
+    """Fitting, the statistics and each scored set plan their batches again; the line is said once while
+    the images per batch stay the same (the process's memory in use moves its peak a little)."""
+    det = fitted(tiny_vae, images, progress=True)
+    det.score(images[:5])
+    det.score(images[5:])
+    assert capsys.readouterr().err.count("images per batch") == 1
+
+
 @pytest.mark.parametrize("fisher", ["diag", "kfac", "ekfac"])
 def test_a_fitted_fishers_memory_is_counted_once(fisher, tiny_vae, images):
     """What a fitted Fisher holds is already in the process's memory: the plan adds only the rest of its

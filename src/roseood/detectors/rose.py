@@ -176,7 +176,7 @@ class ROSE(Detector):
         self.memory = memory if memory is None else parse_size(memory)
         self.fisher_kinds_: dict[str, str] = {}
         self._probed: dict[torch.device, tuple[dict[str, LayerShape], int]] = {}
-        self._stated: set[str] = set()
+        self._stated: set[int] = set()  # the images per batch stated so far
         self._grads = LayerGradients(model, self.layers, coords=coords)
         self.fishers_: dict[str, Fisher] = {}
         self.mean_: Tensor | None = None
@@ -272,8 +272,8 @@ class ROSE(Detector):
             what=f"ROSE-{self.fisher}",
         )
         plan.check()
-        if self.progress and plan.line() not in self._stated:
-            self._stated.add(plan.line())
+        if self.progress and plan.images not in self._stated:  # the process's memory moves the peak a little
+            self._stated.add(plan.images)
             note(plan.line())
         return plan
 
