@@ -141,6 +141,11 @@ class SharesFishers(Protocol):
         """What decides the fitted Fishers besides the fit images."""
         ...
 
+    def score_settings(self) -> tuple[Any, ...] | None:
+        """What decides its raw scores besides the images and the weights: one that took the Fishers of
+        another with equal ones reads the other's scores of the same images (None: never shared)."""
+        ...
+
     def fit(self, images: Any, held_out: Any = None, *, fishers_from: Any = None) -> Any:
         """Fit, taking the Fishers of ``fishers_from`` when given."""
         ...

@@ -77,3 +77,22 @@ def test_a_method_weighs_as_many_passes_as_its_unet_evaluations() -> None:
     assert pass_weight(make_detector("denoising", model), model) == pytest.approx(1 / 3)
     assert pass_weight(make_detector("rose-diag", model), model) == 1.0
     assert pass_weight(make_detector("nll", tiny_vae()), tiny_vae()) == 1.0
+
+
+def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
+    spec: EvalSpec, monkeypatch
+) -> None:
+    """rose-gmm takes rose-ekfac's Fishers and layer scores: no passes of its own; rose-diag fits and
+    scores its own."""
+    import importlib
+    from dataclasses import replace
+
+    ev = importlib.import_module("roseood.evaluation.evaluate")
+
+    passes: list[int] = []
+    monkeypatch.setattr(ev, "forecast_images", lambda model, images, n, what, models=1: passes.append(n))
+    model = tiny_vae()
+    fit, tested = ev.load_fit_images(spec, model), [ev.load_fit_images(spec, model)]
+    for methods in (["rose-ekfac"], ["rose-ekfac", "rose-gmm"], ["rose-ekfac", "rose-diag"]):
+        ev._forecast(replace(spec, methods=methods), [model], fit, tested)
+    assert passes[1] == passes[0] and passes[2] == 2 * passes[0]

@@ -58,6 +58,37 @@ from roseood.validation import check_float, check_seed
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
 
+class RawScores:
+    """The raw layer scores and losses one fit's Fishers gave, by image set, shared by the ROSEs that took
+    these Fishers (``fishers_from``): the variants ``rose evaluate`` compares read one backward pass per
+    image set instead of one each. A key holds the images' digest, the reader's ``score_settings()`` and
+    the version of every parameter and buffer, so a model changed in place since is scored again. A ROSE
+    reads only what another one wrote (scoring the same images twice runs the model twice, as a timing
+    expects); the last ``keep`` sets are kept, and each reader gets its own copy."""
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self._items: OrderedDict[tuple[Any, ...], tuple[int, Tensor, Tensor]] = OrderedDict()
+
+    @staticmethod
+    def key(model: torch.nn.Module, x: Tensor, settings: tuple[Any, ...]) -> tuple[Any, ...]:
+        versions = tuple(t._version for t in (*model.parameters(), *model.buffers()))
+        return (array_digest(x.detach().cpu().numpy()), settings, versions)
+
+    def get(self, key: tuple[Any, ...] | None, reader: object) -> tuple[Tensor, Tensor] | None:
+        found = None if key is None else self._items.get(key)
+        if found is None or found[0] == id(reader):
+            return None
+        return found[1].clone(), found[2].clone()
+
+    def put(self, key: tuple[Any, ...] | None, value: tuple[Tensor, Tensor], writer: object) -> None:
+        if key is None:
+            return
+        self._items[key] = (id(writer), value[0].clone(), value[1].clone())
+        while len(self._items) > self.keep:
+            self._items.popitem(last=False)
+
+
 class ROSE(Detector):
     """ROSE detector. ``fisher``: ekfac (paper default), kfac, diag or dense; ``layers``: a named layer set
     of the model (e.g. "encoder", "invconv", "all") or a list of module names.
@@ -354,6 +385,11 @@ class ROSE(Detector):
             self.batch_size,
         )
 
+    def score_settings(self) -> tuple[Any, ...] | None:
+        """The Fishers' settings and the rows scored; None with a stochastic loss, whose scores are drawn
+        anew each time."""
+        return None if self.stochastic else (*self.fisher_settings(), self.rows)
+
     def held_out_share(self) -> float:
         return self.stats_fraction
 
@@ -469,7 +505,8 @@ class ROSE(Detector):
         ``RawScores`` where these Fishers already scored these images with the model as it is."""
         if not self.fishers_:
             raise RoseError("ROSE detector is not fitted: call fit() or load() first")
-        key = None if self.stochastic else self._raw.key(self._grads.model, x, self.rows)
+        settings = self.score_settings()
+        key = None if settings is None else self._raw.key(self._grads.model, x, settings)
         found = self._raw.get(key, reader=self)
         if found is None:
             found = self._compute_scores_and_loss(x, desc)
@@ -634,34 +671,3 @@ register_detector(
     | NEAR_OOD_METHODS
     | BAND_METHODS,
 )
-
-
-class RawScores:
-    """The raw layer scores and losses one fit's Fishers gave, by image set, shared by the ROSEs that took
-    these Fishers (``fishers_from``): the variants ``rose evaluate`` compares read one backward pass per
-    image set instead of one each. A key holds the images' digest, the rows setting and the version of
-    every parameter and buffer, so a model changed in place since is scored again. A ROSE reads only what
-    another one wrote (scoring the same images twice runs the model twice, as a timing expects); the last
-    ``keep`` sets are kept, and each reader gets its own copy."""
-
-    def __init__(self, keep: int = 16) -> None:
-        self.keep = keep
-        self._items: OrderedDict[tuple[Any, ...], tuple[int, Tensor, Tensor]] = OrderedDict()
-
-    @staticmethod
-    def key(model: torch.nn.Module, x: Tensor, rows: str) -> tuple[Any, ...]:
-        versions = tuple(t._version for t in (*model.parameters(), *model.buffers()))
-        return (array_digest(x.detach().cpu().numpy()), rows, versions)
-
-    def get(self, key: tuple[Any, ...] | None, reader: object) -> tuple[Tensor, Tensor] | None:
-        found = None if key is None else self._items.get(key)
-        if found is None or found[0] == id(reader):
-            return None
-        return found[1].clone(), found[2].clone()
-
-    def put(self, key: tuple[Any, ...] | None, value: tuple[Tensor, Tensor], writer: object) -> None:
-        if key is None:
-            return
-        self._items[key] = (id(writer), value[0].clone(), value[1].clone())
-        while len(self._items) > self.keep:
-            self._items.popitem(last=False)

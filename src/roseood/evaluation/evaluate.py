@@ -552,10 +552,11 @@ def _forecast(spec: EvalSpec, models: list[RoseModel], fit: ImageSet, tested: li
     weights = [pass_weight(d, first) for d in detectors]
     seen: set[tuple[Any, ...]] = set()
     for i, d in enumerate(detectors):  # a ROSE variant on an earlier one's Fishers reads its layer scores
-        if isinstance(d, SharesFishers):
-            if d.fisher_settings() in seen:
+        settings = d.score_settings() if isinstance(d, SharesFishers) else None
+        if settings is not None:
+            if settings in seen:
                 weights[i] = 0.0
-            seen.add(d.fisher_settings())
+            seen.add(settings)
     passes = round(sum(w * (len(fit) + n) for w, n in zip(weights, scored, strict=True)))
     each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
     what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
