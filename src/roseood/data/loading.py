@@ -24,6 +24,7 @@ from PIL import Image
 
 from roseood.data.decoding import decode, float_scale, inspect, step_rank
 from roseood.data.download import DOWNLOADS, download_dataset
+from roseood.data.jpeg import JpegHistory, split_suffix
 from roseood.data.preprocess import (
     U8,
     Preprocessing,
@@ -120,6 +121,7 @@ class ImageOptions(TypedDict, total=False):
     resize: str
     download: bool
     errors: str
+    jpeg: JpegHistory | None
 
 
 def load_images(source: str | os.PathLike[str], **options: Unpack[ImageOptions]) -> ImageSet:
@@ -143,6 +145,7 @@ def open_images(
     resize: str = "crop",
     download: bool = True,
     errors: str = "raise",
+    jpeg: JpegHistory | None = None,
 ) -> ImageStream:
     """Open a named set (``"mnist"``, ``"cifar10:train"``, ``"noise"``), an ``.npz``/``.npy`` file or an image
     folder (PNG, JPEG, WebP, TIFF, BMP, GIF; recursive; class subfolders become labels).
@@ -159,6 +162,9 @@ def open_images(
     ``errors="skip"``: a folder's files that cannot be read are kept in their places but left out of the
     size and colour statistics, and reading them raises their ``DataError`` then, so that a consumer
     such as ``Detector.score_stream(on_error=...)`` goes on past them (``"raise"``: refused at once).
+    ``jpeg``: each image goes through that JPEG round-trip at the final size and channels, to share the
+    compression history of a set it is judged against (``roseood.data.jpeg``); a source ending in
+    ``+jpeg75`` (``+jpeg90-444``) asks for it too, unless the whole name is an existing path.
     """
     check_options(channels or 1, size or 1, brightness)
     if errors not in READ_ERRORS:
@@ -167,7 +173,35 @@ def open_images(
     check_seed(seed, error=DataError)
     if n is not None:
         check_int(n, "n", error=DataError)
-    want = _Wanted(channels, size, resize, brightness)
+    if not (isinstance(source, os.PathLike) or _exists(source)):
+        source, named_jpeg = split_suffix(source)
+        if named_jpeg is not None and jpeg not in (None, named_jpeg):
+            raise DataError(f"{source}: two JPEG round-trips asked for ({named_jpeg.tag()} and {jpeg.tag()})")
+        jpeg = jpeg or named_jpeg
+    want = _Wanted(channels, size, resize, brightness, jpeg)
+    stream = _open(source, split, data_dir, n, seed, want, download, errors)
+    return stream if jpeg is None else replace(stream, name=stream.name + jpeg.tag())
+
+
+def _exists(source: str) -> bool:
+    """Whether ``source`` names an existing path (a name the OS refuses names none)."""
+    try:
+        return Path(source).expanduser().exists()
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def _open(
+    source: str | os.PathLike[str],
+    split: str,
+    data_dir: str | Path | None,
+    n: int | None,
+    seed: int,
+    want: _Wanted,
+    download: bool,
+    errors: str,
+) -> ImageStream:
+    """``open_images`` once its options are checked."""
     key, has_split, suffix = str(source).partition(":")
     spec = DATASETS.get(key.strip().lower().replace("-", "_"))
     if spec is not None and not isinstance(source, os.PathLike):
@@ -199,6 +233,7 @@ class _Wanted:
     size: int | None
     resize: str
     brightness: float
+    jpeg: JpegHistory | None = None
 
     def resolve(
         self,
@@ -224,7 +259,21 @@ class _Wanted:
                 )
             size = sizes[0]
         prep = Preprocessing(channels, size, self.resize)
-        return prep, describe_conversion(shapes, colours, prep, decoding)
+        conversion = describe_conversion(shapes, colours, prep, decoding)
+        if self.jpeg is not None:
+            conversion = "; ".join(filter(None, [conversion, self.jpeg.describe()]))
+        return prep, conversion
+
+    def finish(self, images: U8, prep: Preprocessing) -> U8:
+        """``preprocess`` to ``prep`` with this round-trip and brightness."""
+        return preprocess(
+            images,
+            channels=prep.channels,
+            size=prep.size,
+            brightness=self.brightness,
+            resize=prep.resize,
+            jpeg=self.jpeg,
+        )
 
 
 def _subsample(total: int, n: int | None, seed: int) -> npt.NDArray[np.intp] | None:
@@ -238,6 +287,8 @@ def _generate(name: str, n: int | None, seed: int, want: _Wanted) -> ImageStream
     """``noise``: i.i.d. uniform pixels; ``constant``: one uniform value per image and channel."""
     if want.channels is None or want.size is None:
         raise DataError(f"{name} images are generated: name their channels and size")
+    if want.jpeg is not None:
+        raise DataError(f"{name} images are generated, not stored: they have no compression history to match")
     count = DEFAULT_GENERATED_N if n is None else n
     rng = np.random.default_rng(seed)
     shape = (count, want.channels, want.size, want.size)
@@ -339,13 +390,7 @@ def _array_stream(
     prep, conversion = want.resolve(Counter({images.shape[1:3]: len(images)}), colours)
 
     def read(lo: int, hi: int) -> U8:
-        return preprocess(
-            images[lo:hi],
-            channels=prep.channels,
-            size=prep.size,
-            brightness=want.brightness,
-            resize=prep.resize,
-        )
+        return want.finish(images[lo:hi], prep)
 
     return ImageStream(name, source, labels, read, None, conversion, prep)
 
@@ -392,7 +437,7 @@ def _folder_stream(folder: Path, n: int | None, seed: int, want: _Wanted, skip: 
         bad = next((i for i in range(lo, hi) if i in unreadable), None)
         if bad is not None:
             raise DataError(unreadable[bad])
-        return _read_files(files[lo:hi], prep, want.brightness, scale)
+        return _read_files(files[lo:hi], prep, want, scale)
 
     names = tuple(printable(p.relative_to(folder).as_posix()) for p in files)
     where = printable(str(folder))
@@ -412,14 +457,14 @@ def _reading(file: Path) -> Iterator[Image.Image]:
         raise DataError(f"cannot read image file {file}: {e}") from e
 
 
-def _read_files(files: list[Path], prep: Preprocessing, brightness: float, scale: float) -> U8:
+def _read_files(files: list[Path], prep: Preprocessing, want: _Wanted, scale: float) -> U8:
     """Each file decoded to 8-bit RGB (``roseood.data.decoding``; float images times ``scale``),
     resized/cropped on its own since sizes may differ, then preprocessed."""
     images = np.empty((len(files), prep.size, prep.size, 3), dtype=np.uint8)
     for i, file in enumerate(files):
         with _reading(file) as img:
             images[i] = np.asarray(resize_crop(decode(img, scale), prep.size, prep.resize))
-    return preprocess(images, channels=prep.channels, size=prep.size, brightness=brightness)
+    return want.finish(images, prep)
 
 
 def read_readable(

@@ -1,7 +1,8 @@
 """Image preprocessing that reproduces the authors' torchvision pipeline on uint8 arrays.
 
 Order: ``Resize(size)`` (shorter side to ``size``, Pillow bilinear, antialiased when shrinking) →
-``CenterCrop(size)`` → channel conversion (``Grayscale`` luma or channel repeat) → brightness.
+``CenterCrop(size)`` → channel conversion (``Grayscale`` luma or channel repeat) → a JPEG round-trip where
+one is asked for (``roseood.data.jpeg``) → brightness.
 Arrays are channel-last ``(N, H, W)`` or ``(N, H, W, 3)`` until the final ``(N, C, size, size)``.
 A ``Preprocessing`` names what a model was trained with; ``describe_conversion`` says in one line what
 it does to a given set of images (nothing is converted silently).
@@ -19,6 +20,7 @@ import numpy.typing as npt
 from PIL import Image
 
 from roseood.catalogue import RESIZE_METHODS
+from roseood.data.jpeg import JpegHistory
 from roseood.errors import DataError
 
 U8 = npt.NDArray[np.uint8]
@@ -170,7 +172,19 @@ def check_options(channels: int, size: int, brightness: float) -> None:
         raise DataError(f"brightness must be a finite number > 0, got {brightness}")
 
 
-def preprocess(images: U8, *, channels: int, size: int, brightness: float, resize: str = "crop") -> U8:
-    """Full pipeline on channel-last uint8 images; returns ``(N, channels, size, size)`` uint8."""
-    out = adjust_brightness(to_channels(resize_images(images, size, resize), channels), brightness)
+def preprocess(
+    images: U8,
+    *,
+    channels: int,
+    size: int,
+    brightness: float,
+    resize: str = "crop",
+    jpeg: JpegHistory | None = None,
+) -> U8:
+    """Full pipeline on channel-last uint8 images; returns ``(N, channels, size, size)`` uint8. ``jpeg``:
+    a round-trip at the final size and channels, before the brightness change."""
+    out = to_channels(resize_images(images, size, resize), channels)
+    if jpeg is not None:
+        out = jpeg.apply(out[..., 0] if channels == 1 else out).reshape(out.shape)
+    out = adjust_brightness(out, brightness)
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
