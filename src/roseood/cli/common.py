@@ -379,7 +379,8 @@ def spec_from_args(args: argparse.Namespace, methods: list[str], model: RoseMode
         kwargs[m] |= {k: v for k, v in given.items() if v}
         if background is not None and "background" in cls.extra_models:
             kwargs[m]["background"] = background
-    optional = {k: getattr(args, k) for k in ("test_samples", "brightness", "bootstrap") if hasattr(args, k)}
+    fields = ("test_samples", "brightness", "bootstrap", "match_jpeg")
+    optional = {k: getattr(args, k) for k in fields if hasattr(args, k)}
     return EvalSpec(
         in_data=in_data_arg(args, model),
         ood=csv_list(getattr(args, "ood", "")),

@@ -203,6 +203,13 @@ def _evaluate_models(args: argparse.Namespace, paths: list[str]) -> AcrossModels
     return across
 
 
+def _jpeg_match(value: str, name: str) -> str | None:
+    """``--match-jpeg``'s value checked when the command line is read (numpy and Pillow only then)."""
+    from roseood.evaluation.histories import parse_match
+
+    return parse_match(value)
+
+
 def register(sub: Any) -> None:
     """Add ``evaluate`` to the ``rose`` sub-parsers ``sub``."""
     from roseood.catalogue import METHODS, family_methods
@@ -234,6 +241,15 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--brightness", type=v.positive_float, default=1.0, help="brightness factor applied to the OOD sets"
+    )
+    p.add_argument(
+        "--match-jpeg",
+        type=v.cli_type(_jpeg_match, str),
+        metavar="QUALITY[:SUBSAMPLING]|auto",
+        help="put every stored OOD set through this JPEG round-trip (e.g. 75 or 75:4:2:0) at the model's "
+        "size, so that it shares the in-distribution set's compression history (auto: the history found "
+        "in the in-distribution images); the sets are named with it (celeba+jpeg75). Unset: a set stored "
+        "unlike the in-distribution set is only warned about",
     )
     p.add_argument(
         "--bootstrap",

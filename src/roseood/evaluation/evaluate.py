@@ -18,6 +18,7 @@ import torch
 from roseood import __version__
 from roseood.contracts import CountsEvaluations, Preprocessed, SharesFishers, rows_per_input
 from roseood.data import DATASETS, ImageSet, load_images, take
+from roseood.data.jpeg import split_suffix
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
 from roseood.data.tensors import check_model_input
@@ -26,6 +27,7 @@ from roseood.detectors.base import held_out_count, threshold_at
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.gallery import extremes
+from roseood.evaluation.histories import compression_report, matched_sources, parse_match
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
@@ -43,7 +45,10 @@ class EvalSpec:
     (the paper's Figure 6). ``fit_draw``: the Fisher gets ``fit_samples`` images drawn at random (draw
     number ``fit_draw``) from the whole fit set while the ``stats_samples`` statistics images stay fixed
     (Figure 5's repeats; see ``sweep``). ``bootstrap``: resamples for every metric's 95 % interval
-    over the test images (``EvaluationResult.add_intervals``); 0 for none.
+    over the test images (``EvaluationResult.add_intervals``); 0 for none. ``match_jpeg``: put every
+    stored OOD set through a JPEG round-trip first, ``QUALITY[:SUBSAMPLING]`` or "auto" (the history found
+    in the in-distribution test images; ``roseood.evaluation.histories``), so that the sets compared share
+    their compression history; the sets are then named with it (``celeba+jpeg75``).
     """
 
     in_data: str
@@ -63,8 +68,10 @@ class EvalSpec:
     layerwise: bool = False
     fit_draw: int | None = None
     bootstrap: int = 0
+    match_jpeg: str | None = None
 
     def __post_init__(self) -> None:
+        parse_match(self.match_jpeg)
         for name in ("fit_samples", "stats_samples", "test_samples", "batch_size", "overall_per_set"):
             check_int(getattr(self, name), name)
         check_int(self.bootstrap, "bootstrap", low=0)
@@ -211,17 +218,25 @@ def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
 OVERALL = "overall"
 
 
-def load_ood_sets(spec: EvalSpec, model: RoseModel) -> tuple[dict[str, ImageSet], dict[str, str]]:
-    """Load every OOD set but ``overall``; named sets whose files are absent become 'no data' entries."""
+def load_ood_sets(
+    spec: EvalSpec, model: RoseModel, in_set: ImageSet | None = None
+) -> tuple[dict[str, ImageSet], dict[str, str]]:
+    """Load every OOD set but ``overall``, each through ``spec.match_jpeg``'s round-trip where one is
+    asked for ("auto": the history of ``in_set``, the in-distribution test images); named sets whose files
+    are absent become 'no data' entries."""
     sets: dict[str, ImageSet] = {}
     missing: dict[str, str] = {}
-    for source in spec.ood:
-        if source == OVERALL:
-            continue
-        named = source.split(":")[0].lower().replace("-", "_") in DATASETS
+    if spec.match_jpeg is not None and in_set is None:
+        raise RoseError("match_jpeg needs the in-distribution images to match the OOD sets to")
+    sources = [s for s in spec.ood if s != OVERALL]
+    if in_set is not None:
+        sources = matched_sources(sources, spec.match_jpeg, in_set)
+    for source in sources:
+        base = split_suffix(source)[0]  # a matched set draws the images of the set as stored
+        named = base.split(":")[0].lower().replace("-", "_") in DATASETS
         try:
             sets[source] = _load(
-                source, spec.test_samples, derived_seed(spec, source), model, spec, spec.brightness
+                source, spec.test_samples, derived_seed(spec, base), model, spec, spec.brightness
             )
         except DataError as exc:
             if not named:
@@ -453,13 +468,17 @@ def evaluate(
     progress = resolve(progress)
     first = models[0]  # the members take the same inputs (Ensemble checks): one set of images for all
     test, fit = load_test_and_fit(spec, first)
-    ood, missing = load_ood_sets(spec, first)
+    ood, missing = load_ood_sets(spec, first, test)
+    histories, mismatched = compression_report(test, ood)
+    for line in mismatched:
+        state(f"warning: {line}")
     ood_sets = {k: f"{len(v)} images from {v.source}" for k, v in ood.items()}
     if OVERALL in spec.ood:
         ood_sets[OVERALL] = f"{spec.overall_per_set} random images of each of: {', '.join(ood)}"
     detectors = {m: detector_params(m, spec) for m in spec.methods}
     fingerprint = "+".join(model_fingerprint(m) for m in models)
     settings = _settings(spec, models, fingerprint, test, fit, ood, ood_sets, detectors)
+    settings["compression"] = histories
     result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=missing)
     for name, images in {spec.in_data: test, **ood}.items():
         result.files[name], result.labels[name] = images.files, images.labels
@@ -592,8 +611,9 @@ def _evaluate_method(
             det, (held_scores, _) = run.detector(), run.score(held_out)
         det.threshold_ = result.thresholds[method] = threshold_at(held_scores, tpr)
         result.detectors[method] = det
-    if OVERALL in spec.ood:
-        ood = [name for name in sets if name != spec.in_data]
+    if OVERALL in spec.ood:  # the paper's sets: a matched twin (celeba+jpeg75 beside celeba) is not mixed in
+        twin = {n for n in sets if split_suffix(n)[0] != n and split_suffix(n)[0] in sets}
+        ood = [n for n in sets if n != spec.in_data and n not in twin]
         scores[OVERALL] = overall_scores(scores, ood, spec.overall_per_set, spec.seed)
     result.scores[method] = scores
     if warned := run.fit_warnings():
