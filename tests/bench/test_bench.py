@@ -15,6 +15,7 @@ from roseood.bench.report import Row, comparison_table, overview_grid
 from roseood.cli import main
 from roseood.errors import RoseError
 from roseood.evaluation.result import EvaluationResult
+from roseood.models import VAE
 from tests.bench.smoke import Smoke, smoke_workspace
 from tests.bench.smoke import test_experiment_report as test_experiment_report  # run on this GROUP
 from tests.bench.smoke import test_table_aurocs_match_saved_scores as test_table_aurocs_match_saved_scores
@@ -183,3 +184,15 @@ def test_table2_runs_on_the_gated_pixelcnn(tmp_path) -> None:
     assert 0.0 <= rows[("mnist", "rose-ekfac")]["ours"] <= 1.0
     assert all(r["paper"] is None for r in payload["comparison"])
     assert ws.model(recipe).layer_sets()["vertical"] == ["input.vertical", "body.0.vertical"]
+
+
+@needs_shared_data
+def test_natural_image_sets_get_a_twin_in_the_in_distribution_sets_jpeg_history(tmp_path) -> None:
+    """Our CIFAR-10 is decoded JPEG (quality 75, 4:2:0): every natural-image OOD set is judged beside its
+    twin put through that history, the rest as they are; Fashion-MNIST shows no history, so no twins."""
+    ws = smoke_workspace(tmp_path)
+    sets = ["svhn", "celeba", "mnist", "noise", "overall"]
+    assert ws.ood_sets("cifar10", sets) == ["svhn", "svhn+jpeg75", "celeba", "celeba+jpeg75", *sets[2:]]
+    assert ws.ood_sets("fashion_mnist", ["mnist", "cifar10"]) == ["mnist", "cifar10"]
+    spec = ws.spec(VAE(in_channels=3, ngf=4, nz=4), "cifar10", ["celeba", "noise"], ["nll"])
+    assert list(spec.ood) == ["celeba", "celeba+jpeg75", "noise"]

@@ -19,10 +19,12 @@ import torch
 from roseood import distributed
 from roseood.bench.classifier import Classifier, train_classifier
 from roseood.bench.profiles import BACKGROUND, PAPER_GLOW_WEIGHT_DECAY, PAPER_VAE, Profile
-from roseood.data import load_images
+from roseood.data import DATASETS, load_images
+from roseood.data.jpeg import JpegHistory, split_suffix
 from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate, sweep
+from roseood.evaluation.histories import history_of_set
 from roseood.evaluation.result import EvaluationResult
 from roseood.models import get_family, load_checkpoint
 from roseood.models.base import GenerativeModel, RoseModel, model_name
@@ -91,6 +93,7 @@ class Workspace:
     datasets: tuple[str, ...] = DEFAULT_DATASETS  # which in-distribution sets
     trained: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe name -> training summary
     experiment: str = ""  # the experiment running now; selects the profile's experiment_overrides
+    _histories: dict[str, JpegHistory | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         """Refuse unknown model or dataset names before anything is trained or written."""
@@ -230,6 +233,27 @@ class Workspace:
         return model.to(self.device).eval()
 
     # -- evaluation --------------------------------------------------------------------------------
+    def jpeg_history(self, data: str) -> JpegHistory | None:
+        """The JPEG history found in ``data``'s test images at the bench's 32×32 (our CIFAR-10: quality
+        75, 4:2:0; a lossless copy: None), found once per run."""
+        if data not in self._histories:
+            images = load_images(data, n=64, channels=CHANNELS[data], size=32, data_dir=self.data_dir)
+            self._histories[data] = history_of_set(images)
+        return self._histories[data]
+
+    def ood_sets(self, data: str, sets: Sequence[str]) -> list[str]:
+        """``sets`` with, after each natural-image set, its twin put through ``data``'s JPEG history
+        (``celeba``, ``celeba+jpeg75``) where ``data`` has one: its verdicts are judged on the twin, the
+        set as stored is kept beside it."""
+        history = self.jpeg_history(data)
+        out = []
+        for s in sets:
+            out.append(s)
+            spec = DATASETS.get(s.split(":")[0])
+            if history is not None and spec is not None and spec.natural and split_suffix(s)[1] is None:
+                out.append(s + history.tag())
+        return list(dict.fromkeys(out))
+
     def spec(self, model: RoseModel, in_data: str, ood: list[str], methods: list[str], **kw: Any) -> EvalSpec:
         """An ``EvalSpec`` sized by the profile (Glow gets the paper's smaller test sets)."""
         p = self.profile
@@ -249,6 +273,7 @@ class Workspace:
             for k, v in self.profile.experiment_overrides.get(self.experiment, {}).items()
             if k != "detector_kwargs"
         }
+        ood = self.ood_sets(in_data, ood) if in_data in CHANNELS else ood
         return EvalSpec(in_data=in_data, ood=ood, methods=methods, **(options | overrides | kw))
 
     def detector_kwargs(self, method: str) -> dict[str, Any]:

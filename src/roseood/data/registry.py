@@ -15,13 +15,15 @@ class DatasetSpec:
     """One named image set.
 
     ``splits`` lists the ``{name}_{split}.npz`` files the set can have; ``generated`` sets (noise,
-    constant) have no file and are drawn from a seeded generator instead.
+    constant) have no file and are drawn from a seeded generator instead. ``natural``: photographs, which
+    ``rose bench`` also judges through the in-distribution set's JPEG history (``roseood.data.jpeg``).
     """
 
     name: str
     description: str
     splits: tuple[str, ...] = ("test",)
     generated: bool = False
+    natural: bool = False
 
     def filename(self, split: str) -> str:
         """File name of ``split`` inside the data folder, e.g. ``cifar10_test.npz``."""
@@ -36,10 +38,10 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("kmnist", "Kuzushiji-MNIST, 28×28 grayscale cursive Japanese", ("train", "test")),
         DatasetSpec("notmnist", "notMNIST, 28×28 grayscale letters A–J"),
         DatasetSpec("omniglot", "Omniglot, 28×28 grayscale handwritten characters"),
-        DatasetSpec("cifar10", "CIFAR-10, 32×32 RGB natural images", ("train", "test")),
-        DatasetSpec("svhn", "SVHN, 32×32 RGB house numbers", ("train", "test")),
-        DatasetSpec("celeba", "CelebA, RGB faces"),
-        DatasetSpec("lsun", "LSUN, RGB scenes (non-square; resized and centre-cropped)"),
+        DatasetSpec("cifar10", "CIFAR-10, 32×32 RGB natural images", ("train", "test"), natural=True),
+        DatasetSpec("svhn", "SVHN, 32×32 RGB house numbers", ("train", "test"), natural=True),
+        DatasetSpec("celeba", "CelebA, RGB faces", natural=True),
+        DatasetSpec("lsun", "LSUN, RGB scenes (non-square; resized and centre-cropped)", natural=True),
         DatasetSpec("noise", "uniform random pixels in 0..255", generated=True),
         DatasetSpec("constant", "one random value in 0..255 per image and channel", generated=True),
     )

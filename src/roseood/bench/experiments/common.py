@@ -170,7 +170,8 @@ def compare_one(
     Table 2 OOD sets, compare AUROC with ``table`` (label -> paper key segment) and link a full report
     (``report``: folder name, title). ``heading``: the table's heading and its variant column's label."""
     data = recipe.data
-    result = evaluate_variants(ws, ws.model(recipe), data, OOD_SETS[data], variants)
-    rows = compare_rows(result, table, f"{recipe.kind}/{data}", OOD_SETS[data], segments, paper_key=paper_key)
+    sets = ws.ood_sets(data, OOD_SETS[data])  # with matched twins (celeba+jpeg75) where data has a history
+    result = evaluate_variants(ws, ws.model(recipe), data, sets, variants)
+    rows = compare_rows(result, table, f"{recipe.kind}/{data}", sets, segments, paper_key=paper_key)
     rep.compare(heading[0], ("OOD set", heading[1]), rows)
     sub_report(rep, result, out, *report)

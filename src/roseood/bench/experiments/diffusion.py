@@ -77,7 +77,7 @@ def evaluate_methods(
     spec = ws.spec(model, data, OOD[data], order, detector_kwargs=kwargs, seed=DATA_SEED + seed)
     result = ws.evaluate(model, spec)
     metrics = result.metrics()
-    values = {m: {s: common.metric_of(metrics, m, s) for s in OOD[data]} for m in order}
+    values = {m: {s: common.metric_of(metrics, m, s) for s in spec.ood} for m in order}
     return result, {m: {s: v for s, v in got.items() if v is not None} for m, got in values.items()}
 
 
@@ -89,7 +89,8 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         "AUROC ± 95 % t-interval half-width over the seeds (training, fit and test draws together)."
     )
     for data in ws.select_data():
-        aurocs: dict[str, dict[str, list[float]]] = {m: {s: [] for s in OOD[data]} for m in METHODS}
+        sets = ws.ood_sets(data, OOD[data])
+        aurocs: dict[str, dict[str, list[float]]] = {m: {s: [] for s in sets} for m in METHODS}
         speed: dict[str, list[float]] = {m: [] for m in METHODS}
         nfes: dict[str, str] = {}
         for seed in p.diffusion_seeds:
@@ -102,7 +103,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
                 speed[m].append(result.images_per_second.get(m, float("nan")))
                 nfes[m] = nfe(model, m, ws.detector_kwargs(m))
             rep.results[f"{data}/seed{seed}"] = result.to_json()
-        rows = [[s, *(cell(aurocs[m][s]) for m in METHODS)] for s in OOD[data]]
+        rows = [[s, *(cell(aurocs[m][s]) for m in METHODS)] for s in sets]
         rows.append(["NFEs/image", *(nfes[m] for m in METHODS)])
         rows.append(["images/s", *(f"{np.nanmean(speed[m]):.1f}" for m in METHODS)])
         rep.section(f"AUROC, diffusion model on {data}", markdown_rows(["OOD set", *METHODS], rows))

@@ -40,6 +40,7 @@ from roseood.bench.workspace import Workspace
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
 from roseood.evaluation.evaluate import fisher_count, load_fit_images, load_ood_sets
+from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.rescoring import LayerScores
@@ -166,7 +167,7 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
                 aurocs = {
                     s: float(ood_metrics(scores[data], v)["auroc"])
                     for s, v in scores.items()
-                    if s in OOD[data]
+                    if s not in (STATS, data)
                 }
                 book.setdefault(name, {})[seed] = aurocs
                 rep.results[f"{data}/{names[seed]}/{name}{FRESH if draw else ''}"] = aurocs
@@ -186,13 +187,14 @@ Found = dict[str, dict[int, dict[str, float]]]  # setting → zoo seed → AUROC
 
 
 def below(found: Found, label: str) -> list[int]:
-    """The zoo seeds on which ``label``'s mean AUROC is at or below the default's (both run)."""
+    """The zoo seeds on which ``label``'s mean AUROC (over the judged sets: matched twins, not the sets
+    as stored) is at or below the default's (both run)."""
     default, per = found.get("default", {}), found.get(label, {})
-    return [
-        s
-        for s in per
-        if s in default and np.mean(list(per[s].values())) <= np.mean(list(default[s].values()))
-    ]
+    return [s for s in per if s in default and _mean(per[s]) <= _mean(default[s])]
+
+
+def _mean(aurocs: dict[str, float]) -> float:
+    return float(np.mean([aurocs[s] for s in judged(list(aurocs))]))
 
 
 def refused(found: Found, label: str) -> bool:
@@ -249,11 +251,11 @@ def _table(rep: BenchReport, title: str, data: str, found: Found, rule: Callable
     default = found.get("default", {})
     rows = []
     for label, per in found.items():
-        means = [float(np.mean(list(a.values()))) for a in per.values()]
-        sets = [_cell([per[seed][s] for seed in per]) for s in OOD[data] if s in next(iter(per.values()))]
+        means = [_mean(a) for a in per.values()]
+        sets = [_cell([per[seed][s] for seed in per]) for s in next(iter(per.values()))]
         rows.append([label, _cell(means), *sets, rule(label)])
     first = next(iter(default.values()), {})
-    head = ["setting", "mean AUROC", *(s for s in OOD[data] if s in first), "rule"]
+    head = ["setting", "mean AUROC (judged sets)", *first, "rule"]
     rep.section(title, markdown_rows(head, rows))
 
 

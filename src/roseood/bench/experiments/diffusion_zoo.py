@@ -70,28 +70,32 @@ PerModel = dict[int, dict[str, dict[str, list[float]]]]  # training seed -> meth
 
 
 def tables(
-    rep: BenchReport, data: str, per_model: PerModel, speed: dict[str, list[float]], nfes: dict[str, str]
+    rep: BenchReport,
+    data: str,
+    sets: list[str],
+    per_model: PerModel,
+    speed: dict[str, list[float]],
+    nfes: dict[str, str],
 ) -> None:
-    """The AUROC table and the decision rule's verdicts on ``data`` from the models run so far."""
-    cells: Cells = {m: {s: [] for s in OOD[data]} for m in METHODS}
+    """The AUROC table and the decision rule's verdicts on ``data``'s OOD ``sets`` from the models run
+    so far."""
+    cells: Cells = {m: {s: [] for s in sets} for m in METHODS}
     for seed in per_model:
         for m in METHODS:
-            for s in OOD[data]:
+            for s in sets:
                 if per_model[seed][m][s]:
                     cells[m][s].append(per_model[seed][m][s])
-    rows = [[s, *(summary(cells[m][s]) for m in METHODS)] for s in OOD[data]]
+    rows = [[s, *(summary(cells[m][s]) for m in METHODS)] for s in sets]
     rows.append(["NFEs/image", *(nfes.get(m, "–") for m in METHODS)])
     rows.append(["images/s", *(f"{np.nanmean(speed[m]):.1f}" if speed[m] else "–" for m in METHODS)])
     rep.section(f"AUROC, zoo DDPMs on {data}", markdown_rows(["OOD set", *METHODS], rows))
     pairs = [(r, b) for r in ("rose-ekfac", "rose-diag") for b in METHODS if not b.startswith("rose")]
     rep.section(
         f"Decision rule, zoo DDPMs on {data}",
-        markdown_rows(
-            ["comparison", *OOD[data]], verdicts(cells, OOD[data], [*pairs, ("rose-ekfac", "rose-diag")])
-        ),
+        markdown_rows(["comparison", *sets], verdicts(cells, sets, [*pairs, ("rose-ekfac", "rose-diag")])),
     )
     rep.results[f"{data}/summary"] = {
-        m: {s: [list(map(float, v)) for v in cells[m][s]] for s in OOD[data]} for m in METHODS
+        m: {s: [list(map(float, v)) for v in cells[m][s]] for s in sets} for m in METHODS
     }
 
 
@@ -111,7 +115,8 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         speed: dict[str, list[float]] = {m: [] for m in METHODS}
         nfes: dict[str, str] = {}
         names = dict(zoo.zoo_seeds("ddpm", data))
-        per_model: PerModel = {seed: {m: {s: [] for s in OOD[data]} for m in METHODS} for seed in names}
+        sets = ws.ood_sets(data, OOD[data])
+        per_model: PerModel = {seed: {m: {s: [] for s in sets} for m in METHODS} for seed in names}
         runs = [(d, seed) for d in range(draws) for seed in names]  # the seed interval first
         for done, (d, seed) in enumerate(runs, 1):
             name = names[seed]
@@ -132,9 +137,9 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
                     f"**Partial: {done} of {len(runs)} (draw, model) runs on {data} finished** (the last: "
                     f"{name}, draw {d}); this report is replaced as the run goes on."
                 )
-                tables(partial, data, per_model, speed, nfes)
+                tables(partial, data, sets, per_model, speed, nfes)
                 partial.write(out, ws, time.time() - started)
-        tables(rep, data, per_model, speed, nfes)
+        tables(rep, data, sets, per_model, speed, nfes)
 
 
 EXPERIMENT = common.Experiment(

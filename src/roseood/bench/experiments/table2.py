@@ -31,10 +31,11 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
             methods = METHODS[kind]
             variants: common.Variants = {m: (m, {}) for m in methods}
             variants["lratio"] = ("lratio", common.with_background(ws, recipe))
-            result = common.evaluate_variants(ws, model, data, common.OOD_SETS[data], variants)
+            sets = ws.ood_sets(data, common.OOD_SETS[data])
+            result = common.evaluate_variants(ws, model, data, sets, variants)
             for table, metric in TABLES:
                 rows = common.compare_rows(
-                    result, table, f"{kind}/{data}", common.OOD_SETS[data], {m: m for m in methods}, metric
+                    result, table, f"{kind}/{data}", sets, {m: m for m in methods}, metric
                 )
                 rep.compare(
                     f"{METRIC_TITLES[metric]}: {kind.upper()} on {data} ({table})",

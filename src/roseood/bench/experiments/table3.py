@@ -18,13 +18,12 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         for capacity in CAPACITIES:
             recipe = ws.vae(data, capacity)
             variants: common.Variants = {"rose-ekfac": ("rose-ekfac", {})}
-            result = common.evaluate_variants(ws, ws.model(recipe), data, common.OOD_SETS[data], variants)
+            sets = ws.ood_sets(data, common.OOD_SETS[data])
+            result = common.evaluate_variants(ws, ws.model(recipe), data, sets, variants)
             label = f"{capacity:g}x"
             column = f"{label} (ngf {dict(recipe.arch)['ngf']})"
             prefix = f"vae/{data}/capacity:{label}"
-            for row in common.compare_rows(
-                result, "table3", prefix, common.OOD_SETS[data], {"rose-ekfac": "rose-ekfac"}
-            ):
+            for row in common.compare_rows(result, "table3", prefix, sets, {"rose-ekfac": "rose-ekfac"}):
                 rows.append(Row((row.labels[0], column), row.ours, row.paper, row.why))
             rep.results[f"{data}/{label}"] = result.to_json()
         rep.compare(f"ROSE-EKFAC AUROC vs VAE capacity, {data}", ("OOD set", "capacity"), rows)
