@@ -46,6 +46,31 @@ def test_train_export_and_evaluate_a_diffusers_folder(workdir, capsys):  # noqa:
     det = Detector.load(workdir / "rows.pt", load_model("diff-folder"))
     assert isinstance(det, ROSE) and det.rows == "each"
     assert det.mean_ is not None and det.mean_.shape == (2 * len(det.layers),)
+    # --rose-k / --rose-t-range: the pairs set on the model, recorded in the detector file, set again
+    # when `rose score` loads it onto the folder's own (k = 2, t in [0, 1)) model, and shown
+    code = run(
+        "fit", "--model", "diff-folder", "--method", "rose-diag", "--layers", "mid", "--rose-k", "3",
+        "--rose-t-range", "0,0.5", "--fit-samples", "12", "--stats-samples", "4", "--out", "pairs.pt",
+        "--quiet",
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert "pairs: k = 3, t_min = 0.0, t_max = 0.5" in capsys.readouterr().err
+    model = load_model("diff-folder")
+    det = Detector.load(workdir / "pairs.pt", model)
+    assert isinstance(model, DiffusionModel) and model.k == 3 and model.denoising["t_max"] == 0.5
+    assert max(model.row_labels()) < 500  # the midpoints of 3 strata of [0, 0.5) of T = 1000
+    code = run(
+        "score", "--model", "diff-folder", "--detector", "pairs.pt", "--data", "mnist", "--subset", "3",
+        "--out", "pairs.csv",
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "as the detector was fitted: k = 3, t_min = 0.0, t_max = 0.5" in captured.out
+    assert "loss settings set as the detector was fitted" in captured.err
+    assert run("fit", "--model", "model.pt", "--rose-k", "3", "--out", "vae.pt") == 2
+    assert "this model's loss has none" in capsys.readouterr().err
+    assert run("fit", "--model", "diff-folder", "--rose-t-range", "0.5,0.5", "--out", "x.pt") == 2
+    assert "needs LO < HI" in capsys.readouterr().err
 
 
 def test_sample_draws_a_grid_from_a_vae_and_refuses_a_model_that_cannot(workdir, capsys):  # noqa: F811

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roseood.errors import RoseError
-from roseood.validation import count
+from roseood.validation import count, t_range
 
 PAPER_METHOD = "rose-ekfac"  # a family's detection method unless the near-OOD bench's rule chose another
 
@@ -115,7 +115,11 @@ def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
         help="(t, noise) pairs of the per-image loss",
     )
     p.add_argument(
-        "--rose-t-range", type=str, default="0,1", help="timestep range of the pairs, fractions of T"
+        "--rose-t-range",
+        type=t_range,
+        default=(0.0, 1.0),
+        metavar="LO,HI",
+        help="timestep range of the pairs, fractions of T",
     )
     p.add_argument(
         "--rose-weighting", choices=DIFFUSION_WEIGHTINGS, default="simple", help="weighting of the K terms"
@@ -126,11 +130,9 @@ def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
 def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
     try:
         widths = [int(w) for w in a.widths.split(",")]
-        lo, hi = (float(v) for v in a.rose_t_range.split(","))
     except ValueError:
-        raise RoseError(
-            f"--widths and --rose-t-range take comma-separated numbers, got {a.widths!r}, {a.rose_t_range!r}"
-        ) from None
+        raise RoseError(f"--widths takes comma-separated numbers, got {a.widths!r}") from None
+    lo, hi = a.rose_t_range
     denoising = {"k": a.rose_k, "t_min": lo, "t_max": hi, "weighting": a.rose_weighting, "seed": a.rose_seed}
     return {
         "widths": widths,

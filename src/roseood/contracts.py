@@ -52,6 +52,18 @@ class Preprocessed(Protocol):
 
 
 @runtime_checkable
+class SettableLoss(Protocol):
+    """A model whose per-image loss has settings of its own beside its weights (a DDPM's K (timestep,
+    noise) pairs): ``loss_settings()`` gives them as JSON-able values, ``set_loss_settings(**options)``
+    changes them (and with them the model's fingerprint). A detector file records them, and loading it
+    sets them again on the model before the fingerprint is compared."""
+
+    def loss_settings(self) -> dict[str, Any]: ...
+
+    def set_loss_settings(self, **options: Any) -> None: ...
+
+
+@runtime_checkable
 class FromFactory(Protocol):
     """A model built by the user's code, naming the ``--model-module`` that rebuilds it (or None)."""
 

@@ -202,7 +202,8 @@ def check_params(cls: type, params: Any, where: str = "params") -> dict[str, Any
 
 def check_detector_file(obj: dict[str, Any], registry: Registry[str, Any]) -> tuple[type, dict[str, Any]]:
     """Check a detector file's fields (format and checksum already checked by ``safe_load``): version,
-    method (registered), params (see ``check_params``), state, threshold, model fingerprint, tag; return
+    method (registered), params (see ``check_params``), state, threshold, model fingerprint, tag, the
+    model's loss settings; return
     the detector class and its params."""
     version = obj.get("version", 1)
     if not same(version, 1):
@@ -232,4 +233,6 @@ def check_detector_file(obj: dict[str, Any], registry: Registry[str, Any]) -> tu
         raise CheckpointError(f"field 'model_fingerprint': {shown(fp)} is not a model fingerprint")
     if "tag" in obj:
         field(obj, "tag", str)
+    if "model_loss" in obj:  # the model's loss settings as fitted (a DDPM's pairs), set again on loading
+        field(obj, "model_loss", dict)
     return cls, params

@@ -131,6 +131,19 @@ def check_model_config(config: Mapping[str, Any], where: str = "model config") -
             raise RoseError(f"{where}: {key} must be ≥ 1, got {value}")
 
 
+def parse_t_range(text: str, name: str = "--rose-t-range") -> tuple[float, float]:
+    """A timestep range ``LO,HI`` (fractions of the train timesteps, 0 ≤ LO < HI ≤ 1)."""
+    try:
+        lo, hi = (float(v) for v in str(text).split(","))
+    except ValueError:
+        raise RoseError(f"{name} takes two comma-separated fractions LO,HI, got {text!r}") from None
+    check_float(lo, f"{name} LO", low=0.0, high=1.0)
+    check_float(hi, f"{name} HI", low=0.0, high=1.0)
+    if lo >= hi:
+        raise RoseError(f"{name} needs LO < HI, got {text!r}")
+    return lo, hi
+
+
 def cli_type(check: Callable[[Any, str], T], parse: Callable[[str], Any] = int) -> Callable[[str], T]:
     """An argparse ``type=`` that parses the text with ``parse`` and validates it with ``check``."""
 
@@ -162,3 +175,4 @@ rate = cli_type(lambda v, n: check_float(v, n, low=0.0, high=1.0, low_open=True)
 finite_float = cli_type(check_float, float)
 device = cli_type(check_device, str)
 channels = cli_type(lambda v, n: check_choice(v, (1, 3), "channel count"))
+t_range = cli_type(lambda v, n: parse_t_range(v), str)

@@ -244,7 +244,32 @@ def load_model_arg(args: argparse.Namespace, path: str | None = None) -> RoseMod
     from roseood.models import open_model
 
     model = open_model(path or args.model, getattr(args, "model_module", None))
+    set_loss_args(args, model)
     return model.to(distributed.device(args.device))
+
+
+def set_loss_args(args: argparse.Namespace, model: RoseModel) -> None:
+    """``--rose-k`` / ``--rose-t-range``: set a diffusion model's (timestep, noise) pairs before anything is
+    fitted (a detector file then records them); refused in one line for a model whose loss has none."""
+    from roseood.contracts import SettableLoss
+    from roseood.progress import state
+
+    options: dict[str, Any] = {}
+    if getattr(args, "rose_k", None) is not None:
+        options["k"] = args.rose_k
+    if getattr(args, "rose_t_range", None) is not None:
+        options["t_min"], options["t_max"] = args.rose_t_range
+    if not options:
+        return
+    if not isinstance(model, SettableLoss):
+        raise RoseError(
+            "--rose-k and --rose-t-range set a diffusion model's (timestep, noise) pairs; this model's "
+            "loss has none"
+        )
+    model.set_loss_settings(**options)
+    pairs = model.loss_settings()
+    shown = ", ".join(f"{k} = {pairs[k]}" for k in ("k", "t_min", "t_max") if k in pairs)
+    state(f"the model's per-image loss pairs: {shown}")
 
 
 def load_background_arg(args: argparse.Namespace) -> RoseModel | None:
@@ -309,6 +334,20 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         choices=ADJUSTMENTS,
         help="beyond the paper: nll divides each ROSE layer score by its in-distribution trend in the "
         "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
+    )
+    p.add_argument(
+        "--rose-k",
+        type=v.count,
+        metavar="K",
+        help="diffusion models: (timestep, noise) pairs of the per-image loss ROSE differentiates, each a "
+        "UNet pass per image (unset: the model's own, 8 for the zoo); recorded in the detector file",
+    )
+    p.add_argument(
+        "--rose-t-range",
+        type=v.t_range,
+        metavar="LO,HI",
+        help="diffusion models: the pairs' timestep range, fractions of the train timesteps (e.g. 0,0.5: "
+        "the less noisy half; unset: the model's own); the K timesteps are the midpoints of K equal strata",
     )
     p.add_argument(
         "--rows",

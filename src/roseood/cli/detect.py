@@ -63,6 +63,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     import numpy as np
 
     from roseood import distributed
+    from roseood.contracts import SettableLoss
     from roseood.data import open_images
     from roseood.detectors import load_detector
     from roseood.evaluation.evaluate import model_preprocessing
@@ -93,6 +94,10 @@ def cmd_score(args: argparse.Namespace) -> None:
     )
     data.state_preprocessing()
     log = sys.stderr if to_stdout else sys.stdout
+    if isinstance(models[0], SettableLoss):  # a DDPM: the pairs its scores depend on, as the detector set them
+        pairs = models[0].loss_settings()
+        shown = ", ".join(f"{k} = {v}" for k, v in pairs.items())
+        print(f"the model's per-image loss, as the detector was fitted: {shown}", file=log)
     pixels = args.chunk * prep.channels * prep.size**2
     print(
         f"scoring {len(data)} images, {args.chunk} read at a time per process (≈ "

@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from roseood import distributed
-from roseood.contracts import ModelInputs
+from roseood.contracts import ModelInputs, SettableLoss
 from roseood.data.loading import ImageStream, read_readable
 from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
 from roseood.detectors.aggregation import DECISION_TPR, threshold_at
@@ -35,7 +35,7 @@ from roseood.integrity import check_detector_file
 from roseood.memory import check_memory
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
-from roseood.progress import progress, resolve
+from roseood.progress import progress, resolve, state
 from roseood.registry import Registry
 from roseood.serialization import safe_load, save_file, share_equal_tensors
 from roseood.validation import check_float, check_int
@@ -256,6 +256,7 @@ class Detector(ABC):
                 "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
             }
+            | ({"model_loss": self.model.loss_settings()} if isinstance(self.model, SettableLoss) else {})
             | ({"tag": tag} if tag is not None else {}),
             path,
         )
@@ -312,6 +313,7 @@ class Detector(ABC):
                 )
             model = model[0]
         expected = obj.get("model_fingerprint")
+        _set_model_loss(obj, path, model)
         if expected is not None:
             if model is None:
                 raise CheckpointError(f"{path}: this {cls.method} detector needs the model it was fitted on")
@@ -335,6 +337,27 @@ class Detector(ABC):
         self.threshold_ = obj.get("threshold")
         self.fitted_ = True
         return self
+
+
+def _set_model_loss(obj: Mapping[str, Any], path: str | Path, model: Any) -> None:
+    """Set the loss settings a detector file records (a DDPM's pairs, as it was fitted) on ``model``, which
+    then has the fingerprint the file expects; a one-line ``CheckpointError`` where they cannot be set."""
+    settings = obj.get("model_loss")
+    if settings is None:
+        return
+    if not isinstance(settings, Mapping) or not isinstance(model, SettableLoss):
+        raise CheckpointError(f"{path}: records loss settings that this model does not take")
+    if settings == model.loss_settings():
+        return
+    try:
+        model.set_loss_settings(**settings)
+    except RoseError as exc:
+        raise CheckpointError(f"{path}: its loss settings cannot be set on this model ({exc})") from None
+    state(f"{path}: the model's loss settings set as the detector was fitted: {_settings_text(settings)}")
+
+
+def _settings_text(settings: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in settings.items())
 
 
 class Method(NamedTuple):

@@ -183,6 +183,14 @@ class DiffusionModel(GenerativeModel):
         self.register_buffer("loss_timesteps", t.to(device))
         self.register_buffer("loss_noise", noise.to(device))
 
+    def loss_settings(self) -> dict[str, Any]:
+        """The per-image loss's pairs (``denoising``: k, t_min, t_max, weighting, seed)."""
+        return dict(self.denoising)
+
+    def set_loss_settings(self, **options: Any) -> None:
+        """``set_denoising``: what a detector file or ``--rose-k`` / ``--rose-t-range`` set."""
+        self.set_denoising(**options)
+
     @property
     def train_timesteps(self) -> int:
         return int(self.scheduler.config.num_train_timesteps)
