@@ -67,11 +67,11 @@ def test_an_interrupted_run_resumes_to_the_csv_of_an_uninterrupted_one(
     appended = GrowingCsv.append
     calls = []
 
-    def interrupted(self: GrowingCsv, rows: object) -> None:
+    def interrupted(self: GrowingCsv, rows: object, mark: str | None = None) -> None:
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        appended(self, rows)  # type: ignore[arg-type]
+        appended(self, rows, mark)  # type: ignore[arg-type]
 
     monkeypatch.setattr(GrowingCsv, "append", interrupted)
     assert score("--out", "cut.csv") == 130
@@ -87,7 +87,9 @@ def test_an_interrupted_run_resumes_to_the_csv_of_an_uninterrupted_one(
     scoring = []
     original = GrowingCsv.append
     monkeypatch.setattr(
-        GrowingCsv, "append", lambda self, rows: (scoring.append(len(rows)), original(self, rows))
+        GrowingCsv,
+        "append",
+        lambda self, rows, mark=None: (scoring.append(len(rows)), original(self, rows, mark)),
     )
     assert score("--out", "cut.csv", "--resume") == 0
     assert sum(scoring) == 23 - 8  # only the images not written yet were scored
@@ -98,8 +100,8 @@ def test_an_interrupted_run_resumes_to_the_csv_of_an_uninterrupted_one(
 def test_resume_refuses_other_settings_or_changed_images(scored: Path, monkeypatch, capsys) -> None:
     appended = GrowingCsv.append
 
-    def stop(self: GrowingCsv, rows: object) -> None:
-        appended(self, rows)  # type: ignore[arg-type]
+    def stop(self: GrowingCsv, rows: object, mark: str | None = None) -> None:
+        appended(self, rows, mark)  # type: ignore[arg-type]
         raise KeyboardInterrupt
 
     monkeypatch.setattr(GrowingCsv, "append", stop)
@@ -115,3 +117,67 @@ def test_resume_refuses_other_settings_or_changed_images(scored: Path, monkeypat
     assert len(errors) == 1 and "the images changed" in errors[0]
     assert score("--out", "s.csv", "--overwrite") == 0
     assert len(list(csv.DictReader((scored / "s.csv").open()))) == 23
+
+
+def _interrupt_after_first_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    appended = GrowingCsv.append
+
+    def stop(self: GrowingCsv, rows: object, mark: str | None = None) -> None:
+        appended(self, rows, mark)  # type: ignore[arg-type]
+        monkeypatch.setattr(GrowingCsv, "append", appended)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(GrowingCsv, "append", stop)
+
+
+@pytest.mark.parametrize("change", ["rewrite a file", "replace an .npz's first images"])
+def test_resume_refuses_images_changed_under_the_same_names(
+    scored: Path, monkeypatch: pytest.MonkeyPatch, capsys, change: str
+) -> None:
+    """The rows written are for the pixels read then: a file rewritten under its name (or an ``.npz``
+    whose first images were replaced) is found by the digest recorded with each chunk, never resumed."""
+    data = "imgs"
+    if change.endswith(".npz's first images"):
+        rng = np.random.default_rng(1)
+        np.savez(scored / "set.npz", images=rng.integers(0, 255, (12, 28, 28), dtype=np.uint8))
+        data = "set.npz"
+    base = ["score", "--model", "model.pt", "--detector", "det.pt", "--data", data, "--chunk", "4"]
+    _interrupt_after_first_chunk(monkeypatch)
+    assert main([*base, "--out", "s.csv", "-q"]) == 130
+    if data == "imgs":
+        Image.fromarray(np.full((28, 28), 7, np.uint8)).save(scored / "imgs" / "01.png")
+    else:
+        images = np.load(scored / "set.npz")["images"]
+        images[0] = 255 - images[0]
+        np.savez(scored / "set.npz", images=images)
+    capsys.readouterr()
+    assert main([*base, "--out", "s.csv", "--resume", "-q"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "images 1–4 are not those the partial CSV was written for" in errors[0]
+    assert not (scored / "s.csv").exists()
+
+
+def test_resume_never_replaces_a_finished_output(scored: Path, capsys) -> None:
+    """--resume continues a partial file; a finished CSV (with or without a partial beside it) or report
+    folder is replaced only with --overwrite, and the refusal says so."""
+    assert score("--out", "s.csv", "--report", "page") == 0
+    before = (scored / "s.csv").read_bytes()
+    capsys.readouterr()
+    assert score("--out", "s.csv", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "--overwrite" in err and "--resume to" not in err
+    assert score("--out", "other.csv", "--report", "page", "--resume") == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (scored / "s.csv").read_bytes() == before and not (scored / "other.csv").exists()
+
+
+def test_a_partial_record_claiming_more_than_its_file_is_one_line(scored: Path, capsys) -> None:
+    assert score("--out", "s.csv") == 0
+    (scored / "s.csv").rename(scored / "t.csv.partial")
+    (scored / "t.csv.partial.json").write_text(
+        '{"settings": {}, "rows": 1000000000000, "bytes": 10000000000000}'
+    )
+    capsys.readouterr()
+    assert score("--out", "t.csv", "--resume") == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith("error: cannot resume") and "claims" in errors[0]

@@ -274,7 +274,9 @@ class GrowingCsv:
     in ``PATH.partial.json``; ``finish`` renames it to ``PATH``, so ``PATH`` only ever holds a whole run.
     ``resume=True`` continues the partial file of an interrupted run with the same header and settings
     (rows past its last record are dropped, their work redone); ``resumed`` are the rows it already
-    held (as text), ``count`` the rows written in all.
+    held (as text), ``count`` the rows written in all. ``append(rows, mark)`` records a ``mark`` (e.g. a
+    digest of what the rows describe) with the row count it ends at; ``marks`` are those of the rows
+    resumed, for the caller to check that they still hold.
     Without ``resume`` an existing partial file is refused, unless ``overwrite``."""
 
     def __init__(
@@ -291,6 +293,7 @@ class GrowingCsv:
         self.record = self.path.with_name(self.path.name + ".partial.json")
         self.settings = {"header": list(header), **settings}
         self.resumed: list[list[str]] = []
+        self.marks: list[tuple[int, str]] = []
         self.count = 0
         if GrowingCsv.check(path, resume=resume, overwrite=overwrite):
             self._resume()
@@ -316,6 +319,10 @@ class GrowingCsv:
         try:
             record = json.loads(self.record.read_text())
             length, count = int(record["bytes"]), int(record["rows"])
+            marks = [(int(end), str(mark)) for end, mark in record.get("marks", [])]
+            size = self.partial.stat().st_size
+            if not 0 <= length <= size or not 0 <= count <= length or any(e > count for e, _ in marks):
+                raise ValueError(f"its record claims {count} rows in {length} bytes, the file has {size}")
             with open(self.partial, "rb") as f:
                 text = f.read(length).decode("utf-8")
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -333,11 +340,13 @@ class GrowingCsv:
         rows = list(csv.reader(io.StringIO(text, newline="")))
         if len(rows) != count + 1 or len(text.encode("utf-8")) != length:
             raise RoseError(f"cannot resume {self.partial}: it is shorter than its record; use --overwrite")
-        self.resumed, self.count = rows[1:], count
+        self.resumed, self.count, self.marks = rows[1:], count, marks
         with open(self.partial, "r+b") as f:  # drop what was written after the last record
             f.truncate(length)
 
-    def _append_text(self, header: Sequence[str] | None, rows: list[list[Any]], mode: str) -> None:
+    def _append_text(
+        self, header: Sequence[str] | None, rows: list[list[Any]], mode: str, mark: str | None = None
+    ) -> None:
         try:
             with open(self.partial, mode) as f:
                 text = io.TextIOWrapper(f, encoding="utf-8", errors=NAME_ERRORS, newline="")
@@ -352,11 +361,14 @@ class GrowingCsv:
         except OSError as exc:
             raise _cannot_write(self.partial, exc) from None
         self.count = self.count + len(rows) if header is None else 0
-        write_json(self.record, {"settings": self.settings, "rows": self.count, "bytes": length})
+        if mark is not None:
+            self.marks.append((self.count, mark))
+        record = {"settings": self.settings, "rows": self.count, "bytes": length, "marks": self.marks}
+        write_json(self.record, record)
 
-    def append(self, rows: Iterable[Sequence[Any]]) -> None:
-        """Add ``rows`` (cells as ``write_csv`` writes them) and record them as written."""
-        self._append_text(None, [list(r) for r in rows], mode="ab")
+    def append(self, rows: Iterable[Sequence[Any]], mark: str | None = None) -> None:
+        """Add ``rows`` (cells as ``write_csv`` writes them) and record them as written, with ``mark``."""
+        self._append_text(None, [list(r) for r in rows], mode="ab", mark=mark)
 
     def finish(self) -> Path:
         """Rename the whole file to ``PATH`` (refused if another process wrote ``PATH`` meanwhile)."""

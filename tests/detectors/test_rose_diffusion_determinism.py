@@ -10,7 +10,6 @@ import torch
 from roseood.detectors import ROSE
 from roseood.models.diffusion import DiffusionModel
 
-
 # Layers whose gradients on this untrained UNet are far from zero: some time-embedding projections get
 # gradients of 1e-7 there, pure rounding, and a z-score of rounding moves with any reassociation.
 LAYERS = [

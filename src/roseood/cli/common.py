@@ -213,15 +213,18 @@ def checked_output(
     folder: bool = False,
     markers: Sequence[str] = (),
     stdout: bool = False,
+    resumed: bool = True,
 ) -> Path:
     """Check one output of this command before any work (see ``serialization.check_output``): never an
-    input, replaced only with ``--overwrite``, its folder writable (``stdout``: ``-`` allowed)."""
-    overwrite = getattr(args, "overwrite", False) or getattr(args, "resume", False)
-    hint = "pass --resume to continue it, --overwrite to replace it" if "resume" in args else ""
+    input, replaced only with ``--overwrite`` or, where ``resumed`` (a checkpoint ``rose train --resume``
+    continues), ``--resume``; its folder writable (``stdout``: ``-`` allowed). Not ``resumed``: an output
+    that ``--resume`` never continues (``rose score`` resumes a partial file beside it)."""
+    resume = resumed and getattr(args, "resume", False)
+    hint = "pass --resume to continue it, --overwrite to replace it" if resumed and "resume" in args else ""
     return check_output(
         path,
         inputs=_input_paths(args),
-        overwrite=overwrite,
+        overwrite=getattr(args, "overwrite", False) or resume,
         folder=folder,
         markers=markers,
         hint=hint or "pass --overwrite to replace it",

@@ -75,7 +75,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     if args.report:
         from roseood.evaluation.html_report import PAGE_OUTPUTS
 
-        checked_output(args, args.report, folder=True, markers=PAGE_OUTPUTS)
+        checked_output(args, args.report, folder=True, markers=PAGE_OUTPUTS, resumed=False)
     models = load_models_arg(args)
     prep = model_preprocessing(models[0])
     det = load_detector(
@@ -94,7 +94,9 @@ def cmd_score(args: argparse.Namespace) -> None:
     )
     data.state_preprocessing()
     log = sys.stderr if to_stdout else sys.stdout
-    if isinstance(models[0], SettableLoss):  # a DDPM: the pairs its scores depend on, as the detector set them
+    if isinstance(
+        models[0], SettableLoss
+    ):  # a DDPM: the pairs its scores depend on, as the detector set them
         pairs = models[0].loss_settings()
         shown = ", ".join(f"{k} = {v}" for k, v in pairs.items())
         print(f"the model's per-image loss, as the detector was fitted: {shown}", file=log)
@@ -150,7 +152,7 @@ def _score_output(args: argparse.Namespace) -> Path:
     from roseood import distributed
     from roseood.serialization import GrowingCsv, written_in_place
 
-    out = checked_output(args, args.out, stdout=True)
+    out = checked_output(args, args.out, stdout=True, resumed=False)
     if args.resume and written_in_place(out):
         raise RoseError(
             f"--resume continues a CSV file; {args.out} is written as it goes and cannot be resumed"

@@ -10,13 +10,13 @@ import numpy as np
 import torch
 
 from roseood import distributed
-from roseood.data.loading import ImageStream
+from roseood.data.loading import ImageStream, read_readable
 from roseood.detectors.base import Detector
 from roseood.errors import RoseError
 from roseood.evaluation.result import EvaluationResult
 from roseood.progress import progress as progress_bar
 from roseood.progress import resolve
-from roseood.serialization import GrowingCsv, spreadsheet_safe, write_csv, written_in_place
+from roseood.serialization import GrowingCsv, array_digest, spreadsheet_safe, write_csv, written_in_place
 
 SCORE_COLUMNS = ("index", "file", "label", "score", "ood")
 DECISION_COLUMNS = ("method", "set", *SCORE_COLUMNS)
@@ -102,12 +102,13 @@ def write_scores(
             resume=resume,
             overwrite=overwrite,
         )
-        _check_resumed(csv.resumed, stream, collect)
+        _check_resumed(csv, stream, collect)
     start = int(distributed.broadcast(torch.tensor(csv.count if csv is not None else 0)).item())
     chunks = score_chunks(detector, stream, threshold, chunk, progress, start=start, on_error=on_error)
     for _, part in _collected(chunks, collect):
         if csv is not None:
-            csv.append(part)
+            lo = csv.count
+            csv.append(part, _pixels_digest(stream, lo, lo + len(part)))
     if csv is not None:
         csv.finish()
     return threshold
@@ -123,9 +124,23 @@ def _collected(
         yield scores, rows
 
 
-def _check_resumed(rows: list[list[str]], stream: ImageStream, collect: list[np.ndarray] | None) -> None:
-    """Refuse to continue rows written for other images (a folder changed since); their scores into
+def _pixels_digest(stream: ImageStream, lo: int, hi: int) -> str:
+    """A digest of images ``lo``–``hi`` as the detector saw them (unreadable files left out), recorded with
+    their rows so that a resumed run can tell whether they changed."""
+    images, kept = read_readable(stream, lo, hi, on_error=lambda i, message: None)
+    return array_digest(images) + array_digest(kept)
+
+
+def _check_resumed(csv: GrowingCsv, stream: ImageStream, collect: list[np.ndarray] | None) -> None:
+    """Refuse to continue rows written for other images: other file names, or other pixels under the
+    same names (each recorded range read again and compared with its digest); their scores into
     ``collect``."""
+    rows = csv.resumed
+    if len(rows) > len(stream):
+        raise RoseError(
+            f"cannot resume: the partial CSV has {len(rows)} rows for {len(stream)} images (the images "
+            "changed since it was written); start over with --overwrite"
+        )
     for i, row in enumerate(rows):
         file = stream.files[i] if stream.files is not None else ""
         if len(row) != len(SCORE_COLUMNS) or row[0] != str(i) or row[1] != str(spreadsheet_safe(file)):
@@ -133,6 +148,14 @@ def _check_resumed(rows: list[list[str]], stream: ImageStream, collect: list[np.
                 f"cannot resume: row {i + 1} of the partial CSV is for {row[1:2] or '?'}, not {file!r} "
                 "(the images changed since it was written); start over with --overwrite"
             )
+    start = 0
+    for end, mark in csv.marks:
+        if end > len(stream) or _pixels_digest(stream, start, end) != mark:
+            raise RoseError(
+                f"cannot resume: images {start + 1}–{end} are not those the partial CSV was written for "
+                "(changed since, under the same names); start over with --overwrite"
+            )
+        start = end
     if collect is not None and rows:
         collect.append(np.array([float(r[3]) if r[3] else np.nan for r in rows]))
 
