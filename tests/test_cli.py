@@ -528,18 +528,27 @@ def test_the_console_command_exits_with_mains_status_and_skips_teardown_under_to
 
 
 def test_fit_and_evaluate_take_the_model_familys_method_when_none_is_named(workdir, capsys):
-    """A VAE's default is rose-gmm-stats (the near-OOD bench's verdict), said in one line by `rose fit`;
-    `rose evaluate` puts it before rose-ekfac, rose-diag and nll."""
+    """A Glow's default is rose-gmm-all (the near-OOD bench's verdict), said in one line by `rose fit`;
+    `rose evaluate` puts it before rose-ekfac, rose-diag and nll; a VAE's is the paper's rose-ekfac."""
     from roseood.detectors import ROSE
 
-    args = ("--model", "model.pt", "--fit-samples", "40", "--stats-samples", "30")
+    torch.manual_seed(0)
+    save_model(Glow(in_channels=1, image_size=32, levels=1, steps=1, hidden=4).eval(), workdir / "glow.pt")
+    args = ("--model", "glow.pt", "--fit-samples", "40", "--stats-samples", "30")
     assert run("fit", *args, "--out", "det.pt", "--quiet") == 0
-    assert "--method rose-gmm-stats: the default for this model's family" in capsys.readouterr().err
-    det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
-    assert isinstance(det, ROSE) and det.features == "layers,stats" and det.aggregate.startswith("gmm")
+    assert "--method rose-gmm-all: the default for this model's family" in capsys.readouterr().err
+    det = Detector.load(workdir / "det.pt", load_model(workdir / "glow.pt"))
+    assert (
+        isinstance(det, ROSE)
+        and det.features == "layers,stats,complexity"
+        and det.aggregate.startswith("gmm")
+    )
     code = run(
         "evaluate", *args, "--ood", "mnist", "--test-samples", "10", "--bootstrap", "0", "--json", "r.json"
     )
     assert code == 0, capsys.readouterr().err
     methods = list(json.loads((workdir / "r.json").read_text())["results"])
-    assert methods == ["rose-gmm-stats", "rose-ekfac", "rose-diag", "nll"]
+    assert methods == ["rose-gmm-all", "rose-ekfac", "rose-diag", "nll"]
+    vae = ("--model", "model.pt", "--fit-samples", "40", "--stats-samples", "30")
+    assert run("fit", *vae, "--out", "vae-det.pt", "--quiet") == 0
+    assert "--method rose-ekfac: the default for this model's family" in capsys.readouterr().err

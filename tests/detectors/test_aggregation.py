@@ -15,6 +15,7 @@ from roseood.detectors import ROSE, Detector
 from roseood.detectors.aggregation import (
     AGGREGATIONS,
     ReluNorm,
+    density_problem,
     layer_problems,
     make_aggregation,
     threshold_at,
@@ -237,3 +238,16 @@ def test_a_list_of_betas_holds_one_per_column_when_fitted_and_loaded():
     fitted.fit(raw)
     with pytest.raises(CheckpointError, match="3 values for 4 layer-score columns"):
         fitted.load_state({k: torch.cat([v, v[:1]]) for k, v in fitted.state().items()}, 4)
+
+
+def test_a_density_with_more_columns_than_images_says_so_in_one_line():
+    """A full covariance of L columns needs more than L images (GMM's k=auto: more than 2L, it fits on
+    halves); below that the density rests on shrinkage or the diagonal, and the fit says how many."""
+    rng = np.random.default_rng(0)
+    wide, narrow = rng.lognormal(size=(30, 20)), rng.lognormal(size=(60, 5))
+    (message,) = density_problem(wide, make_aggregation("gmm:k=auto"))
+    assert "models 20 columns from 30 statistics images" in message and "at least 42 (200" in message
+    assert density_problem(narrow, make_aggregation("gmm:k=auto")) == []
+    assert density_problem(wide, make_aggregation("gaussian")) == []  # 30 > 20 + 1
+    assert density_problem(wide[:15], make_aggregation("gaussian"))[0].count("at least 21") == 1
+    assert density_problem(wide, make_aggregation("relu-norm")) == []

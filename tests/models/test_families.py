@@ -125,7 +125,7 @@ def test_a_familys_default_method_is_the_near_ood_verdict_else_the_papers():
     from roseood.models import VAE, Glow, PixelCNN
     from roseood.models.families import default_method
 
-    assert default_method(VAE(ngf=4, nz=4)) == "rose-gmm-stats"
+    assert default_method(VAE(ngf=4, nz=4)) == "rose-ekfac"
     assert default_method(Glow(in_channels=1, levels=1, steps=1, hidden=4)) == "rose-gmm-all"
     assert default_method(PixelCNN(in_channels=1, width=4, blocks=1)) == "rose-gmm-all"
     module = torch.nn.Linear(4, 1)

@@ -416,6 +416,23 @@ def layer_problems(raw: np.ndarray, layers: list[str], extras: Collection[str] =
     return found
 
 
+def density_problem(values: np.ndarray, agg: Aggregation) -> list[str]:
+    """A message when a density aggregation has as many columns as it has images to fit on, or more: a full
+    covariance of L columns needs more than L images to be defined (GMM's k=auto fits on halves, so more
+    than 2L), and a stable one about ten times L; else nothing."""
+    if not isinstance(agg, Density):
+        return []
+    n, columns = values.shape
+    need = 2 * columns + 2 if isinstance(agg, GMM) and agg.k == "auto" else columns + 1
+    if n >= need:
+        return []
+    return [
+        f"the {agg.name} density models {columns} columns from {n} statistics images: a full covariance "
+        f"needs at least {need} ({10 * columns} for a stable one), so it rests on shrinkage or the diagonal; "
+        "give more --stats-samples, or fewer columns (--layers, features=layers)"
+    ]
+
+
 def tie_problem(raw: np.ndarray, layers: list[str], agg: Aggregation, tpr: float = DECISION_TPR) -> list[str]:
     """A message when the fitted ``agg`` gives several statistics images exactly the score at which the
     ``tpr`` decision threshold falls (e.g. ReLU zeros when over 1 − ``tpr`` of them are 0): a decision

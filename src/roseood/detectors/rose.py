@@ -39,6 +39,7 @@ from roseood.data.tensors import ImageData, iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
 from roseood.detectors.aggregation import (
     Aggregation,
+    density_problem,
     layer_problems,
     make_aggregation,
     tie_problem,
@@ -478,6 +479,7 @@ class ROSE(Detector):
         values = np.concatenate([adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust), extra], 1)
         columns = column_names(self.columns, self.adjust) + self.extra_columns_
         self.fit_warnings_ = self._warn(layer_problems(values, columns, self.extra_columns_))
+        self.fit_warnings_ += self._warn(density_problem(values, self.aggregation_))
         self.aggregation_.fit(values)
         self.fit_warnings_ += self._warn(tie_problem(values, columns, self.aggregation_))
 
