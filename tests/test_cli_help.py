@@ -105,11 +105,16 @@ def test_closed_pipe_gives_no_traceback() -> None:
 def test_help_and_refusals_import_no_torch(argv: list[str]) -> None:
     """`rose --help` lists every command without building the groups it does not name, and the detector
     commands and `rose train`'s families read their choices and options from the torch-free catalogue: a
-    fresh interpreter answers these without torch, scipy or sklearn in sys.modules."""
+    fresh interpreter answers these, through the console command's ``run``, without torch, scipy or
+    sklearn in sys.modules."""
     code = (
         "import sys\n"
-        "from roseood.cli import main\n"
-        f"code = main({argv!r})\n"
+        "from roseood.cli import run\n"
+        f"sys.argv = ['rose', *{argv!r}]\n"
+        "try:\n"
+        "    run()\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
         "heavy = sorted(m for m in ('torch', 'scipy', 'sklearn') if m in sys.modules)\n"
         "print('heavy:', heavy, 'code:', code)\n"
     )

@@ -16,13 +16,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from roseood.errors import RoseError
+from roseood.launch import launched
 
 DEFAULT_TIMEOUT_S = 600.0
-
-
-def launched() -> bool:
-    """Whether this process was started by torchrun (or anything setting ``WORLD_SIZE`` > 1)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def init(timeout_s: float | None = None) -> bool:

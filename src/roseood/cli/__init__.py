@@ -97,10 +97,10 @@ def run() -> NoReturn:
     by ``os._exit`` once its output is flushed: its work, files and process-group teardown are done, and
     the interpreter's own exit can still abort in gloo's threads (SIGABRT, "terminate called without an
     active exception"), which would turn a finished run into a failed one."""
-    from roseood import distributed
+    from roseood.launch import launched  # not roseood.distributed: torch is for the commands to import
 
     code = main()
-    if distributed.launched():
+    if launched():
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
