@@ -83,6 +83,12 @@ def test_sample_draws_a_grid_from_a_vae_and_refuses_a_model_that_cannot(workdir,
     assert "6 images drawn from the vae model" in capsys.readouterr().out
     with Image.open(workdir / "grid.png") as grid:
         assert grid.mode == "L" and min(grid.size) >= 32
+    assert run("sample", "--model", "model.pt", "--out", "deeper/still/grid.png", "--images", "2") == 0
+    assert (workdir / "deeper" / "still" / "grid.png").is_file()  # its folder made, as for every output
+    capsys.readouterr()
+    assert run("sample", "--model", "model.pt", "--out", "huge.png", "--images", "1000000000") == 2
+    err = capsys.readouterr().err
+    assert "draw fewer --images" in err and len(err.strip().splitlines()) == 1
     assert run("sample", "--model", "model.pt", "--out", "grid2.png", "--steps", "5") == 2
     assert "without options, not steps" in capsys.readouterr().err
     save_model(Glow(in_channels=1, levels=1, steps=1, hidden=4), workdir / "glow.pt")

@@ -251,3 +251,12 @@ def test_a_density_with_more_columns_than_images_says_so_in_one_line():
     assert density_problem(wide, make_aggregation("gaussian")) == []  # 30 > 20 + 1
     assert density_problem(wide[:15], make_aggregation("gaussian"))[0].count("at least 21") == 1
     assert density_problem(wide, make_aggregation("relu-norm")) == []
+
+
+@pytest.mark.parametrize(
+    "spec", ["two-sided:p=nan", "relu-norm:p=nan", "relu-norm:beta=nan", "relu-norm:beta=inf"]
+)
+def test_nan_or_infinite_parameters_are_refused(spec):
+    """A NaN p or β would fit a detector whose threshold is NaN (refused only later, by rose score)."""
+    with pytest.raises(RoseError, match="must be"):
+        make_aggregation(spec)

@@ -75,6 +75,12 @@ def test_an_added_or_missing_file_is_refused(copy):
         zoo_path(copy.name)
 
 
+def test_a_checksum_list_of_random_bytes_is_one_line(copy):
+    (copy.parent / "SHA256SUMS").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(CheckpointError, match="not a checksum list"):
+        zoo_path(copy.name)
+
+
 def test_a_model_absent_from_the_zoo_says_where_it_ships(copy):
     with pytest.raises(CheckpointError, match="ships with the repository"):
         zoo_path(ZOO_NAMES[-1])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from typing import Any
@@ -154,6 +155,7 @@ def cmd_export_diffusers(args: argparse.Namespace) -> None:
 def cmd_sample(args: argparse.Namespace) -> None:
     from roseood.contracts import Generates
     from roseood.evaluation.gallery import save_grid
+    from roseood.memory import check_memory
     from roseood.models.base import model_name
 
     out = checked_output(args, args.out)
@@ -164,6 +166,12 @@ def cmd_sample(args: argparse.Namespace) -> None:
             "(a DDPM or a VAE can)"
         )
     options = {} if args.steps is None else {"steps": args.steps}
+    pixels = math.prod(model.input_shape or (1,))
+    check_memory(  # the noise (float32) and the images (uint8) of every draw, and the grid
+        args.images * pixels * 6,
+        f"{args.images:,} images of {model.input_shape} drawn at once",
+        hint="draw fewer --images",
+    )
     images = model.generate(args.images, seed=args.seed, **options)
     save_grid(images.numpy(), out)
     print(f"wrote {out}: {args.images} images drawn from the {model_name(model)} model (seed {args.seed})")

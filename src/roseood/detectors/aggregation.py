@@ -100,8 +100,10 @@ class ZScore(Aggregation):
     two_sided: ClassVar[bool] = False
 
     def __init__(self, beta: float | list[float] = 0.0, p: float = math.inf, ties: str = "keep") -> None:
-        if p < 1:
+        if not p >= 1:  # NaN too
             raise RoseError(f"p must be ≥ 1 (or inf), got {p}")
+        if not all(math.isfinite(b) for b in (beta if isinstance(beta, list) else [beta])):
+            raise RoseError(f"beta must be finite (a number or one number per layer), got {beta}")
         if ties not in TIE_RULES:
             raise RoseError(f"ties must be one of {', '.join(TIE_RULES)}, got {ties!r}")
         if isinstance(beta, list) and not beta:

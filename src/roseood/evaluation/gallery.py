@@ -62,5 +62,6 @@ def save_grid(images: np.ndarray, path: str | Path, columns: int = 8, pad: int =
         y, x = pad + r * (h + pad), pad + col * (w + pad)
         grid[y : y + h, x : x + w] = img.transpose(1, 2, 0)
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # checked writable before any work (checked_output)
     Image.fromarray(grid[..., 0] if c == 1 else grid).save(path)
     return path

@@ -69,8 +69,12 @@ def checksums(folder: Path | None = None) -> dict[str, str]:
     path = (folder or zoo_dir()) / SUMS
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; the zoo's checksums cannot be checked")
+    try:
+        text = path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not a checksum list ({exc}); restore the zoo's SHA256SUMS") from None
     sums = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         digest, _, rel = line.partition("  ")
         if digest and rel:
             sums[rel] = digest
