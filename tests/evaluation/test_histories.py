@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from roseood.data import load_images
 from roseood.data.jpeg import JpegHistory
@@ -106,3 +107,27 @@ def test_evaluate_matches_the_ood_images_it_was_asked_to(
     assert plain.settings["compression"][sets["ood"]] == "not the in-distribution set's"
     np.testing.assert_array_equal(matched.scores["nll"][sets["in"]], plain.scores["nll"][sets["in"]])
     assert not np.array_equal(matched.scores["nll"][name], plain.scores["nll"][sets["ood"]])
+
+
+def test_no_ood_image_reaches_a_fitted_quantity(sets: dict[str, str], tmp_path: Path) -> None:
+    """The density variants fit their mixture, and every detector its threshold, on in-distribution images
+    only: evaluated against other OOD sets (matched or not), the in-distribution scores and the thresholds
+    are the same to the bit."""
+    torch.manual_seed(0)
+    vae = VAE(in_channels=3, ngf=4, nz=4)
+    other = _npz(tmp_path / "other.npz", photos(24, seed=9)[:, ::-1].copy())
+    spec = EvalSpec(
+        in_data=sets["in"],
+        fit_data=sets["fit"],
+        ood=[sets["ood"]],
+        methods=["rose-gmm-stats", "rose-ekfac"],
+        fit_samples=20,
+        stats_samples=20,
+        test_samples=16,
+        batch_size=8,
+    )
+    first = evaluate(vae, spec, progress=False, tpr=0.95)
+    second = evaluate(vae, replace(spec, ood=[other, "noise"], match_jpeg="auto"), progress=False, tpr=0.95)
+    for method in spec.methods:
+        np.testing.assert_array_equal(first.scores[method][sets["in"]], second.scores[method][sets["in"]])
+        assert first.thresholds[method] == second.thresholds[method]
