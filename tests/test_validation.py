@@ -132,3 +132,14 @@ def test_memory_checks_refuse_what_cannot_fit_and_measure_without_allocating(
         check_memory(3 * 2**30, "a buffer", hint="lower k")
     monkeypatch.setattr(memory, "available", lambda device=None: None)
     check_memory(10**30, "anything")  # where the free memory cannot be told, nothing is refused
+
+
+def test_a_bad_size_names_the_setting_it_was_given_for():
+    from roseood.detectors import ROSE
+    from roseood.memory import parse_size
+    from roseood.models import VAE
+
+    with pytest.raises(RoseError, match=r"^max_size must be a size such as 4G"):
+        ROSE(VAE(ngf=4, nz=4), max_size="lots")
+    with pytest.raises(RoseError, match=r"^memory must be positive"):
+        parse_size("0G")

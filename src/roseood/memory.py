@@ -26,20 +26,20 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNO
 _process_budget: int | None = None
 
 
-def parse_size(value: int | float | str) -> int:
+def parse_size(value: int | float | str, name: str = "memory") -> int:
     """Bytes from a size such as ``4G``, ``500M``, ``1.5GB``, ``2GiB`` or a plain number of bytes (units
-    are powers of 1024); a bad or non-positive size is a ``RoseError``."""
+    are powers of 1024); a bad or non-positive size is a ``RoseError`` naming the setting ``name``."""
     if isinstance(value, bool):
-        raise RoseError(f"memory must be a size such as 4G or 500M, got {value!r}")
+        raise RoseError(f"{name} must be a size such as 4G or 500M, got {value!r}")
     if isinstance(value, int | float):
         size = int(value)
     else:
         match = _SIZE.match(str(value))
         if match is None:
-            raise RoseError(f"memory must be a size such as 4G or 500M, got {value!r}")
+            raise RoseError(f"{name} must be a size such as 4G or 500M, got {value!r}")
         size = int(float(match[1]) * _UNITS[match[2].upper()])
     if size <= 0:
-        raise RoseError(f"memory must be positive, got {value!r}")
+        raise RoseError(f"{name} must be positive, got {value!r}")
     return size
 
 

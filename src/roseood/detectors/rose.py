@@ -203,7 +203,7 @@ class ROSE(Detector):
         if isinstance(max_size, str) and max_size.lower() in ("auto", "none"):
             max_size = None if max_size.lower() == "none" else "auto"
         elif max_size is not None:
-            parse_size(max_size)
+            parse_size(max_size, "max_size")
         self.max_size = max_size
         self.memory = memory if memory is None else parse_size(memory)
         self.fisher_kinds_: dict[str, str] = {}
@@ -325,7 +325,7 @@ class ROSE(Detector):
         limit = (
             max(sum(diag.file_bytes(s) for s in shapes.values()), 2**27)
             if self.max_size == "auto"
-            else parse_size(self.max_size)
+            else parse_size(self.max_size, "max_size")
         )
         size = {n: FISHERS.get(self.fisher).file_bytes(shapes[n]) for n in self.layers}
         total = sum(size.values())
