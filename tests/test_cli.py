@@ -511,7 +511,6 @@ def test_the_console_command_exits_with_mains_status_and_skips_teardown_under_to
     """``rose`` (``roseood.cli.run``) exits with ``main()``'s status; a torchrun process leaves by
     ``os._exit`` after flushing, past the interpreter exit where gloo's threads can abort."""
     import roseood.cli as cli
-    from roseood import distributed
 
     class Exited(Exception):
         pass
@@ -520,7 +519,7 @@ def test_the_console_command_exits_with_mains_status_and_skips_teardown_under_to
         raise Exited(code)
 
     monkeypatch.setattr(cli, "main", lambda: 3)
-    monkeypatch.setattr(distributed, "launched", lambda: under_torchrun)
+    monkeypatch.setenv("WORLD_SIZE", "2" if under_torchrun else "1")  # what torchrun sets
     monkeypatch.setattr(cli.os, "_exit", fake_exit)
     with pytest.raises(Exited if under_torchrun else SystemExit) as caught:
         cli.run()
