@@ -100,3 +100,12 @@ def test_a_vae_folder_loads_its_checkpoint_by_name(tmp_path, monkeypatch):
     (tmp_path / "vae-cifar10-s1" / "model.pt").write_bytes(b"damaged")
     with pytest.raises(CheckpointError, match="does not match its checksum"):
         load_model("vae-cifar10-s1")
+
+
+def test_a_local_path_named_like_a_zoo_model_is_loaded_and_said(tmp_path, monkeypatch, capsys):
+    """What the user has at the path they named wins over the zoo model of that name, in one line."""
+    name = ZOO_NAMES[0]
+    shutil.copytree(zoo_dir() / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    load_model(name)
+    assert f"{name}: the local folder, not the zoo model of that name" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from roseood.integrity import field, same, verify
 from roseood.memory import check_memory, module_bytes
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.state import first_line, load_state
+from roseood.progress import state
 from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file
 from roseood.validation import check_model_config
 
@@ -111,8 +112,12 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     from roseood.models.user import load_factory
     from roseood.models.zoo import ZOO_NAMES, zoo_model
 
-    if model_module is None and str(path) in ZOO_NAMES and not Path(path).exists():
-        path = zoo_model(str(path))
+    if model_module is None and str(path) in ZOO_NAMES:
+        if not Path(path).exists():
+            path = zoo_model(str(path))
+        else:  # what the user has at that path is what they named; said, since the zoo has the name too
+            kind = "folder" if Path(path).is_dir() else "file"
+            state(f"{path}: the local {kind}, not the zoo model of that name")
     if model_module is None and is_diffusers_folder(path):
         return load_diffusers(path), {}
     obj = safe_load(path, MODEL_FORMAT)
