@@ -116,8 +116,8 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
         if not Path(path).exists():
             path = zoo_model(str(path))
         else:  # what the user has at that path is what they named; said, since the zoo has the name too
-            kind = "folder" if Path(path).is_dir() else "file"
-            state(f"{path}: the local {kind}, not the zoo model of that name")
+            what = "folder" if Path(path).is_dir() else "file"
+            state(f"{path}: the local {what}, not the zoo model of that name")
     if model_module is None and is_diffusers_folder(path):
         return load_diffusers(path), {}
     obj = safe_load(path, MODEL_FORMAT)
