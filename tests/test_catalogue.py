@@ -32,7 +32,9 @@ def test_the_catalogue_gives_every_trainable_family_its_registered_options():
 
 
 def test_the_help_names_each_familys_method_when_none_is_named():
-    assert catalogue.family_methods() == "rose-gmm-all for glow and pixelcnn, else rose-ekfac"
+    assert catalogue.family_methods() == (
+        "rose-gmm-all for glow and pixelcnn, rose-bands-stats for diffusion, else rose-ekfac"
+    )
 
 
 def test_the_diffusion_loss_and_resizing_constants_are_the_ones_the_library_checks_against():

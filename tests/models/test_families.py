@@ -123,11 +123,14 @@ def test_latent_models_are_told_by_their_attributes_on_every_python() -> None:
 def test_a_familys_default_method_is_the_near_ood_verdict_else_the_papers():
     from roseood import wrap
     from roseood.models import VAE, Glow, PixelCNN
+    from roseood.models.diffusion import DiffusionModel
     from roseood.models.families import default_method
 
     assert default_method(VAE(ngf=4, nz=4)) == "rose-ekfac"
     assert default_method(Glow(in_channels=1, levels=1, steps=1, hidden=4)) == "rose-gmm-all"
     assert default_method(PixelCNN(in_channels=1, width=4, blocks=1)) == "rose-gmm-all"
+    ddpm = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 2})
+    assert default_method(ddpm) == "rose-bands-stats"
     module = torch.nn.Linear(4, 1)
     assert (
         default_method(wrap(module, lambda x: module(x.flatten(1)).squeeze(1), input_shape=(1, 2, 2)))
