@@ -76,3 +76,23 @@ def test_the_recorded_bad_input_table_has_exactly_the_tests_cases_in_order():
     assert recorded == [case.what for case in CASES], f"regenerate it: {hook.REGENERATE}"
     page = hook.on_page_markdown(f"# Bad input\n\n{hook.MARKER}\n", None, None, None)
     assert hook.MARKER not in page and f"`{CASES[0].what}`" in page
+
+
+def test_the_decision_table_is_one_table_on_every_page_and_follows_the_catalogue():
+    """README, detectors.md and diffusion.md hold exactly the table ``benchmarks.decision_table`` renders
+    (its rows: docs/generated/decisions.json), and every built-in family's default appears in it, taken
+    from the catalogue that `rose fit` and `rose evaluate` read."""
+    from benchmarks import decision_table
+
+    from roseood.catalogue import TRAIN_OPTIONS
+
+    for page in decision_table.PAGES:
+        text = (decision_table.ROOT / page).read_text(encoding="utf-8")
+        assert decision_table.current(text) == decision_table.block(page), (
+            f"{page}: rewrite it with python -m benchmarks.decision_table --write"
+        )
+    families = {row.get("family") for row in decision_table.rows()}
+    assert set(TRAIN_OPTIONS) <= families
+    rendered = decision_table.render()
+    for name, options in TRAIN_OPTIONS.items():
+        assert f"`{options.method}` (the default for this family)" in rendered, name

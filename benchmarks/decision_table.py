@@ -1,0 +1,78 @@
+"""The decision table "which detector for my model and my kind of OOD data": one source for README.md,
+docs/detectors.md and docs/diffusion.md, so that the three cannot disagree.
+
+Its rows are ``docs/generated/decisions.json`` (each row a verdict of ``rose bench`` with the measurement
+behind it and a link into the docs); a row that names a model ``family`` takes its method from the
+catalogue, the default ``rose fit`` and ``rose evaluate`` use, so the table and the code cannot disagree
+either. Each page holds the table between two marker lines; ``tests/test_docs.py`` checks that every page
+holds exactly what this renders.
+
+    python -m benchmarks.decision_table           # print the table
+    python -m benchmarks.decision_table --write   # rewrite it in the three pages
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from roseood.catalogue import TRAIN_OPTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ROOT / "docs" / "generated" / "decisions.json"
+PAGES = {"README.md": "docs/", "docs/detectors.md": "", "docs/diffusion.md": ""}  # page -> link prefix
+BEGIN = "<!-- decision-table: python -m benchmarks.decision_table --write -->"
+END = "<!-- /decision-table -->"
+
+
+def rows() -> list[dict[str, str]]:
+    """The recorded verdicts, in the table's order."""
+    loaded: list[dict[str, str]] = json.loads(ROWS.read_text(encoding="utf-8"))
+    return loaded
+
+
+def render(prefix: str = "") -> str:
+    """The table as Markdown; ``prefix`` goes before every link (the docs folder, seen from the page)."""
+    lines = ["| model | OOD data | use | measured (AUROC) |", "|---|---|---|---|"]
+    for row in rows():
+        use = row.get("use", "")
+        if "family" in row:
+            use = f"`{TRAIN_OPTIONS[row['family']].method}` (the default for this family)" + (
+                f"; {use}" if use else ""
+            )
+        link = f" ([{row['link_text']}]({prefix}{row['link']}))" if row.get("link") else ""
+        lines.append(f"| {row['model']} | {row['ood']} | {use} | {row['measured']}{link} |")
+    return "\n".join(lines)
+
+
+def block(page: str) -> str:
+    """The whole marked block of ``page`` (its markers included)."""
+    return f"{BEGIN}\n\n{render(PAGES[page])}\n\n{END}"
+
+
+def current(text: str) -> str | None:
+    """The marked block a page holds now, or None without markers."""
+    if BEGIN not in text or END not in text:
+        return None
+    start = text.index(BEGIN)
+    return text[start : text.index(END, start) + len(END)]
+
+
+def write() -> None:
+    """Rewrite the block of every page (each must hold the markers already)."""
+    for page in PAGES:
+        path = ROOT / page
+        text = path.read_text(encoding="utf-8")
+        old = current(text)
+        if old is None:
+            raise SystemExit(f"{page} has no decision-table markers ({BEGIN} ... {END})")
+        path.write_text(text.replace(old, block(page)), encoding="utf-8")
+        print(f"wrote the decision table into {page}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write"]:
+        write()
+    else:
+        print(render())
