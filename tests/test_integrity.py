@@ -145,6 +145,18 @@ def test_a_hand_edited_file_is_refused_by_its_checksum_or_in_one_line_once_resea
         loaded.score(files["x"][:2])  # whatever loads from a valid-looking file also scores
 
 
+def test_an_unknown_parameter_named_with_a_line_break_is_one_line(files: dict[str, Any]) -> None:
+    """The resealed-file property test's find: a parameter name holding a record separator (which
+    ``str.splitlines`` breaks at) was printed as it was."""
+    obj = torch.load(files["root"] / "rose.pt", weights_only=True)
+    obj["params"]["x\x1ey"] = 1
+    path = files["root"] / "edited-params.pt"
+    torch.save(seal(obj), path)
+    with pytest.raises(CheckpointError, match="unknown parameter") as caught:
+        Detector.load(path, files["vae"])
+    assert len(str(caught.value).splitlines()) == 1 and "'x\\x1ey'" in str(caught.value)
+
+
 @FAST
 @given(damage)
 def test_a_damaged_cache_entry_is_recomputed_never_used(

@@ -190,7 +190,7 @@ def check_params(cls: type, params: Any, where: str = "params") -> dict[str, Any
     for name, value in params.items():
         if name not in allowed:
             raise CheckpointError(
-                f"field {where}.{name}: unknown parameter of a {getattr(cls, 'method', cls.__name__)} "
+                f"field {where}.{shown(name)}: unknown parameter of a {getattr(cls, 'method', cls.__name__)} "
                 f"detector (known: {', '.join(allowed)})"
             )
         if not _matches(value, signature.parameters[name].annotation):
