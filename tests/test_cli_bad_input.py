@@ -431,7 +431,7 @@ CASES = [
     ),
     _c(
         "score --detector unknown parameter",
-        "params.evil: unknown parameter",
+        "params.'evil': unknown parameter",
         *SCORE[:-4],
         "--detector",
         "{d}/unknown-param.pt",
