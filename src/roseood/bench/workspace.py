@@ -19,12 +19,12 @@ import torch
 from roseood import distributed
 from roseood.bench.classifier import Classifier, train_classifier
 from roseood.bench.profiles import BACKGROUND, PAPER_GLOW_WEIGHT_DECAY, PAPER_VAE, Profile
-from roseood.data import DATASETS, load_images
-from roseood.data.jpeg import JpegHistory, split_suffix
+from roseood.data import load_images
+from roseood.data.jpeg import JpegHistory
 from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import EvalSpec, evaluate, sweep
-from roseood.evaluation.histories import history_of_set
+from roseood.evaluation.histories import history_of_set, with_twins
 from roseood.evaluation.result import EvaluationResult
 from roseood.models import get_family, load_checkpoint
 from roseood.models.base import GenerativeModel, RoseModel, model_name
@@ -245,14 +245,7 @@ class Workspace:
         """``sets`` with, after each natural-image set, its twin put through ``data``'s JPEG history
         (``celeba``, ``celeba+jpeg75``) where ``data`` has one: its verdicts are judged on the twin, the
         set as stored is kept beside it."""
-        history = self.jpeg_history(data)
-        out = []
-        for s in sets:
-            out.append(s)
-            spec = DATASETS.get(s.split(":")[0])
-            if history is not None and spec is not None and spec.natural and split_suffix(s)[1] is None:
-                out.append(s + history.tag())
-        return list(dict.fromkeys(out))
+        return with_twins(sets, self.jpeg_history(data))
 
     def spec(self, model: RoseModel, in_data: str, ood: list[str], methods: list[str], **kw: Any) -> EvalSpec:
         """An ``EvalSpec`` sized by the profile (Glow gets the paper's smaller test sets)."""

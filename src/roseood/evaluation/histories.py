@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roseood.data import DATASETS, ImageSet
+from roseood.data import DATASETS, DatasetSpec, ImageSet
 from roseood.data.jpeg import FIXED_POINT, JpegHistory, estimate_history, residual, split_suffix
 from roseood.errors import DataError
 
@@ -44,14 +44,28 @@ def history_of_set(images: ImageSet) -> JpegHistory | None:
     return estimate_history(_sample(images), SAMPLE) if len(images) else None
 
 
-def _spec_name(source: str) -> str:
-    return split_suffix(source)[0].split(":")[0].strip().lower().replace("-", "_")
+def named_set(source: str) -> DatasetSpec | None:
+    """The named set a source reads (``celeba+jpeg75`` and ``CelebA:test`` read celeba), or None for a
+    file or folder."""
+    return DATASETS.get(split_suffix(source)[0].split(":")[0].strip().lower().replace("-", "_"))
 
 
 def _stored(source: str) -> bool:
     """Whether a source holds stored images (not ``noise`` or ``constant``), which a round-trip can match."""
-    spec = DATASETS.get(_spec_name(source))
+    spec = named_set(source)
     return spec is None or not spec.generated
+
+
+def with_twins(sources: Sequence[str], history: JpegHistory | None) -> list[str]:
+    """``sources`` with, after each natural-image set, its twin put through ``history`` (``celeba``,
+    ``celeba+jpeg75``); as they are without a history."""
+    out = []
+    for s in sources:
+        out.append(s)
+        spec = named_set(s)
+        if history is not None and spec is not None and spec.natural and split_suffix(s)[1] is None:
+            out.append(s + history.tag())
+    return list(dict.fromkeys(out))
 
 
 def matched_sources(sources: Sequence[str], match: str | None, in_set: ImageSet) -> list[str]:
@@ -102,7 +116,7 @@ def compression_report(in_set: ImageSet, ood: Mapping[str, ImageSet]) -> tuple[d
                     f"same round-trip: --match-jpeg {ours.quality}:{ours.subsampling} "
                     f"(or --ood {split_suffix(name)[0]}{ours.tag()})"
                 )
-        elif (applied := split_suffix(name)[1]) is not None or _spec_name(name) not in DATASETS:
+        elif (applied := split_suffix(name)[1]) is not None or named_set(name) is None:
             theirs = applied or history_of_set(images)
             found[name] = describe(theirs)
             if theirs is not None:
