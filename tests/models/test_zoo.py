@@ -3,7 +3,9 @@ damaged, extended or missing file is refused in one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,8 +17,18 @@ from roseood.models import load_model, save_model
 from roseood.models.checkpoint import model_fingerprint
 from roseood.models.diffusion import DiffusionModel
 from roseood.models.vae import VAE
-from roseood.models.zoo import ZOO_NAMES, write_checksums, zoo_data, zoo_dir, zoo_path
+from roseood.models.zoo import CARD, ZOO_NAMES, model_card, write_checksums, zoo_data, zoo_dir, zoo_path
 from tests.conftest import needs_shared_data
+
+
+def _cards():
+    """zoo/tools/cards.py, the model cards' writer (a script, not part of the package)."""
+    path = Path(__file__).resolve().parents[2] / "zoo" / "tools" / "cards.py"
+    spec = importlib.util.spec_from_file_location("zoo_cards", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.parametrize(
@@ -38,6 +50,10 @@ def test_every_zoo_model_matches_its_checksums_loads_by_name_and_runs(name):
         assert 0 < loss.item() / (8 * x[0].numel()) < 5
     else:
         assert isinstance(model, VAE) and (model.ngf, model.nz) == (32, 200)
+    # its card is the one zoo/tools/cards.py writes from the folder as it is (a stale card fails here)
+    count = sum(p.numel() for p in getattr(model, "unet", model).parameters())
+    assert (folder / CARD).read_text() == _cards().card(name, count), "run python zoo/tools/cards.py"
+    if not name.startswith("ddpm-"):
         # a trained CIFAR-10 VAE's ELBO on one of its test images (the shared data): between a good
         # model's few bits/dim and the 8 of a uniform code
         test = as_image_tensor(load_images("cifar10", n=1, seed=0, channels=3, size=32).images)
@@ -82,7 +98,7 @@ def test_a_checksum_list_of_random_bytes_is_one_line(copy):
 
 
 def test_a_model_absent_from_the_zoo_says_where_it_ships(copy):
-    with pytest.raises(CheckpointError, match="ships with the repository"):
+    with pytest.raises(CheckpointError, match=r"pip install \./zoo"):
         zoo_path(ZOO_NAMES[-1])
     with pytest.raises(RoseError, match="unknown zoo model"):
         zoo_path("ddpm-svhn-s0")
@@ -109,3 +125,23 @@ def test_a_local_path_named_like_a_zoo_model_is_loaded_and_said(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     load_model(name)
     assert f"{name}: the local folder, not the zoo model of that name" in capsys.readouterr().err
+
+
+def test_rose_zoo_lists_the_models_and_shows_a_card_without_its_metadata(capsys):
+    from roseood.cli import main
+
+    assert main(["zoo"]) == 0
+    listing = capsys.readouterr().out
+    assert str(zoo_dir()) in listing and all(name in listing for name in ZOO_NAMES)
+    assert main(["zoo", "vae-cifar10-s1"]) == 0
+    shown = capsys.readouterr().out
+    assert shown == model_card("vae-cifar10-s1") + "\n"
+    assert shown.startswith("# vae-cifar10-s1\n") and "license:" not in shown and "decoded JPEG" in shown
+    assert main(["zoo", "vae-cifar10-s9"]) == 2
+    assert "unknown zoo model 'vae-cifar10-s9'" in capsys.readouterr().err
+
+
+def test_an_unreadable_card_is_one_line(copy):
+    (copy / CARD).write_bytes(b"\xff\xfe not text")
+    with pytest.raises(CheckpointError, match=r"its card .* cannot be read"):
+        model_card(copy.name)

@@ -1,4 +1,4 @@
-"""Commands that show what is there: ``rose datasets`` and the offline ``rose demo``."""
+"""Commands that show what is there: ``rose datasets``, ``rose zoo`` and the offline ``rose demo``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from roseood.cli.common import add_data_dir, add_quiet
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
     "datasets": "list the named datasets and whether their files are present",
+    "zoo": "list the reference zoo's models and where they are, or show one model's card",
     "demo": "offline demo: the authors' FMNIST VAE, ROSE vs NLL on Fashion-MNIST vs MNIST",
 }
 
@@ -30,6 +31,20 @@ def cmd_datasets(args: argparse.Namespace) -> None:
         print(f"  {name:<14} {state:<34} {spec.description}")
 
 
+def cmd_zoo(args: argparse.Namespace) -> None:
+    from roseood.models.zoo import ZOO_NAMES, model_card, zoo_data, zoo_dir
+
+    if args.name:
+        print(model_card(args.name))
+        return
+    root = zoo_dir()
+    print(f"zoo folder: {root}")
+    for name in ZOO_NAMES:
+        state = "present" if (root / name).is_dir() else "missing"
+        print(f"  {name:<16} {zoo_data(name):<14} {state}")
+    print("rose zoo NAME shows a model's card; rose check-model --model NAME checks and lists its layers")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from roseood.demo import run_demo
 
@@ -37,10 +52,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def register(sub: Any) -> None:
-    """Add ``datasets`` and ``demo`` to the ``rose`` sub-parsers ``sub``."""
+    """Add ``datasets``, ``zoo`` and ``demo`` to the ``rose`` sub-parsers ``sub``."""
     p = sub.add_parser("datasets", help=COMMANDS["datasets"])
     add_data_dir(p)
     p.set_defaults(func=cmd_datasets)
+
+    p = sub.add_parser("zoo", help=COMMANDS["zoo"])
+    p.add_argument("name", nargs="?", help="a zoo model, e.g. ddpm-fmnist-s0: print its card")
+    p.set_defaults(func=cmd_zoo)
 
     p = sub.add_parser("demo", help=COMMANDS["demo"])
     p.add_argument("--fit-samples", type=v.count, default=2000, help="Fashion-MNIST images for the Fisher")

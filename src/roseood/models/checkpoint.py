@@ -114,7 +114,8 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
 
     if model_module is None and str(path) in ZOO_NAMES:
         if not Path(path).exists():
-            path = zoo_model(str(path))
+            name, path = str(path), zoo_model(str(path))
+            state(f"{name}: the zoo model in {path} (its files match SHA256SUMS; its card: rose zoo {name})")
         else:  # what the user has at that path is what they named; said, since the zoo has the name too
             what = "folder" if Path(path).is_dir() else "file"
             state(f"{path}: the local {what}, not the zoo model of that name")

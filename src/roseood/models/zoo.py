@@ -1,15 +1,17 @@
-"""The reference zoo: models trained here and shipped in the repository's ``zoo/`` folder (not in the
-wheel), named family-data-seed: the DDPMs ``ddpm-fmnist-s0`` … ``ddpm-cifar10-s2`` (``rose train
-diffusion``, diffusers folders) and the VAEs ``vae-cifar10-s0`` … ``-s2`` (``rose train vae``, a roseood
-checkpoint ``model.pt`` in their folder).
+"""The reference zoo: models trained here, shipped in the repository's ``zoo/`` folder and installable
+from it as the distribution ``roseood-zoo`` (``pip install ./zoo``), named family-data-seed: the DDPMs
+``ddpm-fmnist-s0`` … ``ddpm-cifar10-s2`` (``rose train diffusion``, diffusers folders) and the VAEs
+``vae-cifar10-s0`` … ``-s2`` (``rose train vae``, a roseood checkpoint ``model.pt`` in their folder).
 
 A name loads wherever a model path is taken (``--model ddpm-fmnist-s0``, ``load_model("vae-cifar10-s1")``)
 once its folder's files match ``zoo/SHA256SUMS``; ``$ROSEOOD_ZOO`` points to another copy of the folder.
-``zoo/README.md`` lists each model's size, training and quality, and ``zoo/build.sh`` rebuilds it.
+``zoo/README.md`` lists each model's size, training and quality, each folder's ``README.md`` is its model
+card (``rose zoo NAME``), and ``zoo/build.sh`` rebuilds it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -27,12 +29,26 @@ ZOO_NAMES = tuple(
 )
 CHECKPOINT = "model.pt"  # a zoo folder's roseood checkpoint (families that are not diffusers folders)
 SUMS = "SHA256SUMS"
+CARD = "README.md"  # a zoo folder's model card (Hugging Face convention, written by zoo/tools/cards.py)
+
+
+INSTALLED = "roseood_zoo"  # the package ``pip install ./zoo`` makes of the folder
+HOW = "pip install ./zoo from a clone, or set $ROSEOOD_ZOO to a copy of its zoo/ folder"
 
 
 def zoo_dir() -> Path:
-    """The zoo folder: ``$ROSEOOD_ZOO``, else ``zoo/`` of the checkout this package runs from."""
+    """The zoo folder: ``$ROSEOOD_ZOO``; else ``zoo/`` of the checkout this package runs from; else the
+    installed ``roseood_zoo`` package (found, not imported); else the checkout's path, which is missing."""
     env = os.environ.get("ROSEOOD_ZOO")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "zoo"
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parents[3] / "zoo"
+    if (checkout / SUMS).is_file():
+        return checkout
+    spec = importlib.util.find_spec(INSTALLED)
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return checkout
 
 
 def zoo_data(name: str) -> str:
@@ -89,8 +105,7 @@ def zoo_path(name: str, verify: bool = True) -> Path:
     folder = root / name
     if not folder.is_dir():
         raise CheckpointError(
-            f"zoo model {name}: {folder} is missing (the zoo ships with the repository, not the wheel: "
-            "clone it, or set $ROSEOOD_ZOO to a copy of its zoo/ folder)"
+            f"zoo model {name}: {folder} is missing (the zoo is a distribution of its own: {HOW})"
         )
     if verify:
         wanted = {rel: d for rel, d in checksums(root).items() if rel.split("/")[0] == name}
@@ -105,6 +120,20 @@ def zoo_path(name: str, verify: bool = True) -> Path:
             if file_digest(root / rel) != wanted[rel]:
                 raise CheckpointError(f"zoo model {name}: {rel} does not match its checksum (damaged?)")
     return folder
+
+
+def model_card(name: str) -> str:
+    """Zoo model ``name``'s card (its folder's ``README.md``) without the YAML metadata block, and where
+    the folder is."""
+    folder = zoo_path(name, verify=False)
+    path = folder / CARD
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"zoo model {name}: its card {path} cannot be read ({exc})") from None
+    if text.startswith("---\n"):
+        text = text.split("\n---\n", 1)[-1]
+    return f"{text.strip()}\n\n(folder: {folder})"
 
 
 def write_checksums(folder: Path | None = None) -> Path:

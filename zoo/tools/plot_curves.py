@@ -1,5 +1,5 @@
 """Plot the zoo's learning curves (each folder's curve.csv: held-out ε-MSE and bound in bits/dim against
-training seconds) into one PNG: `python zoo/plot_curves.py docs/img/zoo/curves.png`."""
+training seconds) into one PNG: `python zoo/tools/plot_curves.py docs/img/zoo/curves.png`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-here = Path(__file__).resolve().parent
+here = Path(__file__).resolve().parents[1]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
 for folder in sorted(here.glob("ddpm-*")):
     rows = list(csv.DictReader((folder / "curve.csv").open()))

@@ -1,0 +1,188 @@
+"""Write each zoo model's card, ``zoo/NAME/README.md`` in the Hugging Face convention (YAML metadata, then
+training data and its processing, recipe, held-out metrics, intended use, limitations, licence), from its
+folder: the held-out figures are the last row of its ``curve.csv``, the parameter count is read from its
+weights. ``python zoo/tools/cards.py`` rewrites them (then the checksums); ``--check`` only says which are
+stale (the test suite runs it)."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+from roseood.models.zoo import CARD
+
+ZOO = Path(__file__).resolve().parents[1]
+
+DATA = {
+    "fmnist": {
+        "id": "fashion_mnist",
+        "title": "Fashion-MNIST",
+        "licence": "MIT (Zalando Research)",
+        "train": "the 60 000 training images, 28×28 grayscale, resized to 32×32 (bilinear) as in the paper",
+        "history": "stored losslessly (the original IDX files); no compression history",
+        "held_out": "the first 500 Fashion-MNIST test images",
+    },
+    "cifar10": {
+        "id": "cifar10",
+        "title": "CIFAR-10",
+        "licence": "no formal licence (research use)",
+        "train": "a class-stratified subset of 25 000 training images (2 500 per class), 32×32 RGB",
+        "history": (
+            "**decoded JPEG**: the only complete CIFAR-10 copy the project could use is a folder of JPEG "
+            "files (libjpeg quality 75, 4:2:0 chroma, an 8×8 block grid), decoded with Pillow. Judge OOD "
+            "photos only after the same round-trip (`rose evaluate --match-jpeg auto`, or a set named "
+            "`celeba+jpeg75`): unmatched, a detector can tell photos apart by compression alone"
+        ),
+        "held_out": "the first 500 CIFAR-10 test images (decoded JPEGs, as in training)",
+    },
+}
+
+FAMILY = {
+    "ddpm": {
+        "library": "diffusers",
+        "pipeline": "unconditional-image-generation",
+        "kind": "denoising diffusion model (DDPM)",
+        "format": "a diffusers `DDPMPipeline` folder (`UNet2DModel` + `DDPMScheduler`), EMA weights, float32",
+        "train_family": "diffusion",
+        "recipe": (
+            "`rose train diffusion` (ε-prediction, T = 1000 linear-β steps; Adam 1e-3, 100 warm-up steps, "
+            "gradient clipping at 1, batch 128, random horizontal flips, EMA decay 0.999) on one NVIDIA H100 "
+            "shared by several runs, 2026-11-27; `zoo/build.sh {name}` rebuilds it"
+        ),
+        "arch": {
+            "fmnist": "UNet widths 32/64/64, 1 ResNet layer per block, attention in the middle block",
+            "cifar10": "UNet widths 48/96/96, 2 ResNet layers per block, attention in the middle block",
+        },
+        "metrics": (
+            ("held_out_eps_mse", "held-out ε-MSE per pixel, t uniform over the 1000 steps", "{:.5f}"),
+            ("held_out_bits_per_dim", "held-out variational bound, bits/dim", "{:.3f}"),
+        ),
+    },
+    "vae": {
+        "library": "roseood",
+        "pipeline": "unconditional-image-generation",
+        "kind": "variational autoencoder (the paper's convolutional VAE, 256-way pixel likelihood)",
+        "format": "a roseood checkpoint `model.pt` (weights only, float32)",
+        "train_family": "vae",
+        "recipe": (
+            "`rose train vae` (Adam 1e-3, batch 64, random horizontal flips) on a 2-core CPU, "
+            "2026-11-28; `zoo/build.sh {name}` rebuilds it"
+        ),
+        "arch": {"cifar10": "ngf 32, latent dimension 200"},
+        "metrics": (("held_out_bits_per_dim", "held-out negative ELBO (one sample), bits/dim", "{:.3f}"),),
+    },
+}
+
+
+def parameters(name: str) -> int:
+    """Parameter count of zoo model ``name``'s network (a DDPM's EMA UNet; loaded and checked by roseood)."""
+    from roseood.models import load_model
+
+    model = load_model(name)
+    return sum(p.numel() for p in getattr(model, "unet", model).parameters())
+
+
+def spaced(n: int) -> str:
+    """``3458115`` → ``3 458 115``, the docs' way of writing large numbers."""
+    return f"{n:,}".replace(",", " ")
+
+
+def card(name: str, count: int) -> str:
+    """The text of zoo model ``name``'s card; ``count``: its parameters (``parameters(name)``)."""
+    from roseood.catalogue import TRAIN_OPTIONS
+
+    family, short, seed = name.split("-")
+    fam, data = FAMILY[family], DATA[short]
+    folder = ZOO / name
+    rows = list(csv.DictReader((folder / "curve.csv").open()))
+    last = rows[-1]
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != CARD)
+    metrics = [(key, text, fmt.format(float(last[key]))) for key, text, fmt in fam["metrics"]]
+    item = "          - type: {}\n            name: {}\n            value: {}"
+    index = "\n".join(item.format(*m) for m in metrics)
+    minutes = float(last["seconds"]) / 60
+    detector = TRAIN_OPTIONS[fam["train_family"]].method
+    table = "\n".join(f"| {text} | {value} |" for _, text, value in metrics)
+    return f"""---
+license: mit
+library_name: {fam["library"]}
+pipeline_tag: {fam["pipeline"]}
+tags: [roseood, out-of-distribution-detection, {family}]
+datasets: [{data["id"]}]
+model-index:
+  - name: {name}
+    results:
+      - task: {{type: {fam["pipeline"]}}}
+        dataset: {{type: {data["id"]}, name: "{data["title"]} test images, the first 500"}}
+        metrics:
+{index}
+---
+
+# {name}
+
+A {fam["kind"]} of {data["title"]}, training seed {seed[1:]}, from roseood's reference zoo: a model to try
+out-of-distribution detectors on without training one. Its folder is {fam["format"]};
+{spaced(count)} parameters, {size / 1e6:.1f} MB.
+
+```bash
+rose evaluate --model {name} --ood mnist --test-samples 500   # --in: its own {data["id"]}
+```
+
+## Training data and its processing
+
+{data["title"]}: {data["train"]}. Pixels scaled to [0, 1]. Compression history: {data["history"]}.
+
+## Recipe
+
+{fam["arch"][short]}; {fam["recipe"].format(name=name)}. Trained for {last["epoch"]} epochs
+({spaced(int(last["step"]))} steps, {minutes:.1f} min of wall time); its learning curve is
+`curve.csv`.
+It is under-trained by design (the zoo fits one session's compute): the held-out figures still fell at
+the last epoch.
+
+## Held-out metrics
+
+On {data["held_out"]}:
+
+| metric | value |
+|---|---|
+{table}
+
+## Intended use
+
+Benchmarking and trying OOD detectors (ROSE and its baselines) on images processed like its training
+data. roseood's default detector for this family is `{detector}` (`docs/detectors.md`); the OOD
+results measured on it are in `docs/zoo.md` and `docs/results.md`.
+
+## Limitations
+
+A small, briefly trained model: not a sample generator to publish, and its likelihoods are not comparable
+with published {data["title"]} figures. Its verdicts hold for images stored and resized like its training
+data.
+
+## Licence
+
+The weights: MIT, like roseood. The training data: {data["licence"]}.
+"""
+
+
+def main(argv: list[str]) -> int:
+    """Rewrite every card (and ``SHA256SUMS``), or with ``--check`` list the stale ones (exit 1)."""
+    from roseood.models.zoo import ZOO_NAMES, write_checksums
+
+    files = {name: ZOO / name / CARD for name in ZOO_NAMES}
+    text = {name: card(name, parameters(name)) for name in ZOO_NAMES}
+    stale = [n for n, f in files.items() if not f.is_file() or f.read_text() != text[n]]
+    if "--check" in argv:
+        for name in stale:
+            print(f"zoo/{name}/{CARD} is stale: run python zoo/tools/cards.py")
+        return 1 if stale else 0
+    for name in stale:
+        files[name].write_text(text[name])
+    write_checksums(ZOO)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
