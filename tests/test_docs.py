@@ -10,7 +10,8 @@ from types import ModuleType, SimpleNamespace
 
 from roseood.cli import build_parser
 
-HOOKS = Path(__file__).resolve().parents[1] / "docs" / "hooks"
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = ROOT / "docs" / "hooks"
 
 
 def _hook(name: str) -> ModuleType:
@@ -102,3 +103,28 @@ def test_results_stays_a_summary():
     """docs/results.md holds headline tables only (issue 61: ≤ 300 lines); full tables go to docs/lab/."""
     lines = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text().splitlines()
     assert len(lines) <= 300, f"docs/results.md has {len(lines)} lines: move full tables to docs/lab/"
+
+
+def test_the_paper_page_is_what_its_committed_results_render():
+    """docs/paper.md is ``benchmarks.paper_page``'s rendering of docs/generated/paper/; a row shows Δ, bold
+    beyond 0.05, and † when the paper's number lies outside our interval."""
+    from benchmarks import paper_page
+
+    assert (ROOT / "docs" / "paper.md").read_text() == paper_page.render(), (
+        "python -m benchmarks.paper_page --write"
+    )
+    run = {
+        "experiment": "table2",
+        "title": "Table 2",
+        "wall_seconds": 600.0,
+        "profile": {"name": "cpu", "cuts": "fewer epochs"},
+        "machine": {"cpu": "2 cores"},
+        "comparison": [
+            {"labels": ["vae", "mnist"], "ours": 0.99, "paper": 0.98, "interval": [0.985, 0.995], "why": ""},
+            {"labels": ["glow", "svhn"], "ours": 0.80, "paper": 0.90, "interval": [0.78, 0.82], "why": "x"},
+        ],
+    }
+    text = paper_page.section(run)
+    assert "| vae / mnist | 0.980 | 0.990 † | +0.010 |" in text
+    assert "| glow / svhn | 0.900 | 0.800 † | **-0.100** | x |" in text
+    assert "10 min on cpu 2 cores" in text

@@ -1,0 +1,94 @@
+"""docs/paper.md: the paper's tables as `rose bench` reproduced them, row by row (paper | ours | Δ), from
+committed copies of the bench's ``results.json`` files in ``docs/generated/paper/`` (one per experiment,
+with the date, machine, profile and run time the bench recorded).
+
+    rose bench table2 --profile cpu --out results/bench
+    python -m benchmarks.paper_page --add results/bench/cpu/table2/results.json   # copy it in
+    python -m benchmarks.paper_page --write                                       # rewrite docs/paper.md
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "generated" / "paper"
+PAGE = ROOT / "docs" / "paper.md"
+FLAG = 0.05  # |Δ| above this is bold, as in the bench's own reports
+
+INTRO = """# The paper, reproduced
+
+Each table of the ROSE paper that `rose bench` regenerates, row by row: the paper's number, ours, and
+Δ = ours − paper (bold when |Δ| > {flag}; † when the paper's number lies outside our 95 % bootstrap
+interval over the test images). Written by `python -m benchmarks.paper_page --write` from the bench's own
+`results.json` files committed in `docs/generated/paper/`; each section says when, on what machine, with
+which profile and how long it ran. Our CIFAR-10 is decoded JPEG (quality 75, 4:2:0), the paper's is not,
+so its CIFAR-10 rows compare unlike data ([results](results.md#cifar-10-judged-on-matched-data)).
+
+**The paper profile** (`rose bench all --profile paper --device cuda`: the paper's epochs and sample
+counts) has not run on a GPU for this page yet: no GPU was lent while it was written, so its time on one
+GPU is not known; the cpu profile's cuts are stated in each section.
+"""
+
+
+def _cell(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def section(run: dict[str, Any]) -> str:
+    """One experiment's section: its settings line and its paper | ours | Δ table."""
+    profile, machine = run["profile"], run["machine"]
+    rows = []
+    for r in run["comparison"]:
+        ours, paper, interval = r["ours"], r["paper"], r["interval"]
+        delta = "—"
+        if ours is not None and paper is not None:
+            delta = f"{ours - paper:+.3f}"
+            if abs(ours - paper) > FLAG:
+                delta = f"**{delta}**"
+        outside = interval is not None and paper is not None and not interval[0] <= paper <= interval[1]
+        shown = _cell(ours) + (" †" if outside else "")
+        rows.append(f"| {' / '.join(r['labels'])} | {_cell(paper)} | {shown} | {delta} | {r['why'] or ''} |")
+    where = ", ".join(f"{k} {v}" for k, v in machine.items())
+    minutes = run["wall_seconds"] / 60
+    return "\n".join(
+        [
+            f"## {run['title']}",
+            "",
+            f"`rose bench {run['experiment']} --profile {profile['name']}`: {minutes:.0f} min "
+            f"on {where}. Profile cuts: {profile['cuts']}.",
+            "",
+            "| row | paper | ours | Δ | note |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+def render() -> str:
+    """The whole page from every committed results file, in file-name order."""
+    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
+    parts = [INTRO.format(flag=FLAG)]
+    parts += [section(run) for run in runs] or ["No experiment has been committed yet."]
+    return "\n\n".join(parts).rstrip() + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--add"] and len(argv) == 2:
+        run = json.loads(Path(argv[1]).read_text())
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(argv[1], RESULTS / f"{run['experiment']}-{run['profile']['name']}.json")
+    if argv[:1] in (["--add"], ["--write"]):
+        PAGE.write_text(render())
+        print(f"wrote {PAGE.relative_to(ROOT)}")
+    else:
+        print(render(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
