@@ -314,3 +314,26 @@ def test_a_tie_for_the_most_common_size_asks_for_size(tmp_path: Path) -> None:
     assert load_images(tmp_path, size=32).images.shape == (5, 1, 32, 32)
     Image.fromarray(np.zeros((32, 32), np.uint8)).save(tmp_path / "5.png")  # no tie: the common size
     assert load_images(tmp_path, size=None).images.shape == (6, 1, 32, 32)
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("CelebA:test", "celeba"),
+        ("fashion-mnist", "fashion_mnist"),
+        (" MNIST :train", "mnist"),
+        ("noise", "noise"),
+    ],
+)
+def test_a_named_set_is_recognised_however_it_is_written(source, name):
+    from roseood.data import dataset_spec
+
+    spec = dataset_spec(source)
+    assert spec is not None and spec.name == name
+
+
+@pytest.mark.parametrize("source", ["my_images/", "celeba_test.npz", "celebA2", ""])
+def test_anything_else_is_not_a_named_set(source):
+    from roseood.data import dataset_spec
+
+    assert dataset_spec(source) is None

@@ -192,7 +192,7 @@ def add_quiet(p: argparse.ArgumentParser) -> None:
 
 def _input_paths(args: argparse.Namespace) -> Iterator[Path]:
     """Every file or folder a command reads: path options as given and, for dataset names, their files."""
-    from roseood.data import DATASETS, resolve_data_dir
+    from roseood.data import dataset_spec, resolve_data_dir
 
     for option in INPUT_OPTIONS:
         value = getattr(args, option, None)
@@ -201,7 +201,7 @@ def _input_paths(args: argparse.Namespace) -> Iterator[Path]:
         )
         for item in (i for i in items if i):
             yield Path(item)
-            spec = DATASETS.get(item.split(":")[0].strip().lower().replace("-", "_"))
+            spec = dataset_spec(item)
             if spec is not None:
                 yield from (resolve_data_dir(args.data_dir) / spec.filename(s) for s in spec.splits)
 

@@ -34,7 +34,7 @@ from roseood.data.preprocess import (
     preprocess,
     resize_crop,
 )
-from roseood.data.registry import DATASETS, DatasetSpec, resolve_data_dir
+from roseood.data.registry import DATASETS, DatasetSpec, dataset_spec, resolve_data_dir
 from roseood.errors import DataError
 from roseood.progress import state
 from roseood.serialization import printable
@@ -203,7 +203,7 @@ def _open(
 ) -> ImageStream:
     """``open_images`` once its options are checked."""
     key, has_split, suffix = str(source).partition(":")
-    spec = DATASETS.get(key.strip().lower().replace("-", "_"))
+    spec = dataset_spec(key)
     if spec is not None and not isinstance(source, os.PathLike):
         split = suffix.strip() if has_split else split
         if split not in spec.splits:

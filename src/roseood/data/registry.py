@@ -48,6 +48,12 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
+def dataset_spec(source: str) -> DatasetSpec | None:
+    """The named set ``source`` names, written any way the CLI takes it (``CelebA:test``,
+    ``fashion-mnist``), or None for anything else (a file, a folder). The one place names are normalised."""
+    return DATASETS.get(source.split(":")[0].strip().lower().replace("-", "_"))
+
+
 def list_datasets() -> list[str]:
     """Names accepted by ``load_images``, in the registry's order."""
     return list(DATASETS)

@@ -17,7 +17,7 @@ import torch
 
 from roseood import __version__
 from roseood.contracts import CountsEvaluations, Preprocessed, SharesFishers, rows_per_input
-from roseood.data import DATASETS, ImageSet, load_images, take
+from roseood.data import ImageSet, dataset_spec, load_images, take
 from roseood.data.jpeg import split_suffix
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
@@ -98,8 +98,8 @@ def splits_in_data(spec: EvalSpec) -> bool:
     training split to fit on (a folder, an ``.npz`` file, a named set with a test split only)."""
     if spec.fit_data:
         return False
-    name = spec.in_data.split(":")[0].lower().replace("-", "_")
-    return not (name in DATASETS and "train" in DATASETS[name].splits)
+    named = dataset_spec(spec.in_data)
+    return not (named is not None and "train" in named.splits)
 
 
 def fit_source(spec: EvalSpec) -> str:
@@ -233,7 +233,7 @@ def load_ood_sets(
         sources = matched_sources(sources, spec.match_jpeg, in_set)
     for source in sources:
         base = split_suffix(source)[0]  # a matched set draws the images of the set as stored
-        named = base.split(":")[0].lower().replace("-", "_") in DATASETS
+        named = dataset_spec(base) is not None
         try:
             sets[source] = _load(
                 source, spec.test_samples, derived_seed(spec, base), model, spec, spec.brightness

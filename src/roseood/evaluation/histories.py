@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from roseood.data import DATASETS, DatasetSpec, ImageSet
+from roseood.data import DatasetSpec, ImageSet, dataset_spec
 from roseood.data.jpeg import FIXED_POINT, JpegHistory, estimate_history, residual, split_suffix
 from roseood.errors import DataError
 
@@ -47,7 +47,7 @@ def history_of_set(images: ImageSet) -> JpegHistory | None:
 def named_set(source: str) -> DatasetSpec | None:
     """The named set a source reads (``celeba+jpeg75`` and ``CelebA:test`` read celeba), or None for a
     file or folder."""
-    return DATASETS.get(split_suffix(source)[0].split(":")[0].strip().lower().replace("-", "_"))
+    return dataset_spec(split_suffix(source)[0])
 
 
 def _stored(source: str) -> bool:
