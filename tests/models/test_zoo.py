@@ -145,3 +145,15 @@ def test_an_unreadable_card_is_one_line(copy):
     (copy / CARD).write_bytes(b"\xff\xfe not text")
     with pytest.raises(CheckpointError, match=r"its card .* cannot be read"):
         model_card(copy.name)
+
+
+@pytest.mark.parametrize("target", ["outside", "dangling"])
+def test_a_symbolic_link_in_a_zoo_folder_is_refused_even_with_the_right_bytes(copy, tmp_path_factory, target):
+    config = copy / "unet" / "config.json"
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "config.json"
+    if target == "outside":
+        elsewhere.write_bytes(config.read_bytes())  # the same bytes: the checksum alone would pass
+    config.unlink()
+    config.symlink_to(elsewhere)
+    with pytest.raises(CheckpointError, match=r"unet/config\.json is a symbolic link"):
+        zoo_path(copy.name)
