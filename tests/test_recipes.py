@@ -18,6 +18,7 @@ from PIL import Image
 
 from roseood.cli import build_parser, main
 from roseood.data import loading
+from roseood.detectors.base import DETECTORS, METHODS
 from tests.recipes import ROOT, blocks, commands, tiny
 
 TINY_N = 20  # images of a generated set
@@ -162,6 +163,22 @@ def test_every_block_runs_or_says_why_not(page, folder, monkeypatch, capsys):
     monkeypatch.setattr(
         loading, "_generate", lambda name, n, *a: generate(name, min(n or TINY_N, TINY_N), *a)
     )
+    # what a page registers (extending.md's Mahalanobis detector) or imports from examples/ stays here:
+    # the registries are restored and those modules forgotten after the page, so later tests see neither
+    for registry in (DETECTORS, METHODS):
+        monkeypatch.setattr(registry, "_items", dict(registry._items))
+    before = set(sys.modules)
+    try:
+        _run_page(page, capsys)
+    finally:
+        for name in set(sys.modules) - before:
+            if str(ROOT / "examples") in str(getattr(sys.modules[name], "__file__", "")):
+                del sys.modules[name]
+    assert Path(os.getcwd()) == folder
+
+
+def _run_page(page: str, capsys) -> None:
+    """Every block of ``page`` in order, in the working directory."""
     namespace: dict[str, object] = {}
     if page in PRELUDES:
         exec(PRELUDES[page], namespace)
@@ -183,4 +200,3 @@ def test_every_block_runs_or_says_why_not(page, folder, monkeypatch, capsys):
             exec(compile(tiny(block.code), block.where, "exec"), namespace)
         with capsys.disabled():  # seen with -s: where a page's time goes
             print(f"{time.perf_counter() - start:7.1f} s  {block.where}")
-    assert Path(os.getcwd()) == folder
