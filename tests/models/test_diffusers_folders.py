@@ -347,3 +347,72 @@ def test_any_roseood_json_loads_or_is_one_line_naming_it(pipeline: Path, content
         if model is not None:
             assert isinstance(content, dict) and set(content) <= {"denoising", "ema_decay"}
             assert model.k == content.get("denoising", {}).get("k", LOSS_DEFAULTS["k"])
+
+
+# -- pipelines and components roseood does not model: refused in one line naming them, never misread ----
+
+
+def test_a_flow_matching_scheduler_is_refused_not_scored_with_ddpms_loss(
+    pipeline: Path, tmp_path: Path
+) -> None:
+    """A UNet saved with diffusers' own FlowMatchEulerDiscreteScheduler (rectified flow) was loaded and
+    scored with the DDPM loss; now the scheduler's class names the objective."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    def flow(folder: Path) -> None:
+        shutil.rmtree(folder / "scheduler")
+        FlowMatchEulerDiscreteScheduler().save_pretrained(folder / "scheduler")
+
+    refused(damaged(pipeline, tmp_path, flow), "FlowMatchEulerDiscreteScheduler", "flow matching")
+
+
+def test_a_ddim_scheduler_shares_ddpms_forward_process_and_loads(pipeline: Path, tmp_path: Path) -> None:
+    from diffusers import DDIMScheduler
+
+    def ddim(folder: Path) -> None:
+        shutil.rmtree(folder / "scheduler")
+        DDIMScheduler().save_pretrained(folder / "scheduler")
+
+    assert isinstance(load_model(damaged(pipeline, tmp_path, ddim)), DiffusionModel)
+
+
+def test_a_latent_diffusion_pipeline_is_refused_naming_its_autoencoder(tmp_path: Path) -> None:
+    """diffusers' LDMPipeline (a VQModel beside a UNet of 4×16×16 latents) loaded as a model of latents,
+    the VQ-VAE ignored without a word."""
+    from diffusers import DDIMScheduler, LDMPipeline, UNet2DModel, VQModel
+
+    vq = VQModel(block_out_channels=(8,), norm_num_groups=4, latent_channels=4, num_vq_embeddings=16)
+    blocks = {"down_block_types": ("DownBlock2D",) * 2, "up_block_types": ("UpBlock2D",) * 2}
+    unet = UNet2DModel(
+        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16), norm_num_groups=4,
+        layers_per_block=1, **blocks,
+    )  # fmt: skip
+    LDMPipeline(vqvae=vq, unet=unet, scheduler=DDIMScheduler()).save_pretrained(tmp_path / "ldm")
+    refused(tmp_path / "ldm", "LDMPipeline", "'vqvae'", "latent diffusion model")
+    (tmp_path / "ldm" / "model_index.json").unlink()  # no index: the folder itself still says it
+    refused(tmp_path / "ldm", "vqvae/", "latent diffusion model")
+
+
+@pytest.mark.parametrize(
+    ("index", "phrase"),
+    [
+        (
+            {"_class_name": "DDPMPipeline", "unet": ["diffusers", "UNet2DModel"], "text_encoder": ["t", "T"]},
+            "text-conditional",
+        ),
+        ({"_class_name": "MysteryPipeline", "unet": ["diffusers", "UNet2DModel"]}, "'MysteryPipeline'"),
+        ([1, 2], "must hold a JSON object"),
+    ],
+)
+def test_an_index_naming_what_roseood_does_not_model_is_refused(
+    pipeline: Path, tmp_path: Path, index: Any, phrase: str
+) -> None:
+    refused(
+        damaged(pipeline, tmp_path, lambda f: (f / "model_index.json").write_text(json.dumps(index))), phrase
+    )
+
+
+def test_an_absent_optional_component_is_not_a_component(pipeline: Path, tmp_path: Path) -> None:
+    """diffusers writes ``[null, null]`` for an optional component left out (a safety checker)."""
+    folder = damaged(pipeline, tmp_path, set_json("model_index.json", "safety_checker", [None, None]))
+    assert isinstance(load_model(folder), DiffusionModel)

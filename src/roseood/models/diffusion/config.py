@@ -203,12 +203,32 @@ def check_unet_config(
     return cfg
 
 
+# Schedulers of DDPM's forward process (a discrete β schedule; they differ only in how they sample), whose
+# model is trained with DDPM's loss: the loss roseood differentiates. Others train another objective.
+DDPM_SCHEDULERS = frozenset(
+    {
+        "DDPMScheduler", "DDIMScheduler", "PNDMScheduler", "DPMSolverMultistepScheduler",
+        "DPMSolverSinglestepScheduler", "EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler",
+        "HeunDiscreteScheduler", "LMSDiscreteScheduler", "UniPCMultistepScheduler", "DEISMultistepScheduler",
+        "KDPM2DiscreteScheduler", "KDPM2AncestralDiscreteScheduler",
+    }
+)  # fmt: skip
+
+
 def check_scheduler_config(
     config: Any, where: str = "scheduler config", error: type[RoseError] = RoseError
 ) -> dict[str, Any]:
-    """A ``DDPMScheduler`` config: every number in a sane range, β_start ≤ β_end, trained betas in (0, 1),
-    one per timestep."""
+    """A ``DDPMScheduler`` config (or another scheduler of DDPM's forward process): every number in a sane
+    range, β_start ≤ β_end, trained betas in (0, 1), one per timestep."""
     cfg = _fields(config, SCHEDULER_FIELDS, where, error)
+    kind = cfg.get("_class_name", "DDPMScheduler")
+    if kind not in DDPM_SCHEDULERS:
+        objective = "flow matching" if "FlowMatch" in str(kind) else "not DDPM's denoising loss"
+        raise error(
+            f"{where} holds a {shown(kind)}, whose model is trained by another objective ({objective}); "
+            "roseood reads models of DDPM's forward process (DDPMScheduler, DDIMScheduler and the other "
+            "discrete-β schedulers) and would score this one with the wrong loss"
+        )
     if cfg.get("beta_start", 1e-4) > cfg.get("beta_end", 0.02):
         raise error(f"{where}: beta_start {cfg['beta_start']} exceeds beta_end {cfg.get('beta_end', 0.02)}")
     betas = cfg.get("trained_betas")

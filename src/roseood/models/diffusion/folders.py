@@ -117,6 +117,43 @@ def read_roseood_json(path: Path) -> dict[str, Any]:
     return out
 
 
+PIPELINES = ("DDPMPipeline", "DDIMPipeline")  # pixel-space, unconditional: a UNet and a scheduler
+COMPONENTS = ("unet", "scheduler")
+# component folders of the pipelines roseood does not model, each with what it means for p(x)
+OTHERS = {
+    "vqvae": "an autoencoder: a latent diffusion model, whose UNet models latents, not pixels",
+    "vae": "an autoencoder: a latent diffusion model, whose denoiser models latents, not pixels",
+    "transformer": "a transformer denoiser (DiT), not a UNet2DModel",
+    "text_encoder": "a text encoder: a text-conditional model of p(x | prompt), not p(x)",
+    "tokenizer": "a tokenizer: a text-conditional model of p(x | prompt), not p(x)",
+}
+
+
+def check_pipeline(folder: Path) -> None:
+    """Refuse, in one line naming it, any pipeline class or component of ``folder`` that roseood does not
+    model (an LDM's autoencoder, a DiT, a text encoder), so that none is ignored in silence; read from
+    ``model_index.json`` (as JSON; nothing is imported) and the folder's own subfolders."""
+    index = folder / "model_index.json"
+    if index.is_file():
+        spec = read_json(index)  # a JSON object, or a one-line CheckpointError
+        kind = spec.get("_class_name", "DDPMPipeline")
+        named = sorted(k for k, v in spec.items() if not k.startswith("_") and v not in (None, [None, None]))
+        extra = [k for k in named if k not in COMPONENTS]
+        if extra:
+            what = OTHERS.get(extra[0], "a component roseood does not model")
+            raise CheckpointError(
+                f"{index}: {shown(kind)} has {shown(extra[0])} ({what}); roseood reads pixel-space, "
+                f"unconditional pipelines ({', '.join(PIPELINES)}: {' and '.join(COMPONENTS)}) only"
+            )
+        if kind not in PIPELINES:
+            raise CheckpointError(
+                f"{index}: a {shown(kind)}; roseood reads {', '.join(PIPELINES)} folders (unet and scheduler)"
+            )
+    for name, what in OTHERS.items():
+        if (folder / name).is_dir():
+            raise CheckpointError(f"{folder}: {name}/ is {what}; roseood reads pixel-space DDPM folders only")
+
+
 def load_diffusers(folder: str | Path) -> DiffusionModel:
     """A diffusion model from a diffusers folder: a pipeline (``model_index.json``, ``unet/``,
     ``scheduler/``), or a UNet2DModel's own folder (``config.json`` + weights; the scheduler then from a
@@ -126,6 +163,7 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     loaded strictly); nothing is fetched from the network and no code in the folder is run."""
     diffusers_module()  # says which extra to install before any file is read
     folder = Path(folder)
+    check_pipeline(folder)
     unet_dir = folder / "unet" if (folder / "unet" / "config.json").is_file() else folder
     config_file = unet_dir / "config.json"
     unet = check_unet_config(read_json(config_file), str(config_file), CheckpointError)
