@@ -64,6 +64,15 @@ class SettableLoss(Protocol):
 
 
 @runtime_checkable
+class Describes(Protocol):
+    """A model that can say in one line what it is beyond its layers (a diffusers folder: the denoiser,
+    the objective, the scheduler, the space it models and its conditioning), shown by ``rose check-model``
+    before the layer table."""
+
+    def describe(self) -> str: ...
+
+
+@runtime_checkable
 class FromFactory(Protocol):
     """A model built by the user's code, naming the ``--model-module`` that rebuilds it (or None)."""
 

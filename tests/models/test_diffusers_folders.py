@@ -416,3 +416,13 @@ def test_an_absent_optional_component_is_not_a_component(pipeline: Path, tmp_pat
     """diffusers writes ``[null, null]`` for an optional component left out (a safety checker)."""
     folder = damaged(pipeline, tmp_path, set_json("model_index.json", "safety_checker", [None, None]))
     assert isinstance(load_model(folder), DiffusionModel)
+
+
+def test_check_model_says_what_it_read_before_the_layer_table(pipeline: Path, capsys) -> None:
+    from roseood.cli import main
+
+    assert main(["check-model", "--model", str(pipeline)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("denoiser: diffusers UNet2DModel (") and "ε prediction" in out[1]
+    assert "DDPMScheduler, 1000 linear-β steps" in out[1] and "pixel space (no autoencoder)" in out[1]
+    assert "unconditional: the loss judges p(x)" in out[1] and "k = 2, t in [0, 1)" in out[1]

@@ -128,7 +128,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_check_model(args: argparse.Namespace) -> None:
-    from roseood.contracts import Named
+    from roseood.contracts import Describes, Named
     from roseood.curvature import format_layer_report
     from roseood.models.base import model_name
     from roseood.models.check import check_model
@@ -136,6 +136,8 @@ def cmd_check_model(args: argparse.Namespace) -> None:
     model = load_model_arg(args)
     name = model.name if isinstance(model, Named) and model.name else model_name(model)
     print(f"model: {name}, {model.input_kind} inputs of shape {model.input_shape}")
+    if isinstance(model, Describes):
+        print(model.describe())
     for set_name, names in model.layer_sets().items():
         print(f"layer set {set_name!r}: {', '.join(names) or '(empty)'}")
     reports = check_model(model)

@@ -183,6 +183,19 @@ class DiffusionModel(GenerativeModel):
         self.register_buffer("loss_timesteps", t.to(device))
         self.register_buffer("loss_noise", noise.to(device))
 
+    def describe(self) -> str:
+        """What roseood read: the denoiser, its objective and schedule, the space and the conditioning."""
+        cfg = self.scheduler.config
+        objective = {"epsilon": "ε", "v_prediction": "v", "sample": "x₀"}[cfg.prediction_type]
+        parameters = f"{sum(p.numel() for p in self.unet.parameters()):,}".replace(",", " ")
+        schedule = f"{type(self.scheduler).__name__}, {cfg.num_train_timesteps} {cfg.beta_schedule}-β steps"
+        return (
+            f"denoiser: diffusers UNet2DModel ({parameters} parameters), {objective} prediction; "
+            f"schedule: {schedule}; "
+            "pixel space (no autoencoder); unconditional: the loss judges p(x); "
+            f"ROSE's pairs: k = {self.k}, t in [{self.denoising['t_min']:g}, {self.denoising['t_max']:g})"
+        )
+
     def loss_settings(self) -> dict[str, Any]:
         """The per-image loss's pairs (``denoising``: k, t_min, t_max, weighting, seed)."""
         return dict(self.denoising)
