@@ -128,3 +128,22 @@ def test_the_paper_page_is_what_its_committed_results_render():
     assert "| vae / mnist | 0.980 | 0.990 † | +0.010 |" in text
     assert "| glow / svhn | 0.900 | 0.800 † | **-0.100** | x |" in text
     assert "10 min on cpu 2 cores" in text
+
+
+def test_numbers_quoted_on_two_pages_agree_with_their_source():
+    """A number two pages quote is checked against where it comes from: the zoo's size against its
+    folders, the demo's AUROCs on getting-started against the results table."""
+    import re
+
+    from roseood.models.zoo import ZOO_NAMES, zoo_dir
+
+    size = sum(p.stat().st_size for n in ZOO_NAMES for p in (zoo_dir() / n).rglob("*") if p.is_file())
+    for page in ("docs/zoo.md", "zoo/README.md"):
+        text = (ROOT / page).read_text().replace("\n", " ")
+        quoted = re.search(r"nine folders(?: are|:) ([\d.]+) MB", text)
+        assert quoted and float(quoted.group(1)) == round(size / 1e6, 1), page
+    start = (ROOT / "docs" / "getting-started.md").read_text()
+    shown = re.search(r"NLL: ([\d.]+)\s+ROSE-EKFAC: ([\d.]+)", start)
+    results = (ROOT / "docs" / "results.md").read_text()
+    table = re.search(r"\| NLL \| ([\d.]+) \|\n\| ROSE-EKFAC \| ([\d.]+) \|", results)
+    assert shown and table and shown.groups() == table.groups()
