@@ -1,5 +1,6 @@
 """README.md says what runs: its set-up matches CI, its commands parse, and its command-line and Python
-examples run as written (their sizes shrunk to a tiny data folder)."""
+examples run as written (their sizes shrunk to a tiny data folder by ``tests.recipes.tiny``, as the task
+guides' blocks are)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,10 @@ import pytest
 from PIL import Image
 
 from roseood.cli import build_parser, main
+from tests.recipes import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-TINY = {
-    "5000": "40",
-    "2500": "30",
-    "2000": "20",
-    "1000": "10",
-    "500": "8",
-    "--epochs 3": "--epochs 1",
-}
 
 
 def _block(section: str, language: str) -> str:
@@ -32,12 +26,6 @@ def _block(section: str, language: str) -> str:
     block = re.search(rf"```{language}\n(.*?)```", text, re.S)
     assert block, f"no {language} block under '## {section}'"
     return block.group(1)
-
-
-def _tiny(code: str) -> str:
-    for big, small in TINY.items():
-        code = re.sub(rf"(?<![\w.]){re.escape(big)}(?![\w.])", small, code)
-    return code
 
 
 def test_readme_is_short_and_links_exist():
@@ -98,7 +86,7 @@ def readme_dir(tmp_path, monkeypatch):
 def test_command_line_and_python_examples_run(readme_dir, capsys):
     python = _block("Python", "python")
     assert len([line for line in python.splitlines() if line.strip()]) <= 14, "a ~10-line example"
-    for line in _tiny(_block("Command line", "bash")).splitlines():
+    for line in tiny(_block("Command line", "bash")).splitlines():
         argv = shlex.split(line, comments=True)
         assert argv[0] == "rose"
         assert main(argv[1:]) == 0, line
@@ -109,6 +97,6 @@ def test_command_line_and_python_examples_run(readme_dir, capsys):
     decisions = (readme_dir / "my_decisions.csv").read_text().splitlines()
     assert decisions[0] == "method,set,index,file,label,score,ood" and len(decisions) == 1 + 2 + 12
     namespace: dict[str, object] = {}
-    exec(compile(_tiny(python), "README.md", "exec"), namespace)
+    exec(compile(tiny(python), "README.md", "exec"), namespace)
     assert np.asarray(namespace["scores_out"]).shape == (10,)
     assert (readme_dir / "my_rose_py.pt").exists()
