@@ -9,7 +9,6 @@ import os
 import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -146,11 +145,8 @@ def _run_bash(block, capsys) -> None:
     for command in commands(tiny(block.code)):
         argv = shlex.split(command, comments=True)
         assert argv[0] == "rose", f"{block.where}: {command!r} is not a rose command; mark the block"
-        start = time.perf_counter()
         code = main(argv[1:])
         assert code == 0, f"{block.where}: {command}\n{capsys.readouterr().err[-2000:]}"
-        with capsys.disabled():
-            print(f"{time.perf_counter() - start:7.1f} s  {block.where}: {command[:80]}")
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -193,10 +189,7 @@ def _run_page(page: str, capsys) -> None:
         if page in FULL_ONLY and not FULL:
             _parse(block)
             continue
-        start = time.perf_counter()
         if block.language == "bash":
             _run_bash(block, capsys)
         else:
             exec(compile(tiny(block.code), block.where, "exec"), namespace)
-        with capsys.disabled():  # seen with -s: where a page's time goes
-            print(f"{time.perf_counter() - start:7.1f} s  {block.where}")
