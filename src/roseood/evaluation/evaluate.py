@@ -27,7 +27,7 @@ from roseood.detectors.base import held_out_count, threshold_at
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.gallery import extremes
-from roseood.evaluation.histories import compression_report, matched_sources, parse_match
+from roseood.evaluation.histories import compression_report, matched_sources, named_set, parse_match
 from roseood.evaluation.result import EvaluationResult
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
@@ -233,7 +233,7 @@ def load_ood_sets(
         sources = matched_sources(sources, spec.match_jpeg, in_set)
     for source in sources:
         base = split_suffix(source)[0]  # a matched set draws the images of the set as stored
-        named = dataset_spec(base) is not None
+        named = named_set(source) is not None
         try:
             sets[source] = _load(
                 source, spec.test_samples, derived_seed(spec, base), model, spec, spec.brightness
