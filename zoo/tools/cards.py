@@ -2,7 +2,7 @@
 training data and its processing, recipe, held-out metrics, intended use, limitations, licence), from its
 folder: the held-out figures are the last row of its ``curve.csv``, the parameter count is read from its
 weights. ``python zoo/tools/cards.py`` rewrites them (then the checksums); ``--check`` only says which are
-stale (the test suite runs it)."""
+stale. tests/models/test_zoo.py compares each card with ``card`` for the model it loads."""
 
 from __future__ import annotations
 
