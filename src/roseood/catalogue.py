@@ -106,7 +106,14 @@ def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--widths", type=str, default="32,64,64", help="UNet block widths, one per resolution")
     p.add_argument("--layers-per-block", type=count, default=1, help="ResNet layers per UNet block")
     p.add_argument("--no-attention", action="store_true", help="no mid-block self-attention")
-    p.add_argument("--timesteps", type=count, default=1000, help="DDPM train timesteps T")
+    p.add_argument("--timesteps", type=count, default=1000, help="train timesteps T")
+    p.add_argument(
+        "--objective",
+        choices=("ddpm", "flow"),
+        default="ddpm",
+        help="DDPM's ε-MSE, or flow matching (rectified flow: the velocity's MSE)",
+    )
+    p.add_argument("--flow-shift", type=float, default=1.0, help="flow matching's σ shift (SD3: 3)")
     p.add_argument("--ema-decay", type=float, default=0.999, help="EMA decay of the evaluated weights")
     p.add_argument(
         "--rose-k",
@@ -134,7 +141,7 @@ def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
         raise RoseError(f"--widths takes comma-separated numbers, got {a.widths!r}") from None
     lo, hi = a.rose_t_range
     denoising = {"k": a.rose_k, "t_min": lo, "t_max": hi, "weighting": a.rose_weighting, "seed": a.rose_seed}
-    return {
+    config = {
         "widths": widths,
         "layers_per_block": a.layers_per_block,
         "attention": not a.no_attention,
@@ -142,6 +149,15 @@ def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
         "ema_decay": a.ema_decay,
         "denoising": denoising,
     }
+    if a.objective == "flow":  # the scheduler's class is what makes the model a flow-matching one
+        config["scheduler"] = {
+            "_class_name": "FlowMatchEulerDiscreteScheduler",
+            "num_train_timesteps": a.timesteps,
+            "shift": a.flow_shift,
+        }
+    elif a.flow_shift != 1.0:
+        raise RoseError("--flow-shift is for --objective flow")
+    return config
 
 
 # roseood.models.FAMILIES: the built-in trainable families' options, in registration order
@@ -168,8 +184,8 @@ TRAIN_OPTIONS = {
         "rose-gmm-all",
     ),
     "diffusion": TrainOptions(
-        "DDPM on a diffusers UNet2DModel (needs roseood[diffusion]; Adam 1e-3, 100 warm-up steps, clip 1, "
-        "EMA weights evaluated)",
+        "DDPM or flow matching on a diffusers UNet2DModel (needs roseood[diffusion]; Adam 1e-3, 100 warm-up "
+        "steps, clip 1, EMA weights evaluated)",
         _diffusion_arguments,
         _diffusion_config,
         # ROSE per timestep band with the ε-MSE per timestep under one density: no method passed the rule

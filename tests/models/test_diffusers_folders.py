@@ -352,18 +352,19 @@ def test_any_roseood_json_loads_or_is_one_line_naming_it(pipeline: Path, content
 # -- pipelines and components roseood does not model: refused in one line naming them, never misread ----
 
 
-def test_a_flow_matching_scheduler_is_refused_not_scored_with_ddpms_loss(
+def test_a_scheduler_of_another_objective_is_refused_not_scored_with_ddpms_loss(
     pipeline: Path, tmp_path: Path
 ) -> None:
-    """A UNet saved with diffusers' own FlowMatchEulerDiscreteScheduler (rectified flow) was loaded and
-    scored with the DDPM loss; now the scheduler's class names the objective."""
-    from diffusers import FlowMatchEulerDiscreteScheduler
+    """A UNet saved with a scheduler of neither DDPM's forward process nor flow matching (a score SDE of
+    variance-exploding noise) would be scored with the wrong loss; the scheduler's class names it.
+    (A FlowMatchEulerDiscreteScheduler is read as flow matching: tests/models/test_flow_matching.py.)"""
+    from diffusers import ScoreSdeVeScheduler
 
-    def flow(folder: Path) -> None:
+    def sde(folder: Path) -> None:
         shutil.rmtree(folder / "scheduler")
-        FlowMatchEulerDiscreteScheduler().save_pretrained(folder / "scheduler")
+        ScoreSdeVeScheduler().save_pretrained(folder / "scheduler")
 
-    refused(damaged(pipeline, tmp_path, flow), "FlowMatchEulerDiscreteScheduler", "flow matching")
+    refused(damaged(pipeline, tmp_path, sde), "ScoreSdeVeScheduler", "another objective")
 
 
 def test_a_ddim_scheduler_shares_ddpms_forward_process_and_loads(pipeline: Path, tmp_path: Path) -> None:

@@ -30,11 +30,16 @@ from roseood.validation import check_int, check_seed
 
 class DiffusionDetector(Detector):
     """Base of the detectors that query a :class:`~roseood.models.diffusion.DiffusionModel`'s UNet
-    (its EMA weights, in eval mode) without gradients."""
+    (its EMA weights, in eval mode) without gradients. ``ddpm_only``: the method follows DDPM's forward
+    process (ᾱ_t, DDIM steps) and refuses a flow-matching model in one line."""
+
+    ddpm_only: bool = True
 
     def __init__(self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None):
         super().__init__(model, batch_size=batch_size, progress=progress)
         self.model: DiffusionModel = as_diffusion_model(model, f"the {self.method} method")
+        if self.ddpm_only:
+            self.model.require_ddpm(f"the {self.method} method")
 
     def _timesteps(self, value: Any, name: str, *, low: int = 1) -> int:
         """A count of the model's timesteps (steps, levels): an integer from ``low`` to the model's train
@@ -214,6 +219,7 @@ class DenoisingLoss(DiffusionDetector):
     up to constants). The analogue of the paper's NLL baseline."""
 
     method = "denoising"
+    ddpm_only = False  # the model's own per-image loss, whatever its objective
 
     @property
     def nfe_per_image(self) -> int:

@@ -124,7 +124,8 @@ class GenerativeModel(nn.Module, ABC):
     input_kind: ClassVar[str] = "image"
     # what ``train_loss`` is: "nll" (nats, reported in bits per dimension too) or the name of another
     # objective, reported per dimension under that name (a DDPM's ε-MSE: "eps_mse")
-    train_objective: ClassVar[str] = "nll"
+    # (a class default: a model whose objective depends on its config sets its own)
+    train_objective: str = "nll"
 
     def __init__(self, in_channels: int, image_size: int = 32) -> None:
         super().__init__()

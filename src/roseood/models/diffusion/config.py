@@ -147,6 +147,14 @@ SCHEDULER_FIELDS: dict[str, Check] = {
     "clip_sample": FLAG,
     "thresholding": FLAG,
     "rescale_betas_zero_snr": FLAG,
+    # FlowMatchEulerDiscreteScheduler's: σ = shift·s / (1 + (shift − 1)·s) of s = t / T
+    "shift": _float(0.0, 1e3, low_open=True),
+    "use_dynamic_shifting": FLAG,
+    "invert_sigmas": FLAG,
+    "use_karras_sigmas": FLAG,
+    "use_exponential_sigmas": FLAG,
+    "use_beta_sigmas": FLAG,
+    "stochastic_sampling": FLAG,
 }
 
 
@@ -213,21 +221,35 @@ DDPM_SCHEDULERS = frozenset(
         "KDPM2DiscreteScheduler", "KDPM2AncestralDiscreteScheduler",
     }
 )  # fmt: skip
+# Schedulers of rectified flow / flow matching (x_σ = (1 − σ) x + σ ε, the model predicting ε − x), and the
+# settings of theirs that make the training σ depend on more than t (the image size, a stretched end)
+FLOW_SCHEDULERS = frozenset({"FlowMatchEulerDiscreteScheduler", "FlowMatchHeunDiscreteScheduler"})
+FLOW_REFUSED = {
+    "use_dynamic_shifting": "a shift that depends on the image size",
+    "invert_sigmas": "σ running backwards",
+    "shift_terminal": "σ stretched to end elsewhere than 0",
+}
 
 
 def check_scheduler_config(
     config: Any, where: str = "scheduler config", error: type[RoseError] = RoseError
 ) -> dict[str, Any]:
-    """A ``DDPMScheduler`` config (or another scheduler of DDPM's forward process): every number in a sane
-    range, β_start ≤ β_end, trained betas in (0, 1), one per timestep."""
+    """A scheduler config roseood can score with the loss its model was trained by: one of DDPM's forward
+    process (every number in a sane range, β_start ≤ β_end, trained betas in (0, 1), one per timestep) or
+    a flow-matching one (a fixed shift of σ; not one that changes with the image size)."""
     cfg = _fields(config, SCHEDULER_FIELDS, where, error)
     kind = cfg.get("_class_name", "DDPMScheduler")
+    if kind in FLOW_SCHEDULERS:
+        for flag, what in FLOW_REFUSED.items():
+            if cfg.get(flag, False) not in (False, None):
+                raise error(f"{where}: {flag} ({what}) is not modelled; roseood reads a fixed shift of σ")
+        return cfg
     if kind not in DDPM_SCHEDULERS:
-        objective = "flow matching" if "FlowMatch" in str(kind) else "not DDPM's denoising loss"
         raise error(
-            f"{where} holds a {shown(kind)}, whose model is trained by another objective ({objective}); "
-            "roseood reads models of DDPM's forward process (DDPMScheduler, DDIMScheduler and the other "
-            "discrete-β schedulers) and would score this one with the wrong loss"
+            f"{where} holds a {shown(kind)}, whose model is trained by another objective; roseood reads "
+            "models of DDPM's forward process (DDPMScheduler, DDIMScheduler and the other discrete-β "
+            "schedulers) and flow-matching models (FlowMatchEulerDiscreteScheduler) and would score this "
+            "one with the wrong loss"
         )
     if cfg.get("beta_start", 1e-4) > cfg.get("beta_end", 0.02):
         raise error(f"{where}: beta_start {cfg['beta_start']} exceeds beta_end {cfg.get('beta_end', 0.02)}")
@@ -239,6 +261,11 @@ def check_scheduler_config(
         for i, b in enumerate(betas):
             _float(0.0, 1.0, low_open=True, high_open=True)(b, f"{where}: trained_betas[{i}]", error)
     return cfg
+
+
+def is_flow_matching(config: Mapping[str, Any]) -> bool:
+    """Whether a checked scheduler config is a flow-matching one (its model predicts the velocity)."""
+    return config.get("_class_name") in FLOW_SCHEDULERS
 
 
 def check_denoising(

@@ -16,6 +16,7 @@ from roseood.models.diffusion.config import (
     check_ema_decay,
     check_scheduler_config,
     check_unet_config,
+    is_flow_matching,
 )
 from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model, diffusers_module
 from roseood.models.state import check_state, first_line, load_state
@@ -189,6 +190,8 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     weights, weights_file = read_unet_weights(unet_dir)
     plain = {k: v for k, v in unet.items() if not k.startswith("_")}
     sched = {k: v for k, v in scheduler.items() if not k.startswith("_")}
+    if is_flow_matching(scheduler):  # the class says the objective
+        sched["_class_name"] = scheduler["_class_name"]
     what = f"the UNet2DModel of {config_file}"
     try:
         check_state(DiffusionModel.meta_unet(plain), weights, weights_file, what)  # before any allocation

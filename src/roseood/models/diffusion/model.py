@@ -23,6 +23,7 @@ from roseood.models.diffusion.config import (
     check_ema_decay,
     check_scheduler_config,
     check_unet_config,
+    is_flow_matching,
     unet_config,
 )
 from roseood.models.state import first_line
@@ -58,7 +59,7 @@ def quiet_diffusers() -> Iterator[None]:
 
 
 class DiffusionModel(GenerativeModel):
-    """A DDPM on images in [0, 1] (seen by the UNet in [-1, 1]).
+    """A DDPM, or a flow-matching model, on images in [0, 1] (seen by the UNet in [-1, 1]).
 
     Architecture: ``widths`` (block_out_channels), ``layers_per_block``, ``attention`` (a mid-block
     self-attention), ``image_size``, ``in_channels``, ``train_timesteps``; or a full diffusers
@@ -67,10 +68,15 @@ class DiffusionModel(GenerativeModel):
     ``t_min``..``t_max`` (fractions of the train timesteps; the K timesteps are the midpoints of K
     equal strata of it), ``weighting`` ("simple": ε-MSE; "elbo": each term weighted as in the DDPM
     variational bound), ``seed`` (of the noise).
+
+    The objective is the scheduler's: DDPM's forward process (x_t = √ᾱ_t x + √(1 − ᾱ_t) ε, the UNet
+    predicting ε, v or x₀; ``objective`` "ddpm"), or flow matching (a ``FlowMatchEulerDiscreteScheduler``
+    config: x_σ = (1 − σ) x + σ ε with σ = shift·s / (1 + (shift − 1)·s) of s = t / T, the UNet predicting
+    the velocity ε − x; ``objective`` "flow"), whose loss is the velocity's squared error at the same kind
+    of K fixed (timestep, noise) pairs.
     """
 
     kind = "diffusion"
-    train_objective = "eps_mse"  # train_loss is DDPM's ε-MSE, not a likelihood
     alphas_cumprod: Tensor
     ema_steps: Tensor
     loss_timesteps: Tensor
@@ -103,14 +109,23 @@ class DiffusionModel(GenerativeModel):
         )
         self.ema_decay = check_ema_decay(ema_decay)
         denoising = check_denoising(denoising if denoising is not None else {})
+        flow = is_flow_matching(scheduler)
+        # what train_loss is: the ε-MSE (DDPM) or the velocity's MSE (flow matching), not a likelihood
+        self.objective, self.train_objective = ("flow", "v_mse") if flow else ("ddpm", "eps_mse")
+        kind = d.FlowMatchEulerDiscreteScheduler if flow else d.DDPMScheduler
         with quiet_diffusers():
             net = self._build_unet(d, unet, denoising["k"])
             try:
-                sched = d.DDPMScheduler.from_config(scheduler)
+                sched = kind.from_config(scheduler)
             except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
-                raise RoseError(f"cannot build a DDPMScheduler from its config ({first_line(exc)})") from None
-        alphas = sched.alphas_cumprod.float()
-        if len(alphas) != sched.config.num_train_timesteps or not bool(((alphas >= 0) & (alphas <= 1)).all()):
+                raise RoseError(
+                    f"cannot build a {kind.__name__} from its config ({first_line(exc)})"
+                ) from None
+        # flow matching has no ᾱ: an empty schedule, which the DDPM-only detectors never reach
+        alphas = torch.zeros(0) if flow else sched.alphas_cumprod.float()
+        if not flow and (
+            len(alphas) != sched.config.num_train_timesteps or not bool(((alphas >= 0) & (alphas <= 1)).all())
+        ):
             raise RoseError("the scheduler config gives no valid noise schedule (ᾱ_t outside [0, 1])")
         super().__init__(net.config.in_channels, unet["sample_size"])
         self.unet = net  # the EMA weights: what evaluation, ROSE and export use
@@ -166,6 +181,11 @@ class DiffusionModel(GenerativeModel):
         """Set the per-image loss's K (timestep, noise) pairs (see the class doc); unknown keys are an
         error. Changes the model's fingerprint: detectors fitted before must be refitted."""
         opts = check_denoising(options, base=getattr(self, "denoising", LOSS_DEFAULTS))
+        if self.objective == "flow" and opts["weighting"] != "simple":
+            raise RoseError(
+                f"weighting {opts['weighting']!r} is DDPM's variational bound; a flow-matching model's loss "
+                "is the velocity's squared error (weighting 'simple')"
+            )
         k, lo, hi = opts["k"], opts["t_min"], opts["t_max"]
         image = math.prod(self.input_shape)
         check_memory(
@@ -176,21 +196,35 @@ class DiffusionModel(GenerativeModel):
         self.denoising = opts
         total = self.train_timesteps
         strata = lo + (hi - lo) * (torch.arange(k, dtype=torch.float64) + 0.5) / k
-        t = (strata * total).floor().clamp(0, total - 1).long()
+        if self.objective == "flow":  # the UNet's timestep is σ·T, as diffusers' flow-matching training
+            t = (self.sigma(strata) * total).float()
+        else:
+            t = (strata * total).floor().clamp(0, total - 1).long()
         gen = torch.Generator().manual_seed(int(opts["seed"]))
         noise = torch.randn(k, *self.input_shape, generator=gen)
-        device = self.alphas_cumprod.device
+        device = self.ema_steps.device
         self.register_buffer("loss_timesteps", t.to(device))
         self.register_buffer("loss_noise", noise.to(device))
+
+    def sigma(self, s: Tensor) -> Tensor:
+        """A flow-matching model's σ of s = t / T in [0, 1]: shift·s / (1 + (shift − 1)·s)."""
+        shift = float(self.scheduler.config.shift)
+        return shift * s / (1 + (shift - 1) * s)
 
     def describe(self) -> str:
         """What roseood read: the denoiser, its objective and schedule, the space and the conditioning."""
         cfg = self.scheduler.config
-        objective = {"epsilon": "ε", "v_prediction": "v", "sample": "x₀"}[cfg.prediction_type]
         parameters = f"{sum(p.numel() for p in self.unet.parameters()):,}".replace(",", " ")
-        schedule = f"{type(self.scheduler).__name__}, {cfg.num_train_timesteps} {cfg.beta_schedule}-β steps"
+        schedule = f"{type(self.scheduler).__name__}, {cfg.num_train_timesteps}"
+        if self.objective == "flow":
+            objective = "flow matching (velocity ε − x prediction)"
+            schedule += f" steps, shift {cfg.shift:g}"
+        else:
+            kind = {"epsilon": "ε", "v_prediction": "v", "sample": "x₀"}[cfg.prediction_type]
+            objective = f"{kind} prediction"
+            schedule += f" {cfg.beta_schedule}-β steps"
         return (
-            f"denoiser: diffusers UNet2DModel ({parameters} parameters), {objective} prediction; "
+            f"denoiser: diffusers UNet2DModel ({parameters} parameters), {objective}; "
             f"schedule: {schedule}; "
             "pixel space (no autoencoder); unconditional: the loss judges p(x); "
             f"ROSE's pairs: k = {self.k}, t in [{self.denoising['t_min']:g}, {self.denoising['t_max']:g})"
@@ -219,13 +253,16 @@ class DiffusionModel(GenerativeModel):
         return self.k
 
     def row_labels(self) -> list[int]:
-        """The timestep of each of an image's K rows."""
+        """The timestep of each of an image's K rows (σ·T rounded down, in flow matching)."""
         return [int(t) for t in self.loss_timesteps]
 
     def config(self) -> dict[str, Any]:
+        scheduler = _plain(self.scheduler.config)
+        if self.objective == "flow":  # the class is what says the objective (DDPM's is the default)
+            scheduler["_class_name"] = type(self.scheduler).__name__
         return {
             "unet": _plain(self.unet.config),
-            "scheduler": _plain(self.scheduler.config),
+            "scheduler": scheduler,
             "ema_decay": self.ema_decay,
             "denoising": dict(self.denoising),
         }
@@ -254,7 +291,8 @@ class DiffusionModel(GenerativeModel):
 
     def eps(self, xt: Tensor, t: Tensor, net: Any = None, alpha_bar: Tensor | None = None) -> Tensor:
         """The predicted noise ε̂(x_t, t), whatever the UNet predicts (ε, v or x0); ``alpha_bar``: ᾱ of
-        each row where ``t`` is fractional (default: the schedule's ᾱ_t)."""
+        each row where ``t`` is fractional (default: the schedule's ᾱ_t). DDPM's forward process only."""
+        self.require_ddpm("the predicted noise ε̂ of DDPM's forward process")
         net = net if net is not None else self.net()
         out = net(xt, t).sample
         kind = self.scheduler.config.prediction_type
@@ -267,14 +305,33 @@ class DiffusionModel(GenerativeModel):
             return (xt - a.sqrt() * out) / (1 - a).sqrt()
         raise RoseError(f"unsupported prediction_type {kind!r}")
 
+    def require_ddpm(self, what: str) -> None:
+        """A one-line ``RoseError`` where ``what`` needs DDPM's forward process and the model is trained by
+        flow matching."""
+        if self.objective == "flow":
+            raise RoseError(
+                f"{what} needs a model of DDPM's forward process (ᾱ_t); this one is trained by flow "
+                "matching: use ROSE (rose-*) or the denoising loss"
+            )
+
     def noised(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
-        """x_t = √ᾱ_t x0 + √(1 − ᾱ_t) ε."""
+        """x_t = √ᾱ_t x0 + √(1 − ᾱ_t) ε (DDPM); x_σ = (1 − σ) x0 + σ ε with σ = t / T (flow matching)."""
+        if self.objective == "flow":
+            sigma = (t.float() / self.train_timesteps).view(-1, 1, 1, 1)
+            return (1 - sigma) * x0 + sigma * noise
         a = self.alphas_cumprod[t].view(-1, 1, 1, 1)
         return a.sqrt() * x0 + (1 - a).sqrt() * noise
 
+    def squared_error(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
+        """Per row, the summed squared error of the model's prediction at (t, noise): ‖ε̂ − ε‖² (DDPM),
+        ‖v̂ − (ε − x0)‖² (flow matching): the loss each objective trains."""
+        xt = self.noised(x0, t, noise)
+        err = self.net()(xt, t).sample - (noise - x0) if self.objective == "flow" else self.eps(xt, t) - noise
+        return err.pow(2).flatten(1).sum(1)
+
     def _weights(self, t: Tensor) -> Tensor:
         if self.denoising["weighting"] == "simple":
-            return torch.ones_like(t, dtype=torch.float32)
+            return torch.ones(t.shape, dtype=torch.float32, device=t.device)
         # DDPM's bound: L_t = β_t² / (2 σ_t² α_t (1 − ᾱ_t)) ‖ε − ε̂‖², σ_t² = β_t (1 − ᾱ_{t-1}) / (1 − ᾱ_t)
         a = self.alphas_cumprod
         prev = torch.cat([a.new_ones(1), a[:-1]])
@@ -286,14 +343,15 @@ class DiffusionModel(GenerativeModel):
 
     def denoising_loss(self, x: Tensor) -> Tensor:
         """Per-image loss at the K fixed pairs: the K noisy copies of each image in one batch of N·K
-        rows (image-major), each image's loss the sum of its K rows' weighted ε-MSE (summed over pixels)."""
+        rows (image-major), each image's loss the sum of its K rows' weighted squared errors (of ε, or of
+        the velocity in flow matching; summed over pixels)."""
         self.check_batch(x, copies=self.k)
         return self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k).sum(1)
 
     def row_loss(self, rows: Tensor) -> Tensor:
-        """The weighted ε-MSE of each row (N·K,) of ``rows``: each image K times in a row (image-major),
-        row j noised at pair j mod K. What ROSE with ``rows="each"`` differentiates: one gradient per
-        (image, timestep) row instead of their sum."""
+        """The weighted squared error of each row (N·K,) of ``rows``: each image K times in a row
+        (image-major), row j noised at pair j mod K. What ROSE with ``rows="each"`` differentiates: one
+        gradient per (image, timestep) row instead of their sum."""
         k = self.k
         if rows.shape[0] % k:
             raise RoseError(f"row_loss takes each image {k} times in a row, got {rows.shape[0]} rows")
@@ -301,16 +359,15 @@ class DiffusionModel(GenerativeModel):
         self.check_batch(rows)
         t = self.loss_timesteps.repeat(n)
         noise = self.loss_noise.repeat(n, 1, 1, 1)
-        err = (self.eps(self.noised(self.to_model_space(rows), t, noise), t) - noise).pow(2).flatten(1).sum(1)
-        return err * self._weights(t)
+        return self.squared_error(self.to_model_space(rows), t, noise) * self._weights(t)
 
     def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
-        """The weighted ε-MSE of each image at each of the K fixed pairs, named ``eps_mse@t``: the
-        denoising loss ROSE differentiates, one statistic per timestep."""
+        """The weighted squared error of each image at each of the K fixed pairs, named ``eps_mse@t``
+        (``v_mse@t`` in flow matching): the loss ROSE differentiates, one statistic per timestep."""
         self.check_batch(x, copies=self.k)
         with torch.no_grad():
             rows = self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k)
-        return {f"eps_mse@{t}": rows[:, j] for j, t in enumerate(self.row_labels())}
+        return {f"{self.train_objective}@{t}": rows[:, j] for j, t in enumerate(self.row_labels())}
 
     # -- GenerativeModel ---------------------------------------------------------------------------
     def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
@@ -324,26 +381,31 @@ class DiffusionModel(GenerativeModel):
             return self.denoising_loss(x)
 
     def train_loss(self, x: Tensor, draws: int = 1) -> Tensor:
-        """DDPM's ε-MSE at a random timestep and noise (``draws`` of them per image, summed); in train
-        mode with gradients it first moves the EMA weights towards the optimised ones."""
+        """The training loss at a random timestep and noise (``draws`` of them per image, summed): DDPM's
+        ε-MSE at t uniform over the T steps, or the velocity's MSE at σ of s uniform in [0, 1) (flow
+        matching); in train mode with gradients it first moves the EMA weights towards the optimised ones."""
         if self.training and torch.is_grad_enabled():
             self._update_ema()
         n = x.shape[0]
         x0 = self.to_model_space(x).repeat_interleave(draws, 0)
         self.check_batch(x0)
-        t = torch.randint(0, self.train_timesteps, (n * draws,), device=x.device)
-        noise = torch.randn_like(x0)
-        err = (self.eps(self.noised(x0, t, noise), t) - noise).pow(2).flatten(1).sum(1)
-        return err.view(n, draws).sum(1)
+        if self.objective == "flow":
+            t = self.sigma(torch.rand(n * draws, device=x.device)) * self.train_timesteps
+        else:
+            t = torch.randint(0, self.train_timesteps, (n * draws,), device=x.device)
+        return self.squared_error(x0, t, torch.randn_like(x0)).view(n, draws).sum(1)
 
     def held_out_metrics(self, x: Tensor) -> dict[str, float]:
-        """Held-out ε-MSE and variational bound in bits/dim (``roseood.models.diffusion.quality``)."""
-        from roseood.models.diffusion.quality import held_out_metrics
+        """Held-out ε-MSE and variational bound in bits/dim, or a flow-matching model's held-out velocity
+        MSE (``roseood.models.diffusion.quality``)."""
+        from roseood.models.diffusion import quality
 
-        return held_out_metrics(self, x)
+        metrics = quality.flow_metrics if self.objective == "flow" else quality.held_out_metrics
+        return metrics(self, x)
 
     def generate(self, n: int, seed: int = 0, **options: int) -> Tensor:
-        """``n`` images by DDIM (``steps``, default 50; ``roseood.models.diffusion.quality``)."""
+        """``n`` images by DDIM, or by Euler steps of the flow (``steps``, default 50;
+        ``roseood.models.diffusion.quality``)."""
         from roseood.models.diffusion.quality import sample_images
 
         unknown = set(options) - {"steps"}
