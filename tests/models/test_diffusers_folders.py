@@ -377,21 +377,16 @@ def test_a_ddim_scheduler_shares_ddpms_forward_process_and_loads(pipeline: Path,
     assert isinstance(load_model(damaged(pipeline, tmp_path, ddim)), DiffusionModel)
 
 
-def test_a_latent_diffusion_pipeline_is_refused_naming_its_autoencoder(tmp_path: Path) -> None:
-    """diffusers' LDMPipeline (a VQModel beside a UNet of 4×16×16 latents) loaded as a model of latents,
-    the VQ-VAE ignored without a word."""
-    from diffusers import DDIMScheduler, LDMPipeline, UNet2DModel, VQModel
+def test_an_autoencoder_a_pipeline_does_not_decode_with_is_refused(pipeline: Path, tmp_path: Path) -> None:
+    """An LDMPipeline's VQ-VAE is read (tests/models/test_latent_diffusion.py); an autoencoder folder
+    beside a pixel-space pipeline, or a ``vae/`` (a DiT's or Stable Diffusion's), is refused by name."""
+    from diffusers import VQModel
 
-    vq = VQModel(block_out_channels=(8,), norm_num_groups=4, latent_channels=4, num_vq_embeddings=16)
-    blocks = {"down_block_types": ("DownBlock2D",) * 2, "up_block_types": ("UpBlock2D",) * 2}
-    unet = UNet2DModel(
-        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16), norm_num_groups=4,
-        layers_per_block=1, **blocks,
-    )  # fmt: skip
-    LDMPipeline(vqvae=vq, unet=unet, scheduler=DDIMScheduler()).save_pretrained(tmp_path / "ldm")
-    refused(tmp_path / "ldm", "LDMPipeline", "'vqvae'", "latent diffusion model")
-    (tmp_path / "ldm" / "model_index.json").unlink()  # no index: the folder itself still says it
-    refused(tmp_path / "ldm", "vqvae/", "latent diffusion model")
+    def vq_beside(folder: Path) -> None:
+        VQModel(block_out_channels=(8,), norm_num_groups=4).save_pretrained(folder / "vqvae")
+
+    refused(damaged(pipeline, tmp_path / "a", vq_beside), "vqvae/ beside a DDPMPipeline")
+    refused(damaged(pipeline, tmp_path / "b", lambda f: (f / "vae").mkdir()), "vae/ is an autoencoder")
 
 
 @pytest.mark.parametrize(

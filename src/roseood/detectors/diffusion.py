@@ -315,12 +315,13 @@ class MSMA(StatisticDetector):
         return self.levels
 
     def sigmas(self) -> np.ndarray:
-        """The noise levels in [0, 1] pixel units, largest first."""
+        """The noise levels in [0, 1] pixel units, largest first (a latent model: in half the latents'
+        units, as if they were images in [-1, 1])."""
         return np.exp(np.linspace(np.log(self.sigma_high), np.log(self.sigma_low), self.levels))
 
     def timesteps(self) -> list[tuple[float, float]]:
         """(ᾱ, fractional timestep) of each noise level on the model's schedule."""
-        scale = float(self.model.to_model_space(torch.ones(())) - self.model.to_model_space(torch.zeros(())))
+        scale = 2.0  # [0, 1] pixel units in the UNet's [-1, 1]; a latent model's latents read as such
         out = []
         for sigma in self.sigmas():
             alpha_bar = 1.0 / (1.0 + (scale * sigma) ** 2)

@@ -1,4 +1,6 @@
-"""Diffusion models: a diffusers ``UNet2DModel`` + ``DDPMScheduler`` as a roseood generative model.
+"""Diffusion models: a diffusers ``UNet2DModel`` + ``DDPMScheduler`` as a roseood generative model (or a
+``FlowMatchEulerDiscreteScheduler``: flow matching; with an ``LDMPipeline``'s autoencoder in front: a latent
+model of pixel images, ``latent``).
 
 Training minimises the DDPM ε-prediction MSE at a random timestep (Ho et al. 2020), with an exponential
 moving average (EMA) of the weights kept for evaluation: in eval mode every loss uses the EMA network
@@ -21,12 +23,8 @@ from roseood.models.diffusion.folders import (
     is_diffusers_folder,
     load_diffusers,
 )
-from roseood.models.diffusion.model import (
-    DiffusionModel,
-    as_diffusion_model,
-    diffusers_module,
-    quiet_diffusers,
-)
+from roseood.models.diffusion.library import diffusers_module, quiet_diffusers
+from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model
 
 __all__ = [
     "LOSS_DEFAULTS",

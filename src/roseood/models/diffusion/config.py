@@ -268,6 +268,55 @@ def is_flow_matching(config: Mapping[str, Any]) -> bool:
     return config.get("_class_name") in FLOW_SCHEDULERS
 
 
+# -- an LDM's autoencoder ------------------------------------------------------------------------
+
+AUTOENCODERS = ("VQModel", "AutoencoderKL")
+AUTOENCODER_FIELDS: dict[str, Check] = {
+    "in_channels": _int(1, 256),
+    "out_channels": _int(1, 256),
+    "latent_channels": _int(1, 256),
+    "vq_embed_dim": _int(1, 256, optional=True),
+    "num_vq_embeddings": _int(1, 1 << 20),
+    "block_out_channels": _widths,
+    "down_block_types": _names,
+    "up_block_types": _names,
+    "layers_per_block": _int(1, MAX_LAYERS),
+    "norm_num_groups": _int(1, MAX_CHANNELS),
+    "sample_size": _int(1, MAX_SAMPLE_SIZE),
+    "scaling_factor": _float(0.0, 1e3, low_open=True),
+    "act_fn": _choice("silu", "swish", "mish", "gelu", "relu"),
+    "norm_type": _choice("group", "spatial"),
+    "mid_block_add_attention": FLAG,
+    "lookup_from_codebook": FLAG,
+    "force_upcast": FLAG,
+    "use_quant_conv": FLAG,
+    "use_post_quant_conv": FLAG,
+}
+
+
+def check_autoencoder_config(
+    config: Any, where: str = "autoencoder config", error: type[RoseError] = RoseError
+) -> dict[str, Any]:
+    """A ``VQModel`` or ``AutoencoderKL`` config (``_class_name`` says which): every number in a sane range,
+    block lists of one length, groups dividing the channels, no latent statistics it would shift by."""
+    cfg = _fields(config, AUTOENCODER_FIELDS, where, error)
+    kind = cfg.get("_class_name")
+    if kind not in AUTOENCODERS:
+        raise error(f"{where} holds a {shown(kind)}; roseood reads {' and '.join(AUTOENCODERS)} autoencoders")
+    widths = cfg.get("block_out_channels", [64])
+    for key in ("down_block_types", "up_block_types"):
+        blocks = len(cfg.get(key, [""]))
+        if blocks != len(widths):
+            raise error(f"{where}: {key} names {blocks} blocks, block_out_channels {len(widths)}")
+    groups = cfg.get("norm_num_groups", 32)
+    if any(w % groups for w in widths):
+        raise error(f"{where}: norm_num_groups = {groups} does not divide block_out_channels {widths}")
+    for key in ("shift_factor", "latents_mean", "latents_std"):
+        if cfg.get(key) is not None:
+            raise error(f"{where}: {key} (latents shifted before the denoiser) is not modelled")
+    return cfg
+
+
 def check_denoising(
     options: Any,
     where: str = "denoising",

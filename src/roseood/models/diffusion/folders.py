@@ -18,7 +18,9 @@ from roseood.models.diffusion.config import (
     check_unet_config,
     is_flow_matching,
 )
-from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model, diffusers_module
+from roseood.models.diffusion.latent import check_autoencoder_config
+from roseood.models.diffusion.library import diffusers_module
+from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model
 from roseood.models.state import check_state, first_line, load_state
 from roseood.progress import state
 
@@ -29,11 +31,16 @@ WEIGHTS = "diffusion_pytorch_model"  # diffusers' weight file name (.safetensors
 
 def export_diffusers(model: DiffusionModel, folder: str | Path) -> Path:
     """Write ``model`` as a diffusers ``DDPMPipeline`` folder (``unet/`` with the EMA weights,
-    ``scheduler/``, ``model_index.json``) plus ``roseood.json`` with its denoising-loss pairs' settings."""
+    ``scheduler/``, ``model_index.json``; a latent model as an ``LDMPipeline``, its autoencoder in
+    ``vqvae/``) plus ``roseood.json`` with its denoising-loss pairs' settings."""
     model = as_diffusion_model(model, "export to diffusers")
     d = diffusers_module()
     folder = Path(folder)
-    d.DDPMPipeline(unet=model.unet, scheduler=model.scheduler).save_pretrained(folder)
+    if model.autoencoder is None:
+        d.DDPMPipeline(unet=model.unet, scheduler=model.scheduler).save_pretrained(folder)
+    else:
+        pipe = d.LDMPipeline(vqvae=model.autoencoder.net, unet=model.unet, scheduler=model.scheduler)
+        pipe.save_pretrained(folder)
     (folder / ROSEOOD_JSON).write_text(
         json.dumps({"denoising": model.denoising, "ema_decay": model.ema_decay})
     )
@@ -118,41 +125,56 @@ def read_roseood_json(path: Path) -> dict[str, Any]:
     return out
 
 
-PIPELINES = ("DDPMPipeline", "DDIMPipeline")  # pixel-space, unconditional: a UNet and a scheduler
+# unconditional pipelines of a UNet and a scheduler, and the autoencoder component of each (LDMPipeline's
+# VQ-VAE or KL autoencoder: a latent model of pixel images)
+PIPELINES = {"DDPMPipeline": None, "DDIMPipeline": None, "LDMPipeline": "vqvae"}
 COMPONENTS = ("unet", "scheduler")
 # component folders of the pipelines roseood does not model, each with what it means for p(x)
 OTHERS = {
-    "vqvae": "an autoencoder: a latent diffusion model, whose UNet models latents, not pixels",
-    "vae": "an autoencoder: a latent diffusion model, whose denoiser models latents, not pixels",
+    "vae": "an autoencoder of a pipeline roseood does not read (a DiT's, Stable Diffusion's)",
     "transformer": "a transformer denoiser (DiT), not a UNet2DModel",
     "text_encoder": "a text encoder: a text-conditional model of p(x | prompt), not p(x)",
     "tokenizer": "a tokenizer: a text-conditional model of p(x | prompt), not p(x)",
 }
 
 
-def check_pipeline(folder: Path) -> None:
+def check_pipeline(folder: Path) -> str | None:
     """Refuse, in one line naming it, any pipeline class or component of ``folder`` that roseood does not
-    model (an LDM's autoencoder, a DiT, a text encoder), so that none is ignored in silence; read from
-    ``model_index.json`` (as JSON; nothing is imported) and the folder's own subfolders."""
+    model (a DiT, a text encoder), so that none is ignored in silence; read from ``model_index.json`` (as
+    JSON; nothing is imported) and the folder's own subfolders. Returns the autoencoder's component name
+    (an LDMPipeline's ``vqvae``), or None for a pixel-space pipeline."""
     index = folder / "model_index.json"
+    kind = "DDPMPipeline"
     if index.is_file():
         spec = read_json(index)  # a JSON object, or a one-line CheckpointError
-        kind = spec.get("_class_name", "DDPMPipeline")
+        kind = spec.get("_class_name", kind)
+        if kind not in PIPELINES:
+            raise CheckpointError(
+                f"{index}: a {shown(kind)}; roseood reads {', '.join(PIPELINES)} folders (a UNet2DModel, "
+                "a scheduler, an LDM's autoencoder)"
+            )
         named = sorted(k for k, v in spec.items() if not k.startswith("_") and v not in (None, [None, None]))
-        extra = [k for k in named if k not in COMPONENTS]
+        extra = [k for k in named if k not in (*COMPONENTS, PIPELINES[kind])]
         if extra:
             what = OTHERS.get(extra[0], "a component roseood does not model")
             raise CheckpointError(
-                f"{index}: {shown(kind)} has {shown(extra[0])} ({what}); roseood reads pixel-space, "
-                f"unconditional pipelines ({', '.join(PIPELINES)}: {' and '.join(COMPONENTS)}) only"
-            )
-        if kind not in PIPELINES:
-            raise CheckpointError(
-                f"{index}: a {shown(kind)}; roseood reads {', '.join(PIPELINES)} folders (unet and scheduler)"
+                f"{index}: {shown(kind)} has {shown(extra[0])} ({what}); roseood reads unconditional "
+                f"pipelines of {' and '.join(COMPONENTS)} ({', '.join(PIPELINES)}, an LDM's vqvae) only"
             )
     for name, what in OTHERS.items():
         if (folder / name).is_dir():
-            raise CheckpointError(f"{folder}: {name}/ is {what}; roseood reads pixel-space DDPM folders only")
+            raise CheckpointError(f"{folder}: {name}/ is {what}; roseood reads unconditional UNet folders")
+    if (folder / "vqvae").is_dir() and PIPELINES[kind] is None:
+        raise CheckpointError(f"{folder}: vqvae/ beside a {kind} (an autoencoder it does not decode with)")
+    return PIPELINES[kind]
+
+
+def read_autoencoder(folder: Path) -> tuple[dict[str, Any], dict[str, Tensor], Path]:
+    """An LDM's autoencoder folder: its checked config (VQModel or AutoencoderKL), weights and their file."""
+    config_file = folder / "config.json"
+    config = check_autoencoder_config(read_json(config_file), str(config_file), CheckpointError)
+    weights, weights_file = read_unet_weights(folder)
+    return config, weights, weights_file
 
 
 def load_diffusers(folder: str | Path) -> DiffusionModel:
@@ -164,7 +186,10 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     loaded strictly); nothing is fetched from the network and no code in the folder is run."""
     diffusers_module()  # says which extra to install before any file is read
     folder = Path(folder)
-    check_pipeline(folder)
+    # a pipeline's own unet/ folder: the pipeline beside it says what else the model is made of
+    inside = folder.name == "unet" and (folder.parent / "model_index.json").is_file()
+    root = folder.parent if inside else folder
+    latent = check_pipeline(root)
     unet_dir = folder / "unet" if (folder / "unet" / "config.json").is_file() else folder
     config_file = unet_dir / "config.json"
     unet = check_unet_config(read_json(config_file), str(config_file), CheckpointError)
@@ -193,6 +218,9 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     if is_flow_matching(scheduler):  # the class says the objective
         sched["_class_name"] = scheduler["_class_name"]
     what = f"the UNet2DModel of {config_file}"
+    codec = None if latent is None else read_autoencoder(root / latent)
+    if codec is not None:
+        extra["autoencoder"] = codec[0]
     try:
         check_state(DiffusionModel.meta_unet(plain), weights, weights_file, what)  # before any allocation
         model = DiffusionModel(unet=plain, scheduler=sched, **extra)
@@ -201,5 +229,7 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     except RoseError as exc:
         raise CheckpointError(f"{folder}: {exc}") from None
     load_state(model.unet, weights, weights_file, what)
+    if codec is not None and model.autoencoder is not None:
+        load_state(model.autoencoder.net, codec[1], codec[2], f"the {model.autoencoder.kind} of {latent}/")
     model.online.load_state_dict(model.unet.state_dict())
     return model.eval()

@@ -3,11 +3,8 @@ weights and the per-image denoising loss at K fixed (timestep, noise) pairs (see
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import json
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -26,36 +23,10 @@ from roseood.models.diffusion.config import (
     is_flow_matching,
     unet_config,
 )
+from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes
+from roseood.models.diffusion.library import diffusers_module, plain_config, quiet_diffusers
 from roseood.models.state import first_line
 from roseood.validation import check_int
-
-
-def diffusers_module() -> Any:
-    """The ``diffusers`` package, or a one-line ``RoseError`` naming the extra that installs it."""
-    try:
-        import diffusers
-    except ImportError:
-        raise RoseError("diffusion models need diffusers: pip install roseood[diffusion]") from None
-    try:  # a torchvision built for another torch breaks diffusers' optional import of it
-        import torchvision  # noqa: F401
-    except Exception:  # any failure: diffusers must not try it
-        import diffusers.utils.import_utils as import_utils
-
-        import_utils._torchvision_available = False
-    return diffusers
-
-
-@contextlib.contextmanager
-def quiet_diffusers() -> Iterator[None]:
-    """diffusers' logger at error level inside the block (its notices, e.g. "install accelerate for faster
-    loading", are no news to a roseood user); the caller's level after it."""
-    logging = diffusers_module().utils.logging
-    before = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(before)
 
 
 class DiffusionModel(GenerativeModel):
@@ -96,6 +67,7 @@ class DiffusionModel(GenerativeModel):
         denoising: dict[str, Any] | None = None,
         unet: dict[str, Any] | None = None,
         scheduler: dict[str, Any] | None = None,
+        autoencoder: dict[str, Any] | None = None,
     ) -> None:
         d = diffusers_module()
         if unet is None:
@@ -127,7 +99,12 @@ class DiffusionModel(GenerativeModel):
             len(alphas) != sched.config.num_train_timesteps or not bool(((alphas >= 0) & (alphas <= 1)).all())
         ):
             raise RoseError("the scheduler config gives no valid noise schedule (ᾱ_t outside [0, 1])")
-        super().__init__(net.config.in_channels, unet["sample_size"])
+        space = (net.config.in_channels, unet["sample_size"], unet["sample_size"])
+        codec = None if autoencoder is None else Autoencoder(autoencoder)
+        channels, size = space[:2] if codec is None else check_latent_shapes(codec, unet)
+        super().__init__(channels, size)
+        self.space_shape = space  # what the UNet models: the images, or their latents
+        self.autoencoder = codec
         self.unet = net  # the EMA weights: what evaluation, ROSE and export use
         self.online = copy.deepcopy(net)  # the optimised weights
         self.online.requires_grad_(True)
@@ -187,24 +164,28 @@ class DiffusionModel(GenerativeModel):
                 "is the velocity's squared error (weighting 'simple')"
             )
         k, lo, hi = opts["k"], opts["t_min"], opts["t_max"]
-        image = math.prod(self.input_shape)
+        image = math.prod(self.space_shape)
         check_memory(
             k * (image * 4 + 16),
-            f"denoising k = {k} (a buffer of k noise images of shape {self.input_shape})",
+            f"denoising k = {k} (a buffer of k noise images of shape {self.space_shape})",
             hint="lower k",
         )
         self.denoising = opts
-        total = self.train_timesteps
         strata = lo + (hi - lo) * (torch.arange(k, dtype=torch.float64) + 0.5) / k
-        if self.objective == "flow":  # the UNet's timestep is σ·T, as diffusers' flow-matching training
-            t = (self.sigma(strata) * total).float()
-        else:
-            t = (strata * total).floor().clamp(0, total - 1).long()
+        t = self.timesteps_of(strata)
         gen = torch.Generator().manual_seed(int(opts["seed"]))
-        noise = torch.randn(k, *self.input_shape, generator=gen)
+        noise = torch.randn(k, *self.space_shape, generator=gen)
         device = self.ema_steps.device
         self.register_buffer("loss_timesteps", t.to(device))
         self.register_buffer("loss_noise", noise.to(device))
+
+    def timesteps_of(self, s: Tensor) -> Tensor:
+        """The UNet's timesteps of fractions s in [0, 1) of the train timesteps: ⌊s·T⌋ (DDPM), σ(s)·T
+        (flow matching, as diffusers' training forms them)."""
+        total = self.train_timesteps
+        if self.objective == "flow":
+            return (self.sigma(s) * total).float()
+        return (s * total).floor().clamp(0, total - 1).long()
 
     def sigma(self, s: Tensor) -> Tensor:
         """A flow-matching model's σ of s = t / T in [0, 1]: shift·s / (1 + (shift − 1)·s)."""
@@ -223,10 +204,14 @@ class DiffusionModel(GenerativeModel):
             kind = {"epsilon": "ε", "v_prediction": "v", "sample": "x₀"}[cfg.prediction_type]
             objective = f"{kind} prediction"
             schedule += f" {cfg.beta_schedule}-β steps"
+        if self.autoencoder is None:
+            space = "pixel space (no autoencoder)"
+        else:
+            shapes = "×".join(map(str, self.input_shape)), "×".join(map(str, self.space_shape))
+            space = f"latent space: {shapes[0]} images → {shapes[1]} latents by {self.autoencoder.describe()}"
         return (
             f"denoiser: diffusers UNet2DModel ({parameters} parameters), {objective}; "
-            f"schedule: {schedule}; "
-            "pixel space (no autoencoder); unconditional: the loss judges p(x); "
+            f"schedule: {schedule}; {space}; unconditional: the loss judges p(x); "
             f"ROSE's pairs: k = {self.k}, t in [{self.denoising['t_min']:g}, {self.denoising['t_max']:g})"
         )
 
@@ -257,15 +242,18 @@ class DiffusionModel(GenerativeModel):
         return [int(t) for t in self.loss_timesteps]
 
     def config(self) -> dict[str, Any]:
-        scheduler = _plain(self.scheduler.config)
+        scheduler = plain_config(self.scheduler.config)
         if self.objective == "flow":  # the class is what says the objective (DDPM's is the default)
             scheduler["_class_name"] = type(self.scheduler).__name__
-        return {
-            "unet": _plain(self.unet.config),
+        config = {
+            "unet": plain_config(self.unet.config),
             "scheduler": scheduler,
             "ema_decay": self.ema_decay,
             "denoising": dict(self.denoising),
         }
+        if self.autoencoder is not None:
+            config["autoencoder"] = self.autoencoder.config()
+        return config
 
     # -- the network as an ε-predictor -----------------------------------------------------------
     def net(self) -> Any:
@@ -273,18 +261,28 @@ class DiffusionModel(GenerativeModel):
         return self.online if self.training else self.unet
 
     def to_model_space(self, x: Tensor) -> Tensor:
-        """Images in [0, 1] → the UNet's [-1, 1]."""
-        return x * 2.0 - 1.0
+        """Images in [0, 1] → what the UNet models: the images in [-1, 1], or their scaled latents."""
+        x = x * 2.0 - 1.0
+        return x if self.autoencoder is None else self.autoencoder.encode(x)
+
+    def from_model_space(self, z: Tensor) -> Tensor:
+        """What the UNet models → images in [-1, 1] (decoded where it models latents; not clamped)."""
+        return z if self.autoencoder is None else self.autoencoder.decode(z)
 
     def check_batch(self, rows: Tensor, copies: int = 1) -> None:
         """Refuse in one line a UNet batch of ``copies`` rows per row of ``rows`` whose first block's
-        activations alone (two of them, float32) cannot fit in memory: once per batch by whoever forms
-        it, before the copies are made, not per UNet call."""
+        activations alone (two of them, float32; and the encoder's first block on the images of a latent
+        model) cannot fit in memory: once per batch by whoever forms it, before the copies are made, not
+        per UNet call."""
         first = self.unet.config.block_out_channels[0]
         n = rows.shape[0] * copies
+        size = 2 * n * first * math.prod(self.space_shape[1:]) * 4
+        if self.autoencoder is not None:
+            pixels = math.prod(self.input_shape[1:])
+            size += 2 * rows.shape[0] * self.autoencoder.net.config.block_out_channels[0] * pixels * 4
         check_memory(
-            2 * n * first * rows.shape[-2] * rows.shape[-1] * 4,
-            f"a UNet batch of {n} rows (images × k noisy copies) of {tuple(rows.shape[1:])}",
+            size,
+            f"a UNet batch of {n} rows (images × k noisy copies) of {self.space_shape}",
             device=rows.device,
             hint="lower --batch-size or denoising k",
         )
@@ -346,27 +344,29 @@ class DiffusionModel(GenerativeModel):
         rows (image-major), each image's loss the sum of its K rows' weighted squared errors (of ε, or of
         the velocity in flow matching; summed over pixels)."""
         self.check_batch(x, copies=self.k)
-        return self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k).sum(1)
+        return self._space_rows(self.to_model_space(x).repeat_interleave(self.k, 0)).view(-1, self.k).sum(1)
 
     def row_loss(self, rows: Tensor) -> Tensor:
         """The weighted squared error of each row (N·K,) of ``rows``: each image K times in a row
         (image-major), row j noised at pair j mod K. What ROSE with ``rows="each"`` differentiates: one
         gradient per (image, timestep) row instead of their sum."""
-        k = self.k
-        if rows.shape[0] % k:
-            raise RoseError(f"row_loss takes each image {k} times in a row, got {rows.shape[0]} rows")
-        n = rows.shape[0] // k
+        if rows.shape[0] % self.k:
+            raise RoseError(f"row_loss takes each image {self.k} times in a row, got {rows.shape[0]} rows")
         self.check_batch(rows)
+        return self._space_rows(self.to_model_space(rows))
+
+    def _space_rows(self, z: Tensor) -> Tensor:
+        """``row_loss`` of rows already in model space (each image's K copies in a row)."""
+        n = z.shape[0] // self.k
         t = self.loss_timesteps.repeat(n)
-        noise = self.loss_noise.repeat(n, 1, 1, 1)
-        return self.squared_error(self.to_model_space(rows), t, noise) * self._weights(t)
+        return self.squared_error(z, t, self.loss_noise.repeat(n, 1, 1, 1)) * self._weights(t)
 
     def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
         """The weighted squared error of each image at each of the K fixed pairs, named ``eps_mse@t``
         (``v_mse@t`` in flow matching): the loss ROSE differentiates, one statistic per timestep."""
         self.check_batch(x, copies=self.k)
         with torch.no_grad():
-            rows = self.row_loss(x.repeat_interleave(self.k, 0)).view(x.shape[0], self.k)
+            rows = self._space_rows(self.to_model_space(x).repeat_interleave(self.k, 0)).view(-1, self.k)
         return {f"{self.train_objective}@{t}": rows[:, j] for j, t in enumerate(self.row_labels())}
 
     # -- GenerativeModel ---------------------------------------------------------------------------
@@ -390,18 +390,19 @@ class DiffusionModel(GenerativeModel):
         x0 = self.to_model_space(x).repeat_interleave(draws, 0)
         self.check_batch(x0)
         if self.objective == "flow":
-            t = self.sigma(torch.rand(n * draws, device=x.device)) * self.train_timesteps
-        else:
+            t = self.timesteps_of(torch.rand(n * draws, device=x.device))
+        else:  # randint, not ⌊u·T⌋: the draws of DDPM checkpoints trained before stay the same
             t = torch.randint(0, self.train_timesteps, (n * draws,), device=x.device)
         return self.squared_error(x0, t, torch.randn_like(x0)).view(n, draws).sum(1)
 
     def held_out_metrics(self, x: Tensor) -> dict[str, float]:
-        """Held-out ε-MSE and variational bound in bits/dim, or a flow-matching model's held-out velocity
-        MSE (``roseood.models.diffusion.quality``)."""
+        """Held-out ε-MSE and variational bound in bits/dim; a flow-matching model's held-out velocity MSE,
+        a latent model's ε-MSE (its bound would be of latents, not images) (``...diffusion.quality``)."""
         from roseood.models.diffusion import quality
 
-        metrics = quality.flow_metrics if self.objective == "flow" else quality.held_out_metrics
-        return metrics(self, x)
+        if self.objective == "ddpm" and self.autoencoder is None:
+            return quality.held_out_metrics(self, x)
+        return quality.loss_metrics(self, x)
 
     def generate(self, n: int, seed: int = 0, **options: int) -> Tensor:
         """``n`` images by DDIM, or by Euler steps of the flow (``steps``, default 50;
@@ -443,8 +444,3 @@ def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
     if not isinstance(model, DiffusionModel):
         raise RoseError(f"{what} needs a diffusion model (rose train diffusion, a diffusers folder)")
     return model
-
-
-def _plain(config: Any) -> dict[str, Any]:
-    """A diffusers config as JSON-able plain values (lists, not tuples), without private keys."""
-    return json.loads(json.dumps({k: v for k, v in dict(config).items() if not k.startswith("_")}))

@@ -1,5 +1,6 @@
 """How good a trained DDPM is: its held-out ε-MSE and its variational bound in bits per dimension (a
-flow-matching model: its held-out velocity MSE, which bounds no likelihood); and samples from either.
+flow-matching model: its held-out velocity MSE, which bounds no likelihood; a latent model: its ε-MSE,
+whose bound would be of latents); and samples from each.
 
 The bound is Ho et al.'s (2020, eq. 5) on images discretised to 256 levels in [-1, 1]:
 ``L = KL(q(x_T|x_0) ‖ N(0, I)) + Σ_{t≥1} KL(q(x_{t-1}|x_t, x_0) ‖ p(x_{t-1}|x_t)) − log p(x_0|x_1)``,
@@ -31,6 +32,8 @@ class Denoiser(Protocol):
     scheduler: Any
     training: bool
     objective: str
+    train_objective: str
+    space_shape: tuple[int, int, int]
 
     @property
     def train_timesteps(self) -> int: ...
@@ -42,7 +45,9 @@ class Denoiser(Protocol):
 
     def net(self) -> Any: ...
 
-    def sigma(self, s: Tensor) -> Tensor: ...
+    def timesteps_of(self, s: Tensor) -> Tensor: ...
+
+    def from_model_space(self, z: Tensor) -> Tensor: ...
 
     def squared_error(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor: ...
 
@@ -144,12 +149,12 @@ def held_out_metrics(
 
 
 @torch.no_grad()
-def flow_metrics(
+def loss_metrics(
     model: Denoiser, images: Tensor, k: int = 50, seed: int = 0, batch_rows: int = 512
 ) -> dict[str, float]:
-    """A flow-matching model's held-out velocity MSE per dimension (σ of s uniform in [0, 1), as it
-    trains), from K stratified s per image and fixed noise (``seed``), so that successive checkpoints are
-    compared on the same draws."""
+    """The held-out training loss per model-space dimension, named by the model's objective (``eps_mse``,
+    ``v_mse``), at s = t / T uniform in [0, 1) as it trains, from K stratified s per image and fixed noise
+    (``seed``), so that successive checkpoints are compared on the same draws."""
     if k < 1:
         raise RoseError(f"k must be at least 1, got {k}")
     was_training = model.training
@@ -160,14 +165,14 @@ def flow_metrics(
     n, dims = x0.shape[0], x0[0].numel()
     gen = torch.Generator().manual_seed(seed)
     s = (torch.arange(k, dtype=torch.float64) + torch.rand(n, k, generator=gen, dtype=torch.float64)) / k
-    t = (model.sigma(s) * model.train_timesteps).float().flatten().to(device)
+    t = model.timesteps_of(s).flatten().to(device)
     noise = torch.randn(n * k, *x0.shape[1:], generator=gen).to(device)
     err = torch.empty(n * k, dtype=torch.float64)
     for a in range(0, n * k, batch_rows):
         rows = torch.arange(a, min(a + batch_rows, n * k), device=device)
         err[a : a + len(rows)] = model.squared_error(x0[rows // k], t[rows], noise[rows]).double().cpu()
     model.train(was_training)
-    return {"v_mse": float(err.mean() / dims)}
+    return {model.train_objective: float(err.mean() / dims)}
 
 
 @torch.no_grad()
@@ -191,7 +196,7 @@ def sample_images(model: Denoiser, n: int = 64, steps: int = 50, seed: int = 0, 
         sched = diffusers.DDIMScheduler.from_config(model.scheduler.config, prediction_type="epsilon")
     device = model.ema_steps.device
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, *(model.input_shape or ()), generator=gen)
+    x = torch.randn(n, *model.space_shape, generator=gen)
     out = []
     for s in range(0, n, batch):
         xt = x[s : s + batch].to(device)
@@ -200,6 +205,7 @@ def sample_images(model: Denoiser, n: int = 64, steps: int = 50, seed: int = 0, 
             tt = torch.full((xt.shape[0],), float(t) if flow else int(t), device=device)
             pred = model.net()(xt, tt).sample if flow else model.eps(xt, tt.long())
             xt = sched.step(pred, t if flow else int(t), xt).prev_sample
+        xt = model.from_model_space(xt)
         out.append(((xt.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu())
     model.train(was_training)
     return torch.cat(out)
