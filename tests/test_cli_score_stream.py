@@ -157,6 +157,24 @@ def test_resume_refuses_images_changed_under_the_same_names(
     assert not (scored / "s.csv").exists()
 
 
+def test_resume_refuses_rows_edited_by_hand(scored: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A score changed in the partial CSV between the runs survived into the final file; the record's
+    SHA-256 of the text written finds it (the length kept, so only the digest can)."""
+    _interrupt_after_first_chunk(monkeypatch)
+    assert score("--out", "s.csv") == 130
+    partial = scored / "s.csv.partial"
+    lines = partial.read_bytes().split(b"\r\n")
+    cells = lines[1].split(b",")
+    digit = next(i for i, c in enumerate(cells[3]) if chr(c).isdigit() and chr(c) != "9")
+    cells[3] = cells[3][:digit] + b"9" + cells[3][digit + 1 :]  # one digit of the first score, same length
+    partial.write_bytes(b"\r\n".join([lines[0], b",".join(cells), *lines[2:]]))
+    capsys.readouterr()
+    assert score("--out", "s.csv", "--resume") == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "its rows were changed since they were written" in errors[0]
+    assert not (scored / "s.csv").exists()
+
+
 def test_resume_never_replaces_a_finished_output(scored: Path, capsys) -> None:
     """--resume continues a partial file; a finished CSV (with or without a partial beside it) or report
     folder is replaced only with --overwrite, and the refusal says so."""

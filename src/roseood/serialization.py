@@ -276,7 +276,8 @@ class GrowingCsv:
     (rows past its last record are dropped, their work redone); ``resumed`` are the rows it already
     held (as text), ``count`` the rows written in all. ``append(rows, mark)`` records a ``mark`` (e.g. a
     digest of what the rows describe) with the row count it ends at; ``marks`` are those of the rows
-    resumed, for the caller to check that they still hold.
+    resumed, for the caller to check that they still hold. The record holds a SHA-256 of the text written,
+    so rows edited by hand between the runs are refused, not continued.
     Without ``resume`` an existing partial file is refused, unless ``overwrite``."""
 
     def __init__(
@@ -295,6 +296,7 @@ class GrowingCsv:
         self.resumed: list[list[str]] = []
         self.marks: list[tuple[int, str]] = []
         self.count = 0
+        self.digest = hashlib.sha256()  # of the text written so far
         if GrowingCsv.check(path, resume=resume, overwrite=overwrite):
             self._resume()
         else:
@@ -324,7 +326,8 @@ class GrowingCsv:
             if not 0 <= length <= size or not 0 <= count <= length or any(e > count for e, _ in marks):
                 raise ValueError(f"its record claims {count} rows in {length} bytes, the file has {size}")
             with open(self.partial, "rb") as f:
-                text = f.read(length).decode("utf-8")
+                data = f.read(length)
+            text = data.decode("utf-8")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise RoseError(f"cannot resume {self.partial}: {exc}; start over with --overwrite") from None
         if record.get("settings") != self.settings:
@@ -338,8 +341,14 @@ class GrowingCsv:
                 "start over with --overwrite"
             )
         rows = list(csv.reader(io.StringIO(text, newline="")))
-        if len(rows) != count + 1 or len(text.encode("utf-8")) != length:
+        if len(rows) != count + 1 or len(data) != length:
             raise RoseError(f"cannot resume {self.partial}: it is shorter than its record; use --overwrite")
+        self.digest.update(data)
+        if self.digest.hexdigest() != record.get("sha256"):
+            raise RoseError(
+                f"cannot resume {self.partial}: its rows were changed since they were written (they no "
+                "longer match their record); start over with --overwrite"
+            )
         self.resumed, self.count, self.marks = rows[1:], count, marks
         with open(self.partial, "r+b") as f:  # drop what was written after the last record
             f.truncate(length)
@@ -347,23 +356,33 @@ class GrowingCsv:
     def _append_text(
         self, header: Sequence[str] | None, rows: list[list[Any]], mode: str, mark: str | None = None
     ) -> None:
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        if header is not None:
+            writer.writerow(header)
+        writer.writerows([spreadsheet_safe(c) for c in row] for row in rows)
+        data = text.getvalue().encode("utf-8", errors=NAME_ERRORS)
         try:
             with open(self.partial, mode) as f:
-                text = io.TextIOWrapper(f, encoding="utf-8", errors=NAME_ERRORS, newline="")
-                writer = csv.writer(text)
-                if header is not None:
-                    writer.writerow(header)
-                writer.writerows([spreadsheet_safe(c) for c in row] for row in rows)
-                text.flush()
+                f.write(data)
+                f.flush()
                 os.fsync(f.fileno())
                 length = f.tell()
-                text.detach()
         except OSError as exc:
             raise _cannot_write(self.partial, exc) from None
+        if header is not None:
+            self.digest = hashlib.sha256()
+        self.digest.update(data)
         self.count = self.count + len(rows) if header is None else 0
         if mark is not None:
             self.marks.append((self.count, mark))
-        record = {"settings": self.settings, "rows": self.count, "bytes": length, "marks": self.marks}
+        record = {
+            "settings": self.settings,
+            "rows": self.count,
+            "bytes": length,
+            "marks": self.marks,
+            "sha256": self.digest.hexdigest(),
+        }
         write_json(self.record, record)
 
     def append(self, rows: Iterable[Sequence[Any]], mark: str | None = None) -> None:

@@ -92,6 +92,17 @@ def test_fit_holds_out_statistics_images_by_default(tiny_vae, images):
     assert det.score(images).shape == (24,)
 
 
+def test_repeated_in_distribution_images_are_refused_for_what_they_are(tiny_vae):
+    """A folder of one image repeated (a blank page scanned 24 times) was refused as "the held-out images
+    are the Fisher's": true of the pixels, but not the reason; the statistics need images that differ."""
+    blank = torch.full((24, 1, 32, 32), 0.5)
+    with pytest.raises(DataError, match="held-out images are one image repeated"):
+        ROSE(tiny_vae, fisher="diag").fit(blank)
+    with pytest.raises(DataError, match="are the Fisher's"):  # the other case still has its own line
+        x = torch.rand(8, 1, 32, 32)
+        ROSE(tiny_vae, fisher="diag").fit(x, held_out=x.clone())
+
+
 @pytest.mark.float_sensitive
 def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
     path = tmp_path / "rose.pt"

@@ -395,6 +395,11 @@ class ROSE(Detector):
         return self.stats_fraction
 
     def _fit_apart(self, x: Tensor, held_out: Tensor) -> None:
+        if held_out.shape[0] > 1 and bool((held_out == held_out[:1]).all()):
+            raise DataError(
+                f"the {held_out.shape[0]} held-out images are one image repeated; ROSE's layer statistics "
+                "need images that differ"
+            )
         if held_out.shape == x.shape and torch.equal(held_out, x):
             raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
         if self._fishers_from is None:
