@@ -86,6 +86,11 @@ def test_sample_draws_a_grid_from_a_vae_and_refuses_a_model_that_cannot(workdir,
     assert run("sample", "--model", "model.pt", "--out", "deeper/still/grid.png", "--images", "2") == 0
     assert (workdir / "deeper" / "still" / "grid.png").is_file()  # its folder made, as for every output
     capsys.readouterr()
+    # many images: progress lines with their ETA as every long command shows them; none with -q
+    assert run("sample", "--model", "model.pt", "--out", "many.png", "--images", "200") == 0
+    assert "sampling 200 images: 4/4 (100 %)" in capsys.readouterr().err
+    assert run("sample", "--model", "model.pt", "--out", "many2.png", "--images", "200", "-q") == 0
+    assert "sampling" not in capsys.readouterr().err
     assert run("sample", "--model", "model.pt", "--out", "huge.png", "--images", "1000000000") == 2
     err = capsys.readouterr().err
     assert "draw fewer --images" in err and len(err.strip().splitlines()) == 1

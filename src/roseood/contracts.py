@@ -138,9 +138,10 @@ class Generates(Protocol):
     """A model that draws new images from what it learned (``rose sample``): a look at whether a detector
     judged on it judges a model worth the name."""
 
-    def generate(self, n: int, seed: int = 0, **options: int) -> Tensor:
-        """``n`` images as uint8 (n, C, H, W), reproducible by ``seed``; ``options`` are the family's own
-        (a DDPM: ``steps``); one it does not know is a ``RoseError``."""
+    def generate(self, n: int, seed: int = 0, progress: bool | None = None, **options: int) -> Tensor:
+        """``n`` images as uint8 (n, C, H, W), reproducible by ``seed``, with progress lines and their ETA
+        (``roseood.progress``); ``options`` are the family's own (a DDPM: ``steps``); one it does not know
+        is a ``RoseError``."""
         ...
 
 

@@ -174,7 +174,7 @@ def cmd_sample(args: argparse.Namespace) -> None:
         f"{args.images:,} images of {model.input_shape} drawn at once",
         hint="draw fewer --images",
     )
-    images = model.generate(args.images, seed=args.seed, **options)
+    images = model.generate(args.images, seed=args.seed, progress=not args.quiet, **options)
     save_grid(images.numpy(), out)
     print(f"wrote {out}: {args.images} images drawn from the {model_name(model)} model (seed {args.seed})")
 
@@ -294,4 +294,5 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=v.seed, default=0, help="seed of the starting noise")
     add_device(p)
     add_overwrite(p)
+    add_quiet(p)
     p.set_defaults(func=cmd_sample)

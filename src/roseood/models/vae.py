@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
+from roseood.progress import progress as show
 from roseood.randomness import randn
 
 
@@ -174,7 +175,7 @@ class VAE(GenerativeModel):
         return self.neg_elbo(x, sample=True)
 
     @torch.no_grad()
-    def generate(self, n: int, seed: int = 0, **options: int) -> Tensor:
+    def generate(self, n: int, seed: int = 0, progress: bool | None = None, **options: int) -> Tensor:
         """``n`` images decoded from latents drawn from the prior, each pixel the mean of its 256-way
         categorical (the usual picture of a VAE's samples; drawing every pixel independently adds noise)."""
         if options:
@@ -186,7 +187,9 @@ class VAE(GenerativeModel):
         was_training = self.training
         self.eval()
         levels = torch.arange(256, dtype=torch.float32, device=device).view(1, 1, 256, 1, 1)
-        out = [(self.decoder(zb).softmax(2) * levels).sum(2) for zb in z.split(64)]
+        batches = show(z.split(64), f"sampling {n} images", enabled=progress, unit="batch")
+        with torch.no_grad():  # no graph kept per batch: a million draws hold only their pixels
+            out = [(self.decoder(zb).softmax(2) * levels).sum(2) for zb in batches]
         self.train(was_training)
         return torch.cat(out).round().clamp(0, 255).to(torch.uint8).cpu()
 

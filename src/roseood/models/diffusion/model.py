@@ -404,7 +404,7 @@ class DiffusionModel(GenerativeModel):
             return quality.held_out_metrics(self, x)
         return quality.loss_metrics(self, x)
 
-    def generate(self, n: int, seed: int = 0, **options: int) -> Tensor:
+    def generate(self, n: int, seed: int = 0, progress: bool | None = None, **options: int) -> Tensor:
         """``n`` images by DDIM, or by Euler steps of the flow (``steps``, default 50;
         ``roseood.models.diffusion.quality``)."""
         from roseood.models.diffusion.quality import sample_images
@@ -412,7 +412,7 @@ class DiffusionModel(GenerativeModel):
         unknown = set(options) - {"steps"}
         if unknown:
             raise RoseError(f"a diffusion model generates with steps only, not {', '.join(sorted(unknown))}")
-        return sample_images(self, n=n, steps=options.get("steps", 50), seed=seed)
+        return sample_images(self, n=n, steps=options.get("steps", 50), seed=seed, progress=progress)
 
     @torch.no_grad()
     def _update_ema(self) -> None:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from roseood.errors import RoseError
+from roseood.progress import progress as show
 
 BIN = 1.0 / 255.0  # half a discretisation bin of [-1, 1] at 256 levels
 
@@ -176,7 +177,14 @@ def loss_metrics(
 
 
 @torch.no_grad()
-def sample_images(model: Denoiser, n: int = 64, steps: int = 50, seed: int = 0, batch: int = 64) -> Tensor:
+def sample_images(
+    model: Denoiser,
+    n: int = 64,
+    steps: int = 50,
+    seed: int = 0,
+    batch: int = 64,
+    progress: bool | None = None,
+) -> Tensor:
     """``n`` images (uint8, (n, C, H, W)) generated with the evaluation (EMA) weights from noise seeded
     by ``seed``: by DDIM (η = 0, ``steps`` steps over the train timesteps), or a flow-matching model by
     ``steps`` Euler steps of its flow (diffusers' FlowMatchEulerDiscreteScheduler); a look at what the
@@ -198,7 +206,7 @@ def sample_images(model: Denoiser, n: int = 64, steps: int = 50, seed: int = 0, 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, *model.space_shape, generator=gen)
     out = []
-    for s in range(0, n, batch):
+    for s in show(range(0, n, batch), f"sampling {n} images", enabled=progress, unit="batch"):
         xt = x[s : s + batch].to(device)
         sched.set_timesteps(steps)  # a flow scheduler counts its steps: set again for each batch
         for t in sched.timesteps:
