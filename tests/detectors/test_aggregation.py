@@ -240,6 +240,22 @@ def test_a_list_of_betas_holds_one_per_column_when_fitted_and_loaded():
         fitted.load_state({k: torch.cat([v, v[:1]]) for k, v in fitted.state().items()}, 4)
 
 
+def test_z_scores_from_a_handful_of_images_say_their_bound():
+    """On n images no z-score exceeds (n − 1)/√n: rose-two-sided from 2 statistics images gave the
+    threshold 1/√2 whatever the data. Fewer than 20 images: one line saying so; 20 or more: none."""
+    from roseood.detectors.aggregation import zscore_problem
+
+    rng = np.random.default_rng(0)
+    two = rng.lognormal(size=(2, 5))
+    agg = make_aggregation("two-sided")
+    agg.fit(two)
+    assert np.allclose(np.abs(agg.normalize(two)), 1 / np.sqrt(2))  # the bound, whatever the data
+    (message,) = zscore_problem(two, agg)
+    assert "from 2 statistics images" in message and "(n − 1)/√n = 0.707" in message
+    assert zscore_problem(rng.lognormal(size=(20, 5)), make_aggregation("relu-norm")) == []
+    assert zscore_problem(two, make_aggregation("gaussian")) == []  # a density says its own
+
+
 def test_a_density_with_more_columns_than_images_says_so_in_one_line():
     """A full covariance of L columns needs more than L images (GMM's k=auto: more than 2L, it fits on
     halves); below that the density rests on shrinkage or the diagonal, and the fit says how many."""

@@ -110,3 +110,20 @@ def test_a_stored_model_config_too_large_for_the_machine_is_one_line(tiny_vae: V
         CheckpointError, match=r"huge\.pt: cannot build a vae .*the file's config is too large"
     ):
         load_model(tmp_path / "huge.pt")
+
+
+def test_a_resealed_k_large_enough_to_take_minutes_says_so_before_it_starts(
+    nll_file: Path, tiny_vae: VAE, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """k = 25 202 (within memory) scored for minutes before its first progress line; now a forecast from
+    one timed chunk comes first, and the chunk it times changes no score (samples are drawn per image)."""
+    import roseood.detectors.nll as nll
+
+    monkeypatch.setattr(nll, "LINE_INTERVAL_S", 0.0)  # forecast whatever the estimate, to test it quickly
+    detector = load_detector(resealed(nll_file, tmp_path, k=300), tiny_vae)
+    detector.progress = True
+    scores = detector.score(IMAGES[:2])
+    assert "NLL (IWAE, k = 300) of 2 images: ≈" in capsys.readouterr().err
+    detector.progress = False
+    np.testing.assert_array_equal(detector.score(IMAGES[:2]), scores)
+    assert "NLL (IWAE" not in capsys.readouterr().err

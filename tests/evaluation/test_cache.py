@@ -102,8 +102,8 @@ def test_degenerate_fit_warnings_reach_the_settings_also_from_the_cache(
     cache = ResultCache(tmp_path / "cache")
     with pytest.warns(DegenerateFitWarning, match="tied ROSE scores"):
         first = evaluate(tiny_vae, spec, progress=False, cache=cache)
-    [message] = first.settings["fit_warnings"]["rose-diag"]
-    assert message.startswith("100% of the statistics images get tied")
+    messages = first.settings["fit_warnings"]["rose-diag"]  # (and the few statistics images' bound)
+    assert any(m.startswith("100% of the statistics images get tied") for m in messages)
     again = evaluate(tiny_vae, spec, progress=False, cache=cache)  # every score cached
     assert again.settings["fit_warnings"] == first.settings["fit_warnings"]
 

@@ -435,6 +435,24 @@ def density_problem(values: np.ndarray, agg: Aggregation) -> list[str]:
     ]
 
 
+MIN_ZSCORE_IMAGES = 20  # below this, the statistics images' own z-scores are bounded near the threshold
+
+
+def zscore_problem(values: np.ndarray, agg: Aggregation) -> list[str]:
+    """A message when a z-score aggregation is fitted on fewer than ``MIN_ZSCORE_IMAGES`` images: on n
+    images no z-score exceeds (n − 1)/√n (1/√2 on two), so a threshold calibrated on them measures the
+    count, not the data; else nothing."""
+    n = len(values)
+    if not isinstance(agg, ZScore) or n >= MIN_ZSCORE_IMAGES:
+        return []
+    bound = (n - 1) / math.sqrt(n) if n > 1 else 0.0
+    return [
+        f"{agg.name} z-normalises from {n} statistics images, whose own z-scores cannot exceed "
+        f"(n − 1)/√n = {bound:.3g}: its threshold reflects the count, not the data; give at least "
+        f"{MIN_ZSCORE_IMAGES} --stats-samples"
+    ]
+
+
 def tie_problem(raw: np.ndarray, layers: list[str], agg: Aggregation, tpr: float = DECISION_TPR) -> list[str]:
     """A message when the fitted ``agg`` gives several statistics images exactly the score at which the
     ``tpr`` decision threshold falls (e.g. ReLU zeros when over 1 − ``tpr`` of them are 0): a decision

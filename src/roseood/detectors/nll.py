@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import cast
 
 import torch
@@ -11,10 +12,12 @@ from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
 from roseood.errors import RoseError
 from roseood.models.base import LatentModel, RoseModel, is_latent_model
+from roseood.progress import LINE_INTERVAL_S, forecast
 from roseood.randomness import per_input_seed
 from roseood.validation import check_seed
 
 IWAE_SAMPLES = 20  # posterior samples per image a batch is sized for (nll-iwae's k)
+IWAE_CHUNK = 256  # samples a VAE decodes at once (VAE.iwae_nll's chunk): the unit a forecast times
 
 
 class NLL(Detector):
@@ -50,6 +53,8 @@ class NLL(Detector):
         self.model.eval()
         out = []
         images = max(1, self.batch_size * IWAE_SAMPLES // self.k)
+        if self.progress and self.k > IWAE_CHUNK and len(x):
+            self._forecast(x)
         with torch.no_grad(), per_input_seed(self.seed):
             for batch in iter_batches(x, min(self.batch_size, images), "NLL" if self.progress else None):
                 b = batch.to(self.device)
@@ -61,6 +66,17 @@ class NLL(Detector):
                     ).cpu()
                 )
         return torch.cat(out)
+
+    def _forecast(self, x: Tensor) -> None:
+        """State before a long IWAE run what it will take, from one timed chunk of samples of one image: a
+        large ``k`` spends minutes on each image before the first progress line (the samples are drawn
+        per image, so the timed chunk changes no score)."""
+        start = time.perf_counter()
+        with torch.no_grad(), per_input_seed(self.seed):
+            cast(LatentModel, self.model).iwae_nll(x[:1].to(self.device), IWAE_CHUNK)
+        seconds = (time.perf_counter() - start) * len(x) * self.k / IWAE_CHUNK
+        if seconds > LINE_INTERVAL_S:
+            forecast(f"NLL (IWAE, k = {self.k:,}) of {len(x):,} images", seconds, "from one timed chunk")
 
     def _score(self, x: Tensor) -> Tensor:
         return self.nll(x)

@@ -43,6 +43,7 @@ from roseood.detectors.aggregation import (
     layer_problems,
     make_aggregation,
     tie_problem,
+    zscore_problem,
 )
 from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.features import check_features, check_positive, extra_columns
@@ -485,6 +486,7 @@ class ROSE(Detector):
         columns = column_names(self.columns, self.adjust) + self.extra_columns_
         self.fit_warnings_ = self._warn(layer_problems(values, columns, self.extra_columns_))
         self.fit_warnings_ += self._warn(density_problem(values, self.aggregation_))
+        self.fit_warnings_ += self._warn(zscore_problem(values, self.aggregation_))
         self.aggregation_.fit(values)
         self.fit_warnings_ += self._warn(tie_problem(values, columns, self.aggregation_))
 
