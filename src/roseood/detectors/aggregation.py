@@ -21,6 +21,7 @@ layer scores; tied aggregated scores).
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection
@@ -358,7 +359,9 @@ def make_aggregation(spec: str, **params: Any) -> Aggregation:
         if not eq:
             raise RoseError(f"aggregation parameter {item!r} is not key=value (e.g. gmm:k=4)")
         params[key.strip()] = _parse_value(value.strip())
-    accepted = cls().params()
+    # the constructor's own parameters (as detectors take theirs): params() leaves out what a default
+    # instance does not use (a GMM's max_k, which bounds k="auto" only)
+    accepted = [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
     unknown = [k for k in params if k not in accepted]
     if unknown:
         raise RoseError(
