@@ -142,6 +142,22 @@ def test_save_load_round_trip(tmp_path, images):
     torch.testing.assert_close(loaded.rose_loss(images), model.rose_loss(images))
 
 
+def test_a_classifier_checkpoint_loads_without_the_bench(tmp_path):
+    """The family was registered by roseood.bench, so ``rose score`` on a classifier checkpoint failed
+    unless something had imported the bench first; a fresh interpreter now loads it by its kind."""
+    import subprocess
+    import sys
+
+    save_model(Classifier("cnn", width=2), tmp_path / "m.pt")
+    code = (
+        "import sys; from roseood.models import load_model; m = load_model(sys.argv[1]); "
+        "assert 'roseood.bench' not in sys.modules; print(type(m).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.pt")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Classifier"
+
+
 @pytest.mark.parametrize(
     ("labels", "match"),
     [

@@ -20,6 +20,7 @@ from roseood.data.loading import ImageSet, ImageStream
 from roseood.data.preprocess import Preprocessing
 from roseood.errors import RoseError
 from roseood.models.base import GenerativeModel
+from roseood.models.classifier import Classifier
 from roseood.models.diffusion import DiffusionModel
 from roseood.models.glow import Glow
 from roseood.models.pixelcnn import PixelCNN
@@ -115,3 +116,6 @@ _built_in(
     DiffusionModel,
     {"lr": 1e-3, "lr_halve_every": 0, "epochs": 3, "batch_size": 64, "warmup_steps": 100, "grad_clip": 1.0},
 )
+# loaded by name like the others (it was registered by roseood.bench, so a classifier checkpoint loaded
+# only once the bench had been imported); trained with labels by roseood.bench.classifier
+register_family(ModelFamily("classifier", Classifier, trainable=False, help="Figure 6 classifiers"))
