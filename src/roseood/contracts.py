@@ -171,3 +171,14 @@ class SharesFishers(Protocol):
     def fit(self, images: Any, held_out: Any = None, *, fishers_from: Any = None) -> Any:
         """Fit, taking the Fishers of ``fishers_from`` when given."""
         ...
+
+
+@runtime_checkable
+class InvertibleMap(Protocol):
+    """A layer whose forward is ``conv2d(x, weight_matrix())`` at every pixel and whose flow adds
+    ``H·W·log|det W|`` (Glow's invertible 1×1 convolution): its weight is a function of its parameters,
+    which ROSE's ``INVERTIBLE_1X1`` handler differentiates through."""
+
+    def weight_matrix(self) -> Tensor:
+        """The (C, C) matrix the layer applies at every pixel."""
+        ...

@@ -17,7 +17,7 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
@@ -134,8 +134,8 @@ def _release() -> None:
 
 def _length(iterable: Iterable[Any] | None) -> int | None:
     try:
-        return len(iterable)  # type: ignore[arg-type]
-    except TypeError:
+        return len(iterable) if isinstance(iterable, Sized) else None
+    except TypeError:  # a __len__ that refuses (a generator-backed wrapper)
         return None
 
 

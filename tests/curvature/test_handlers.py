@@ -444,3 +444,19 @@ def test_rose_fits_and_scores_a_sequence_model(fisher):
     assert scores.shape == (8,) and np.isfinite(scores).all()
     z = rose.normalized_layer_scores(tokens(8, 3))
     assert z.shape == (8, 4) and z.std() > 0
+
+
+def test_the_invertible_handler_on_a_layer_without_a_weight_matrix_says_why():
+    """The handler found invertible convolutions by a duck-typed ``weight_matrix()`` and failed inside
+    torch on anything else; now the ``InvertibleMap`` contract decides, and the layer check says why."""
+    from roseood.contracts import InvertibleMap
+    from roseood.curvature.handlers import INVERTIBLE_1X1, register_layer, resolve
+    from roseood.models.glow import InvConv2d
+
+    class NotInvertible(torch.nn.Conv2d):
+        pass
+
+    register_layer(NotInvertible, INVERTIBLE_1X1)
+    found = resolve(NotInvertible(2, 2, 1))
+    assert not found.usable and found.note == "NotInvertible has no weight_matrix()"
+    assert isinstance(InvConv2d(2, lu=True), InvertibleMap) and resolve(InvConv2d(2, lu=True)).usable

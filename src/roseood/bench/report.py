@@ -117,7 +117,7 @@ class BenchReport:
         flagged = [r for r in self.rows if r.ours is not None and r.paper is not None]
         if not flagged:
             return "The paper prints no numbers for this; compare the figures with the paper's."
-        far = [r for r in flagged if abs(r.ours - r.paper) > DELTA_FLAG]  # type: ignore[operator]
+        far = [r for r in flagged if abs((r.ours or 0.0) - (r.paper or 0.0)) > DELTA_FLAG]  # both set
         judged = [r for r in flagged if r.interval is not None]
         text = f"Δ = ours − paper; bold when |Δ| > {DELTA_FLAG}: {len(far)} of {len(flagged)} numbers."
         if judged:

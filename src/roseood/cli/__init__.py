@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -62,8 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     show_warnings_as_notes()
     for stream in (sys.stdout, sys.stderr):  # file names that are not UTF-8 print as \xNN, never fail
-        with contextlib.suppress(AttributeError, ValueError):  # streams without it (captured in tests)
-            stream.reconfigure(errors=NAME_ERRORS)  # type: ignore[union-attr]
+        if isinstance(stream, io.TextIOWrapper):  # not a capture (tests) or a replaced stream
+            with contextlib.suppress(ValueError):  # a closed one
+                stream.reconfigure(errors=NAME_ERRORS)
     where = f" (rank {distributed.rank()})" if distributed.launched() else ""
     joined = not distributed.active()  # leave at the end only a process group this call joined
     try:

@@ -16,6 +16,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.utils import parametrize
 
+from roseood.contracts import InvertibleMap
 from roseood.curvature.layergrad import FactoredGrad, LayerGrad, factors_cheaper
 from roseood.errors import RoseError
 from roseood.registry import Registry
@@ -119,7 +121,8 @@ def resolve(module: nn.Module) -> Resolution:
         handler = _REGISTRY.find(base) or _REGISTRY.find(_type_name(base))
         if handler is None:
             continue
-        if base is not cls and cls.forward is not base.forward and attribute_mask(module) is None:  # type: ignore[attr-defined]
+        overrides = getattr(cls, "forward", None) is not getattr(base, "forward", None)
+        if base is not cls and overrides and attribute_mask(module) is None:
             note = f"{cls.__name__} overrides {base.__name__}.forward"
             break
         if parametrize.is_parametrized(module) and parametrized_mask(module) is None:
@@ -132,11 +135,11 @@ def resolve(module: nn.Module) -> Resolution:
 
 def parametrized_mask(module: nn.Module) -> Tensor | None:
     """For a weight parametrized as ``original ⊙ M`` (and nothing else parametrized), M; else None."""
-    names = set(module.parametrizations.keys())  # type: ignore[union-attr, operator]
-    if names != {"weight"}:
+    parametrizations = cast(nn.ModuleDict, module.parametrizations)
+    if set(parametrizations.keys()) != {"weight"}:
         return None
-    plist = module.parametrizations["weight"]  # type: ignore[index]
-    original: Tensor = plist.original  # type: ignore[union-attr]
+    plist = cast(parametrize.ParametrizationList, parametrizations["weight"])
+    original: Tensor = plist.original
 
     def apply(w: Tensor) -> Tensor:
         for p in plist:
@@ -154,7 +157,7 @@ def own_parameters(module: nn.Module) -> dict[str, Tensor]:
     """Parameters that belong to the module itself (incl. parametrized originals), by local name."""
     params = dict(module.named_parameters(recurse=False))
     if parametrize.is_parametrized(module):
-        params |= dict(module.parametrizations.named_parameters())  # type: ignore[union-attr]
+        params |= dict(cast(nn.ModuleDict, module.parametrizations).named_parameters())
     return {k: v for k, v in params.items() if v.requires_grad}
 
 
@@ -381,7 +384,8 @@ def _conv_transpose(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) ->
     # gradient correlates the input with the unfolded output gradient. The bias becomes one extra row per
     # group, fed by extra "positions" (one per output pixel) that put ∂loss/∂y at kernel offset 0.
     assert isinstance(m, nn.modules.conv._ConvTransposeNd)
-    patches = _unfold(gy, m.kernel_size, m.dilation, m.padding, m.stride).transpose(1, 2)  # type: ignore[arg-type]
+    padding = cast(tuple[int, ...], m.padding)  # a conv-transpose takes no "same" padding
+    patches = _unfold(gy, m.kernel_size, m.dilation, padding, m.stride).transpose(1, 2)
     d = _positions(x)
     if patches.shape[1] != d.shape[1]:
         raise RoseError(f"layer {m}: {patches.shape[1]} output patches for {d.shape[1]} input positions")
@@ -487,7 +491,7 @@ def _norm_affine(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> La
 def _invertible_conv(m: nn.Module, x: Tensor, gy: Tensor, mask: Tensor | None) -> LayerGrad:
     # y = W x at every pixel, and log p gains +H·W·log|det W|: its gradient −H·W·W⁻ᵀ (for the NLL)
     # is the same for every sample.
-    w = m.weight_matrix().detach()  # type: ignore[operator]
+    w = _weight_matrix(m).detach()
     hw = x.shape[2] * x.shape[3]
     const = -hw * torch.linalg.inv(w).T
     return FactoredGrad(_positions(x), _positions(gy), const)
@@ -500,10 +504,20 @@ EMBEDDING = LayerHandler("embedding", _embedding, fishers="all (KFAC: diagonal v
 NORM_AFFINE = LayerHandler(
     "norm-affine", _norm_affine, _norm_check, fishers="all, block-diagonal per channel"
 )
+
+
+def _weight_matrix(m: nn.Module) -> Tensor:
+    """The matrix of an ``InvertibleMap`` (``_invertible_check`` has refused any other module)."""
+    assert isinstance(m, InvertibleMap)
+    return m.weight_matrix()
+
+
+def _invertible_check(m: nn.Module) -> str | None:
+    return None if isinstance(m, InvertibleMap) else f"{type(m).__name__} has no weight_matrix()"
+
+
 INVERTIBLE_1X1 = LayerHandler(
-    "invertible-1x1",
-    _invertible_conv,
-    effective_weight=lambda m: m.weight_matrix(),  # type: ignore[operator]
+    "invertible-1x1", _invertible_conv, _invertible_check, effective_weight=_weight_matrix
 )
 """For an invertible 1×1 convolution whose forward is ``conv2d(x, weight_matrix())`` and whose flow
 adds ``H·W·log|det W|``: ``register_layer(MyInvConv, INVERTIBLE_1X1)`` (Glow's InvConv2d does)."""

@@ -152,8 +152,9 @@ def _quality_tables() -> dict[tuple[int, ...], int]:
     for q in range(100, 0, -1):  # the lowest quality wins where two give one table (q ≥ 98 may)
         buf = io.BytesIO()
         Image.new("L", (8, 8)).save(buf, "JPEG", quality=q)
-        with Image.open(buf) as img:
-            tables[tuple(img.quantization[0])] = q  # type: ignore[attr-defined]
+        buf.seek(0)
+        with JpegImagePlugin.JpegImageFile(buf) as img:  # read as a JPEG: its quantization tables
+            tables[tuple(img.quantization[0])] = q
     return tables
 
 

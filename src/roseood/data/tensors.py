@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -191,6 +191,7 @@ def collect(data: DataLoader[Any] | Dataset[Any], batch_size: int) -> Tensor:
 def _items(data: DataLoader[Any] | Dataset[Any]) -> int | None:
     """How many items a DataLoader's sampler or a Dataset announces (None: unknown)."""
     try:
-        return len(data.sampler) if isinstance(data, DataLoader) else len(data)  # type: ignore[arg-type]
+        counted = data.sampler if isinstance(data, DataLoader) else data
+        return len(counted) if isinstance(counted, Sized) else None
     except TypeError:
         return None

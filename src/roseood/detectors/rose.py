@@ -259,8 +259,9 @@ class ROSE(Detector):
         x = x.to(self.device)
         with per_input_seed(self.seed):
             if (rows or self.rows) != "sum":
-                row_loss = self.model.row_loss  # type: ignore[attr-defined]
-                return self._grads.stream(row_loss, x.repeat_interleave(self._k, 0), consume, only)
+                assert isinstance(self.model, RowsModel)  # rows other than "sum" are refused otherwise
+                rows_in = x.repeat_interleave(self._k, 0)
+                return self._grads.stream(self.model.row_loss, rows_in, consume, only)
             loss = lambda b: self.model.rose_loss(b, stochastic=self.stochastic)  # noqa: E731
             return self._grads.stream(loss, x, consume, only)
 

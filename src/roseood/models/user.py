@@ -22,14 +22,14 @@ def _neighbours(target: str) -> Iterator[None]:
     """While a user's ``.py`` file is imported and its factory runs, its folder is on ``sys.path``: the
     file may import the modules beside it, as when it runs as a script from its folder."""
     folder = str(Path(target).expanduser().resolve().parent) if target.endswith(".py") else None
-    added = folder is not None and folder not in sys.path
-    if added:
-        sys.path.insert(0, folder)  # type: ignore[arg-type]
+    if folder is None or folder in sys.path:
+        yield
+        return
+    sys.path.insert(0, folder)
     try:
         yield
     finally:
-        if added:
-            sys.path.remove(folder)  # type: ignore[arg-type]
+        sys.path.remove(folder)
 
 
 def _import(target: str) -> tuple[ModuleType, str]:
