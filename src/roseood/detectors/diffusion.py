@@ -40,6 +40,7 @@ class DiffusionDetector(Detector):
         self.model: DiffusionModel = as_diffusion_model(model, f"the {self.method} method")
         if self.ddpm_only:
             self.model.require_ddpm(f"the {self.method} method")
+            self.model.condition.fixed(1, torch.device("cpu"), f"the {self.method} method")  # one path
 
     def _timesteps(self, value: Any, name: str, *, low: int = 1) -> int:
         """A count of the model's timesteps (steps, levels): an integer from ``low`` to the model's train

@@ -22,6 +22,7 @@ MAX_CHANNELS = 8192
 MAX_BLOCKS = 12
 MAX_LAYERS = 64
 MAX_TIMESTEPS = 100_000
+MAX_CLASSES = 100_000  # class labels of a class-conditional UNet (ImageNet's 1000, a null class)
 
 
 def unet_config(
@@ -115,6 +116,7 @@ UNET_FIELDS: dict[str, Check] = {
     "attention_head_dim": _int(1, MAX_CHANNELS, optional=True),
     "time_embedding_dim": _int(1, 8 * MAX_CHANNELS, optional=True),
     "num_train_timesteps": _int(1, MAX_TIMESTEPS, optional=True),
+    "num_class_embeds": _int(1, MAX_CLASSES, optional=True),
     "time_embedding_type": _choice("positional", "fourier", "learned"),
     "freq_shift": _float(0.0, 1.0),
     "mid_block_scale_factor": _float(1e-3, 1e3),  # divides the mid block: 1e-291 overflowed to NaN
@@ -178,8 +180,11 @@ def check_unet_config(
     cfg = _fields(config, UNET_FIELDS, where, error)
     if cfg.get("_class_name", "UNet2DModel") != "UNet2DModel":
         raise error(f"{where} holds a {shown(cfg['_class_name'])}; roseood reads UNet2DModel folders")
-    if cfg.get("num_class_embeds") is not None or cfg.get("class_embed_type") is not None:
-        raise error(f"{where}: class-conditional UNets are not supported: roseood needs p(x), not p(x|y)")
+    if cfg.get("class_embed_type") is not None:
+        raise error(
+            f"{where}: class_embed_type {shown(cfg['class_embed_type'])} conditions on a vector; roseood "
+            "reads unconditional UNets and UNets of class labels (num_class_embeds)"
+        )
     if cfg.get("in_channels", 3) != cfg.get("out_channels", 3):
         raise error(f"{where}: the UNet must predict as many channels as it takes (ε, v or x0 prediction)")
     widths = cfg.get("block_out_channels", (224, 448, 672, 896))

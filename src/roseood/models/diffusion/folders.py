@@ -25,7 +25,7 @@ from roseood.models.state import check_state, first_line, load_state
 from roseood.progress import state
 
 ROSEOOD_JSON = "roseood.json"  # our loss settings beside an exported diffusers pipeline
-ROSEOOD_KEYS = ("denoising", "ema_decay")  # what roseood.json may hold
+ROSEOOD_KEYS = ("denoising", "ema_decay", "condition")  # what roseood.json may hold
 WEIGHTS = "diffusion_pytorch_model"  # diffusers' weight file name (.safetensors, .bin, sharded .index.json)
 
 
@@ -111,8 +111,9 @@ def read_unet_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
 
 
 def read_roseood_json(path: Path) -> dict[str, Any]:
-    """Our ``roseood.json``: an object with ``denoising`` (the loss pairs' settings) and ``ema_decay``, each
-    checked like the model's arguments; anything else is a one-line ``CheckpointError`` naming the file."""
+    """Our ``roseood.json``: an object with ``denoising`` (the loss pairs' settings), ``ema_decay`` and a
+    class-conditional model's ``condition`` ("marginal" or "label:N"), each checked like the model's
+    arguments; anything else is a one-line ``CheckpointError`` naming the file."""
     obj = read_json(path)
     unknown = sorted(set(obj) - set(ROSEOOD_KEYS))
     if unknown:
@@ -122,6 +123,12 @@ def read_roseood_json(path: Path) -> dict[str, Any]:
         out["denoising"] = check_denoising(obj["denoising"], f"{path}: denoising", CheckpointError)
     if "ema_decay" in obj:
         out["ema_decay"] = check_ema_decay(obj["ema_decay"], f"{path}: ema_decay", CheckpointError)
+    if "condition" in obj:  # checked against the UNet's classes when the model is built
+        if not isinstance(obj["condition"], str):
+            raise CheckpointError(
+                f"{path}: condition must be 'marginal' or 'label:N', got {shown(obj['condition'])}"
+            )
+        out["condition"] = obj["condition"]
     return out
 
 

@@ -13,6 +13,7 @@ from torch import Tensor
 from roseood.errors import RoseError
 from roseood.memory import check_memory, module_bytes
 from roseood.models.base import GenerativeModel
+from roseood.models.diffusion.conditioning import MARGINAL, Condition
 from roseood.models.diffusion.config import (
     LOSS_DEFAULTS,
     MAX_CHANNELS,
@@ -68,6 +69,7 @@ class DiffusionModel(GenerativeModel):
         unet: dict[str, Any] | None = None,
         scheduler: dict[str, Any] | None = None,
         autoencoder: dict[str, Any] | None = None,
+        condition: str = MARGINAL,
     ) -> None:
         d = diffusers_module()
         if unet is None:
@@ -111,6 +113,10 @@ class DiffusionModel(GenerativeModel):
         self.scheduler = sched
         self.register_buffer("ema_steps", torch.zeros((), dtype=torch.long))
         self.register_buffer("alphas_cumprod", alphas.clone())
+        self.condition = Condition(unet.get("num_class_embeds"), condition)
+        if self.condition.classes is not None:  # the judged label (−1: the marginal) in the fingerprint
+            label = -1 if self.condition.label is None else self.condition.label
+            self.register_buffer("condition_label", torch.tensor(label))
         self.set_denoising(**denoising)
 
     @staticmethod
@@ -124,7 +130,9 @@ class DiffusionModel(GenerativeModel):
         try:
             with quiet_diffusers(), torch.device("meta"), torch.no_grad():
                 net = d.UNet2DModel.from_config(config)
-                net(torch.zeros(1, channels, size, size), torch.zeros(1, dtype=torch.long))
+                one = torch.zeros(1, dtype=torch.long)  # a timestep, and a class label where it takes one
+                labels = None if config.get("num_class_embeds") is None else one
+                net(torch.zeros(1, channels, size, size), one, class_labels=labels)
         except (
             TypeError,
             ValueError,
@@ -211,7 +219,7 @@ class DiffusionModel(GenerativeModel):
             space = f"latent space: {shapes[0]} images → {shapes[1]} latents by {self.autoencoder.describe()}"
         return (
             f"denoiser: diffusers UNet2DModel ({parameters} parameters), {objective}; "
-            f"schedule: {schedule}; {space}; unconditional: the loss judges p(x); "
+            f"schedule: {schedule}; {space}; {self.condition.describe()}; "
             f"ROSE's pairs: k = {self.k}, t in [{self.denoising['t_min']:g}, {self.denoising['t_max']:g})"
         )
 
@@ -234,8 +242,9 @@ class DiffusionModel(GenerativeModel):
 
     @property
     def rows_per_input(self) -> int:
-        """UNet batch rows per image in the per-image loss (K): ROSE sizes its batches by rows."""
-        return self.k
+        """UNet batch rows per image in the per-image loss (K, times C for the marginal over C classes):
+        ROSE sizes its batches by rows."""
+        return self.k * self.condition.copies
 
     def row_labels(self) -> list[int]:
         """The timestep of each of an image's K rows (σ·T rounded down, in flow matching)."""
@@ -253,6 +262,8 @@ class DiffusionModel(GenerativeModel):
         }
         if self.autoencoder is not None:
             config["autoencoder"] = self.autoencoder.config()
+        if self.condition.classes is not None:
+            config["condition"] = self.condition.spec
         return config
 
     # -- the network as an ε-predictor -----------------------------------------------------------
@@ -287,12 +298,29 @@ class DiffusionModel(GenerativeModel):
             hint="lower --batch-size or denoising k",
         )
 
-    def eps(self, xt: Tensor, t: Tensor, net: Any = None, alpha_bar: Tensor | None = None) -> Tensor:
+    def predict(self, xt: Tensor, t: Tensor, labels: Tensor | None = None, net: Any = None) -> Tensor:
+        """The UNet's output at (x_t, t) (the EMA one unless ``net``), given each row's class ``labels``
+        where it is class-conditional (default: the judged label; the marginal has none, a one-line
+        error: DiffPath, MSMA, DDPM-OOD, sampling and training follow one path per image)."""
+        net = net if net is not None else self.net()
+        if self.condition.classes is None:
+            return net(xt, t).sample
+        if labels is None:
+            labels = self.condition.fixed(xt.shape[0], xt.device, "one denoising path per image")
+        return net(xt, t, class_labels=labels).sample
+
+    def eps(
+        self,
+        xt: Tensor,
+        t: Tensor,
+        net: Any = None,
+        alpha_bar: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> Tensor:
         """The predicted noise ε̂(x_t, t), whatever the UNet predicts (ε, v or x0); ``alpha_bar``: ᾱ of
         each row where ``t`` is fractional (default: the schedule's ᾱ_t). DDPM's forward process only."""
         self.require_ddpm("the predicted noise ε̂ of DDPM's forward process")
-        net = net if net is not None else self.net()
-        out = net(xt, t).sample
+        out = self.predict(xt, t, labels, net)
         kind = self.scheduler.config.prediction_type
         if kind == "epsilon":
             return out
@@ -320,11 +348,14 @@ class DiffusionModel(GenerativeModel):
         a = self.alphas_cumprod[t].view(-1, 1, 1, 1)
         return a.sqrt() * x0 + (1 - a).sqrt() * noise
 
-    def squared_error(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
-        """Per row, the summed squared error of the model's prediction at (t, noise): ‖ε̂ − ε‖² (DDPM),
-        ‖v̂ − (ε − x0)‖² (flow matching): the loss each objective trains."""
+    def squared_error(self, x0: Tensor, t: Tensor, noise: Tensor, labels: Tensor | None = None) -> Tensor:
+        """Per row, the summed squared error of the model's prediction at (t, noise) (and class
+        ``labels``): ‖ε̂ − ε‖² (DDPM), ‖v̂ − (ε − x0)‖² (flow matching): the loss each objective trains."""
         xt = self.noised(x0, t, noise)
-        err = self.net()(xt, t).sample - (noise - x0) if self.objective == "flow" else self.eps(xt, t) - noise
+        if self.objective == "flow":
+            err = self.predict(xt, t, labels) - (noise - x0)
+        else:
+            err = self.eps(xt, t, labels=labels) - noise
         return err.pow(2).flatten(1).sum(1)
 
     def _weights(self, t: Tensor) -> Tensor:
@@ -343,8 +374,9 @@ class DiffusionModel(GenerativeModel):
         """Per-image loss at the K fixed pairs: the K noisy copies of each image in one batch of N·K
         rows (image-major), each image's loss the sum of its K rows' weighted squared errors (of ε, or of
         the velocity in flow matching; summed over pixels)."""
-        self.check_batch(x, copies=self.k)
-        return self._space_rows(self.to_model_space(x).repeat_interleave(self.k, 0)).view(-1, self.k).sum(1)
+        self.check_batch(x, copies=self.rows_per_input)
+        z = self.to_model_space(x).repeat_interleave(self.k, 0)
+        return self.condition.combine(self._space_errors(z).view(x.shape[0], self.k, -1).sum(1))
 
     def row_loss(self, rows: Tensor) -> Tensor:
         """The weighted squared error of each row (N·K,) of ``rows``: each image K times in a row
@@ -352,21 +384,26 @@ class DiffusionModel(GenerativeModel):
         gradient per (image, timestep) row instead of their sum."""
         if rows.shape[0] % self.k:
             raise RoseError(f"row_loss takes each image {self.k} times in a row, got {rows.shape[0]} rows")
-        self.check_batch(rows)
-        return self._space_rows(self.to_model_space(rows))
+        self.check_batch(rows, copies=self.condition.copies)
+        return self.condition.combine(self._space_errors(self.to_model_space(rows)))
 
-    def _space_rows(self, z: Tensor) -> Tensor:
-        """``row_loss`` of rows already in model space (each image's K copies in a row)."""
-        n = z.shape[0] // self.k
-        t = self.loss_timesteps.repeat(n)
-        return self.squared_error(z, t, self.loss_noise.repeat(n, 1, 1, 1)) * self._weights(t)
+    def _space_errors(self, z: Tensor) -> Tensor:
+        """The weighted squared errors (N·K, C) of rows already in model space (each image's K copies in a
+        row), at every class of the marginal over C classes (C = 1 otherwise)."""
+        n, c = z.shape[0] // self.k, self.condition.copies
+        t = self.loss_timesteps.repeat(n).repeat_interleave(c)
+        noise = self.loss_noise.repeat(n, 1, 1, 1).repeat_interleave(c, 0)
+        z = z.repeat_interleave(c, 0)
+        labels = self.condition.labels(z.shape[0], z.device)
+        return (self.squared_error(z, t, noise, labels) * self._weights(t)).view(-1, c)
 
     def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
         """The weighted squared error of each image at each of the K fixed pairs, named ``eps_mse@t``
         (``v_mse@t`` in flow matching): the loss ROSE differentiates, one statistic per timestep."""
-        self.check_batch(x, copies=self.k)
+        self.check_batch(x, copies=self.rows_per_input)
         with torch.no_grad():
-            rows = self._space_rows(self.to_model_space(x).repeat_interleave(self.k, 0)).view(-1, self.k)
+            z = self.to_model_space(x).repeat_interleave(self.k, 0)
+            rows = self.condition.combine(self._space_errors(z)).view(-1, self.k)
         return {f"{self.train_objective}@{t}": rows[:, j] for j, t in enumerate(self.row_labels())}
 
     # -- GenerativeModel ---------------------------------------------------------------------------
@@ -384,6 +421,10 @@ class DiffusionModel(GenerativeModel):
         """The training loss at a random timestep and noise (``draws`` of them per image, summed): DDPM's
         ε-MSE at t uniform over the T steps, or the velocity's MSE at σ of s uniform in [0, 1) (flow
         matching); in train mode with gradients it first moves the EMA weights towards the optimised ones."""
+        if self.condition.classes is not None:
+            raise RoseError(
+                "rose train trains unconditional models; a class-conditional one is read from a folder"
+            )
         if self.training and torch.is_grad_enabled():
             self._update_ema()
         n = x.shape[0]
@@ -406,13 +447,20 @@ class DiffusionModel(GenerativeModel):
 
     def generate(self, n: int, seed: int = 0, progress: bool | None = None, **options: int) -> Tensor:
         """``n`` images by DDIM, or by Euler steps of the flow (``steps``, default 50;
-        ``roseood.models.diffusion.quality``)."""
+        ``roseood.models.diffusion.quality``); a class-conditional model draws at its judged label, or
+        from the marginal: a uniform class per image (from ``seed``), then the image."""
         from roseood.models.diffusion.quality import sample_images
 
         unknown = set(options) - {"steps"}
         if unknown:
             raise RoseError(f"a diffusion model generates with steps only, not {', '.join(sorted(unknown))}")
-        return sample_images(self, n=n, steps=options.get("steps", 50), seed=seed, progress=progress)
+        labels = None
+        if self.condition.classes is not None:
+            gen = torch.Generator().manual_seed(seed + 1)  # not the noise's stream
+            drawn = torch.randint(self.condition.classes, (n,), generator=gen)
+            labels = drawn if self.condition.label is None else torch.full((n,), self.condition.label)
+        steps = options.get("steps", 50)
+        return sample_images(self, n=n, steps=steps, seed=seed, progress=progress, labels=labels)
 
     @torch.no_grad()
     def _update_ema(self) -> None:

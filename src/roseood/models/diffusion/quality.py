@@ -42,9 +42,9 @@ class Denoiser(Protocol):
     @property
     def input_shape(self) -> tuple[int, ...] | None: ...
 
-    def eps(self, xt: Tensor, t: Tensor) -> Tensor: ...
+    def eps(self, xt: Tensor, t: Tensor, *, labels: Tensor | None = None) -> Tensor: ...
 
-    def net(self) -> Any: ...
+    def predict(self, xt: Tensor, t: Tensor, labels: Tensor | None = None) -> Tensor: ...
 
     def timesteps_of(self, s: Tensor) -> Tensor: ...
 
@@ -184,6 +184,7 @@ def sample_images(
     seed: int = 0,
     batch: int = 64,
     progress: bool | None = None,
+    labels: Tensor | None = None,
 ) -> Tensor:
     """``n`` images (uint8, (n, C, H, W)) generated with the evaluation (EMA) weights from noise seeded
     by ``seed``: by DDIM (η = 0, ``steps`` steps over the train timesteps), or a flow-matching model by
@@ -211,7 +212,8 @@ def sample_images(
         sched.set_timesteps(steps)  # a flow scheduler counts its steps: set again for each batch
         for t in sched.timesteps:
             tt = torch.full((xt.shape[0],), float(t) if flow else int(t), device=device)
-            pred = model.net()(xt, tt).sample if flow else model.eps(xt, tt.long())
+            lab = None if labels is None else labels[s : s + batch].to(device)
+            pred = model.predict(xt, tt, lab) if flow else model.eps(xt, tt.long(), labels=lab)
             xt = sched.step(pred, t if flow else int(t), xt).prev_sample
         xt = model.from_model_space(xt)
         out.append(((xt.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu())

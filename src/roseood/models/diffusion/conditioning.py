@@ -1,0 +1,77 @@
+"""What a class-conditional denoiser's score judges. ROSE needs p(x), and a model of p(x | y) gives it as
+the marginal over its C classes (uniform p(y)): −log p(x) ≈ −log (1/C) Σ_y exp(−L_y(x)), each image's
+loss taken at every class (C× the cost). A model trained with condition dropout has a null class whose
+loss is p(x) itself at 1× the cost; ``label:N`` judges p(x | y = N) at that label (the null class, or a
+class of interest)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from roseood.errors import RoseError
+
+MARGINAL = "marginal"
+
+
+class Condition:
+    """The conditioning of a denoiser of ``classes`` labels (None: unconditional) and how it is judged:
+    ``spec`` "marginal" (the default) or "label:N"."""
+
+    def __init__(self, classes: int | None, spec: str = MARGINAL) -> None:
+        self.classes, self.spec = classes, spec
+        self.label: int | None = None
+        if classes is None:
+            if spec != MARGINAL:
+                raise RoseError(f"condition {spec!r}: the model is unconditional (no class labels)")
+            return
+        if spec != MARGINAL:
+            kind, _, value = spec.partition(":")
+            if kind != "label" or not value.strip().isdigit() or not 0 <= int(value) < classes:
+                raise RoseError(
+                    f"condition must be 'marginal' or 'label:N' with N in 0..{classes - 1}, got {spec!r}"
+                )
+            self.label = int(value)
+
+    @property
+    def copies(self) -> int:
+        """Denoiser rows per (image, pair): C for the marginal over the classes, else 1."""
+        return self.classes if self.classes is not None and self.label is None else 1
+
+    def labels(self, rows: int, device: torch.device) -> Tensor | None:
+        """The class label of each of ``rows`` denoiser rows, each (image, pair) ``copies`` times in a
+        row; None for an unconditional denoiser."""
+        if self.classes is None:
+            return None
+        if self.label is not None:
+            return torch.full((rows,), self.label, dtype=torch.long, device=device)
+        return torch.arange(self.classes, device=device).repeat(rows // self.classes)
+
+    def fixed(self, rows: int, device: torch.device, what: str) -> Tensor | None:
+        """Labels for ``what``, which runs one denoiser path per image (sampling, DiffPath, training):
+        the fixed label, None when unconditional; the marginal has no one path, a one-line error."""
+        if self.copies > 1:
+            raise RoseError(
+                f"{what} needs one class label per image; this model judges the marginal over its "
+                f"{self.classes} classes: set condition='label:N' (e.g. the null class of condition dropout)"
+            )
+        return self.labels(rows, device)
+
+    def combine(self, losses: Tensor) -> Tensor:
+        """(M, copies) per-class losses → (M,): the marginal's −log (1/C) Σ_y exp(−L_y), or the one column."""
+        if losses.shape[1] == 1:
+            return losses[:, 0]
+        return -(torch.logsumexp(-losses, 1) - math.log(losses.shape[1]))
+
+    def describe(self) -> str:
+        """The conditioning in words, for the line ``rose check-model`` prints."""
+        if self.classes is None:
+            return "unconditional: the loss judges p(x)"
+        if self.label is None:
+            return (
+                f"class-conditional ({self.classes} classes): the loss judges p(x) as the marginal over "
+                f"them, −log mean_y exp(−L_y) ({self.classes}× the cost; condition='label:N' for one label)"
+            )
+        return f"class-conditional ({self.classes} classes): the loss judges p(x | y = {self.label})"

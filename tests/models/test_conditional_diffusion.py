@@ -1,0 +1,133 @@
+"""Class-conditional UNets (diffusers' ``num_class_embeds``): p(x) judged as the marginal over the classes
+(checked against the per-class losses diffusers' own ``add_noise`` and UNet give), or at one label; exact
+per-sample gradients of the marginal; what each detector does with them; refusals in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from roseood.curvature import LayerGradients
+from roseood.errors import RoseError
+from roseood.models import load_model, model_fingerprint, save_model
+from roseood.models.diffusion import diffusers_module
+from tests.curvature.test_grads import loop_grads
+
+CLASSES = 3
+
+
+def pipeline(folder: Path, condition: str | None = None) -> Path:
+    """A tiny DDPMPipeline folder of a UNet2DModel over 3 class labels, written by diffusers itself."""
+    d = diffusers_module()
+    torch.manual_seed(0)
+    unet = d.UNet2DModel(
+        sample_size=8, in_channels=1, out_channels=1, block_out_channels=(8, 16), norm_num_groups=4,
+        layers_per_block=1, down_block_types=("DownBlock2D",) * 2, up_block_types=("UpBlock2D",) * 2,
+        num_class_embeds=CLASSES,
+    )  # fmt: skip
+    with torch.no_grad():  # class embeddings that differ enough to give each class its own loss
+        unet.class_embedding.weight.mul_(20)
+    d.DDPMPipeline(unet=unet, scheduler=d.DDPMScheduler()).save_pretrained(folder)
+    settings = {"denoising": {"k": 2}} | ({"condition": condition} if condition else {})
+    (folder / "roseood.json").write_text(json.dumps(settings))
+    return folder
+
+
+def class_losses(folder: Path, model, x: torch.Tensor) -> torch.Tensor:
+    """(N, C): each class's K-pair ε-MSE, from diffusers' own UNet and ``add_noise``."""
+    d = diffusers_module()
+    unet = d.UNet2DModel.from_pretrained(folder / "unet")
+    sched = d.DDPMScheduler.from_pretrained(folder / "scheduler")
+    x0, out = x * 2 - 1, torch.zeros(len(x), CLASSES)
+    with torch.no_grad():
+        for c in range(CLASSES):
+            for t, e in zip(model.loss_timesteps, model.loss_noise, strict=True):
+                tt, ee = t.expand(len(x)), e.expand_as(x0)
+                pred = unet(sched.add_noise(x0, ee, tt), tt, class_labels=torch.full((len(x),), c)).sample
+                out[:, c] += (pred - ee).pow(2).flatten(1).sum(1)
+    return out
+
+
+def test_the_default_judges_the_marginal_over_the_classes(tmp_path: Path) -> None:
+    folder = pipeline(tmp_path / "p")
+    model = load_model(folder)
+    x = torch.rand(4, 1, 8, 8)
+    losses = class_losses(folder, model, x)
+    assert (losses.max(1).values - losses.min(1).values).min() > 1  # the classes do differ
+    expected = -(torch.logsumexp(-losses, 1) - math.log(CLASSES))
+    torch.testing.assert_close(model.nll(x), expected, rtol=1e-5, atol=1e-3)
+    assert model.rows_per_input == 2 * CLASSES
+    assert "class-conditional (3 classes): the loss judges p(x) as the marginal" in model.describe()
+
+
+def test_one_label_judges_p_x_given_it_and_is_part_of_the_fingerprint(tmp_path: Path) -> None:
+    marginal = load_model(pipeline(tmp_path / "m"))
+    folder = pipeline(tmp_path / "p", condition="label:1")
+    model = load_model(folder)
+    x = torch.rand(3, 1, 8, 8)
+    torch.testing.assert_close(model.nll(x), class_losses(folder, model, x)[:, 1], rtol=1e-5, atol=1e-3)
+    assert "p(x | y = 1)" in model.describe() and model.rows_per_input == 2
+    assert model_fingerprint(model) != model_fingerprint(marginal)
+    save_model(model, tmp_path / "m.pt")
+    torch.testing.assert_close(load_model(tmp_path / "m.pt").nll(x), model.nll(x))
+
+
+def test_per_sample_gradients_of_the_marginal_are_exact(tmp_path: Path) -> None:
+    """The marginal is not a sum over an image's rows (a log-sum-exp over its classes); its gradient is
+    still read exactly from one backward pass, each row's output gradient carrying its class's weight."""
+    model = load_model(pipeline(tmp_path / "p"))
+    names = model.rose_layers("all")
+    assert any("class_embedding" in n for n in names)
+    x = torch.rand(3, 1, 8, 8)
+    batched = LayerGradients(model, names)(model.rose_loss, x)
+    oracle = loop_grads(model, model.rose_loss, x, names)
+    scale = max(v.abs().max() for v in oracle.values())
+    for n in names:
+        torch.testing.assert_close(batched[n].matrix(), oracle[n], rtol=1e-4, atol=1e-6 * scale)
+
+
+def test_what_each_detector_does_with_a_conditional_model(tmp_path: Path) -> None:
+    from roseood.detectors import ROSE, DiffPath, make_detector
+
+    marginal = load_model(pipeline(tmp_path / "m"))
+    with pytest.raises(RoseError, match=r"diffpath method needs one class label per image.*label:N"):
+        DiffPath(marginal)
+    x = torch.rand(40, 1, 8, 8)
+    for detector in (make_detector("rose-bands-stats", marginal), ROSE(marginal)):  # the family default
+        scores = detector.fit(x[:16], held_out=x[16:]).score(x[:2])
+        assert np.isfinite(scores).all()
+    labelled = load_model(pipeline(tmp_path / "p", condition="label:2"))
+    assert np.isfinite(DiffPath(labelled, steps=3).fit(x).score(x[:2])).all()
+    assert labelled.generate(2, steps=3).shape == marginal.generate(3, steps=3)[:2].shape == (2, 1, 8, 8)
+
+
+@pytest.mark.parametrize(
+    ("condition", "phrase"),
+    [
+        ("label:3", "label:N' with N in 0..2"),
+        ("classes", "'marginal' or 'label:N'"),
+        (7, "must be 'marginal'"),
+    ],
+)
+def test_a_bad_condition_is_one_line(tmp_path: Path, condition: object, phrase: str) -> None:
+    folder = pipeline(tmp_path / "p")
+    (folder / "roseood.json").write_text(json.dumps({"condition": condition}))
+    with pytest.raises(RoseError) as err:
+        load_model(folder)
+    assert phrase in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_vector_condition_and_training_are_refused(tmp_path: Path) -> None:
+    folder = pipeline(tmp_path / "p")
+    config = json.loads((folder / "unet" / "config.json").read_text())
+    model = load_model(folder)
+    with pytest.raises(RoseError, match="unconditional models; a class-conditional one is read"):
+        model.train_loss(torch.rand(2, 1, 8, 8))
+    (folder / "unet" / "config.json").write_text(json.dumps(config | {"class_embed_type": "timestep"}))
+    with pytest.raises(RoseError, match="class_embed_type 'timestep' conditions on a vector"):
+        load_model(folder)
