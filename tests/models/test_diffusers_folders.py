@@ -379,15 +379,16 @@ def test_a_ddim_scheduler_shares_ddpms_forward_process_and_loads(pipeline: Path,
 
 
 def test_an_autoencoder_a_pipeline_does_not_decode_with_is_refused(pipeline: Path, tmp_path: Path) -> None:
-    """An LDMPipeline's VQ-VAE is read (tests/models/test_latent_diffusion.py); an autoencoder folder
-    beside a pixel-space pipeline, or a ``vae/`` (a DiT's or Stable Diffusion's), is refused by name."""
+    """An LDMPipeline's VQ-VAE and a DiTPipeline's VAE are read (test_latent_diffusion.py, test_dit.py);
+    an autoencoder or a transformer beside a pixel-space UNet pipeline is refused by name."""
     from diffusers import VQModel
 
     def vq_beside(folder: Path) -> None:
         VQModel(block_out_channels=(8,), norm_num_groups=4).save_pretrained(folder / "vqvae")
 
-    refused(damaged(pipeline, tmp_path / "a", vq_beside), "vqvae/ beside a DDPMPipeline")
+    refused(damaged(pipeline, tmp_path / "a", vq_beside), "vqvae/ is an autoencoder", "(DDPMPipeline)")
     refused(damaged(pipeline, tmp_path / "b", lambda f: (f / "vae").mkdir()), "vae/ is an autoencoder")
+    refused(damaged(pipeline, tmp_path / "c", lambda f: (f / "transformer").mkdir()), "transformer/ is")
 
 
 @pytest.mark.parametrize(

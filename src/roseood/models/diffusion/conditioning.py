@@ -1,8 +1,8 @@
 """What a class-conditional denoiser's score judges. ROSE needs p(x), and a model of p(x | y) gives it as
 the marginal over its C classes (uniform p(y)): −log p(x) ≈ −log (1/C) Σ_y exp(−L_y(x)), each image's
 loss taken at every class (C× the cost). A model trained with condition dropout has a null class whose
-loss is p(x) itself at 1× the cost; ``label:N`` judges p(x | y = N) at that label (the null class, or a
-class of interest)."""
+loss is p(x) itself at 1× the cost (``null``, the default where the denoiser has one, as DiT has);
+``label:N`` judges p(x | y = N) at that label (a class of interest)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,27 @@ from torch import Tensor
 from roseood.errors import RoseError
 
 MARGINAL = "marginal"
+NULL = "null"
 
 
 class Condition:
-    """The conditioning of a denoiser of ``classes`` labels (None: unconditional) and how it is judged:
-    ``spec`` "marginal" (the default) or "label:N"."""
+    """The conditioning of a denoiser of ``classes`` labels (None: unconditional; ``null``: the label of
+    condition dropout, None where it has none) and how it is judged: ``spec`` "marginal", "null" or
+    "label:N" (None: "null" where there is one, else "marginal")."""
 
-    def __init__(self, classes: int | None, spec: str = MARGINAL) -> None:
-        self.classes, self.spec = classes, spec
+    def __init__(self, classes: int | None, spec: str | None = None, null: int | None = None) -> None:
+        spec = spec if spec is not None else (NULL if null is not None else MARGINAL)
+        self.classes, self.spec, self.null = classes, spec, null
         self.label: int | None = None
         if classes is None:
             if spec != MARGINAL:
                 raise RoseError(f"condition {spec!r}: the model is unconditional (no class labels)")
             return
-        if spec != MARGINAL:
+        if spec == NULL:
+            if null is None:
+                raise RoseError("condition 'null': this model has no null class (no condition dropout)")
+            self.label = null
+        elif spec != MARGINAL:
             kind, _, value = spec.partition(":")
             if kind != "label" or not value.strip().isdigit() or not 0 <= int(value) < classes:
                 raise RoseError(
@@ -73,5 +80,10 @@ class Condition:
             return (
                 f"class-conditional ({self.classes} classes): the loss judges p(x) as the marginal over "
                 f"them, −log mean_y exp(−L_y) ({self.classes}× the cost; condition='label:N' for one label)"
+            )
+        if self.label == self.null:
+            return (
+                f"class-conditional ({self.classes} classes and a null label, {self.null}): the loss judges "
+                "p(x) at the null label, as condition dropout trained it"
             )
         return f"class-conditional ({self.classes} classes): the loss judges p(x | y = {self.label})"

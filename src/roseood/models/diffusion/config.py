@@ -216,6 +216,44 @@ def check_unet_config(
     return cfg
 
 
+DIT_FIELDS: dict[str, Check] = {
+    "num_attention_heads": _int(1, 1024),
+    "attention_head_dim": _int(1, MAX_CHANNELS),
+    "in_channels": _int(1, 256),
+    "out_channels": _int(1, 512, optional=True),
+    "num_layers": _int(1, MAX_LAYERS * 4),
+    "dropout": _float(0.0, 1.0, high_open=True),
+    "norm_num_groups": _int(1, MAX_CHANNELS),
+    "sample_size": _sample_size,
+    "patch_size": _int(1, 64),
+    "activation_fn": _choice("gelu-approximate", "gelu", "geglu", "geglu-approximate"),
+    "num_embeds_ada_norm": _int(1, MAX_CLASSES),
+    "norm_type": _choice("ada_norm_zero"),
+    "norm_eps": _float(0.0, 1.0, low_open=True),
+    "attention_bias": FLAG,
+    "upcast_attention": FLAG,
+    "norm_elementwise_affine": FLAG,
+}
+
+
+def check_dit_config(
+    config: Any, where: str = "transformer config", error: type[RoseError] = RoseError
+) -> dict[str, Any]:
+    """A ``DiTTransformer2DModel`` config: every number in a sane range, patches that tile the latent, as
+    many channels out as in (or twice: a learned variance), class labels (its adaLN-zero embeds them)."""
+    cfg = _fields(config, DIT_FIELDS, where, error)
+    for key in ("sample_size", "num_embeds_ada_norm"):
+        if cfg.get(key) is None:
+            raise error(f"{where}: {key} is missing")
+    channels = cfg.get("in_channels", 4)
+    if cfg.get("out_channels") not in (None, channels, 2 * channels):
+        raise error(f"{where}: out_channels must be in_channels or twice it (a learned variance)")
+    if cfg["sample_size"] % cfg.get("patch_size", 2):
+        patch = cfg.get("patch_size", 2)
+        raise error(f"{where}: patch_size {patch} does not tile sample_size {cfg['sample_size']}")
+    return cfg
+
+
 # Schedulers of DDPM's forward process (a discrete β schedule; they differ only in how they sample), whose
 # model is trained with DDPM's loss: the loss roseood differentiates. Others train another objective.
 DDPM_SCHEDULERS = frozenset(

@@ -15,9 +15,9 @@ from roseood.models.diffusion.config import (
     check_denoising,
     check_ema_decay,
     check_scheduler_config,
-    check_unet_config,
     is_flow_matching,
 )
+from roseood.models.diffusion.denoisers import check_denoiser_config, meta_denoiser
 from roseood.models.diffusion.latent import check_autoencoder_config
 from roseood.models.diffusion.library import diffusers_module
 from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model
@@ -38,6 +38,10 @@ def export_diffusers(model: DiffusionModel, folder: str | Path) -> Path:
     folder = Path(folder)
     if model.autoencoder is None:
         d.DDPMPipeline(unet=model.unet, scheduler=model.scheduler).save_pretrained(folder)
+    elif type(model.unet).__name__ == "DiTTransformer2DModel":
+        d.DiTPipeline(
+            transformer=model.unet, vae=model.autoencoder.net, scheduler=model.scheduler
+        ).save_pretrained(folder)
     else:
         pipe = d.LDMPipeline(vqvae=model.autoencoder.net, unet=model.unet, scheduler=model.scheduler)
         pipe.save_pretrained(folder)
@@ -51,7 +55,8 @@ def is_diffusers_folder(path: str | Path) -> bool:
     """Whether ``path`` is a folder saved by diffusers (a pipeline, or a UNet's own folder)."""
     p = Path(path)
     return p.is_dir() and any(
-        (p / f).is_file() for f in ("model_index.json", "unet/config.json", "config.json")
+        (p / f).is_file()
+        for f in ("model_index.json", "unet/config.json", "transformer/config.json", "config.json")
     )
 
 
@@ -132,48 +137,49 @@ def read_roseood_json(path: Path) -> dict[str, Any]:
     return out
 
 
-# unconditional pipelines of a UNet and a scheduler, and the autoencoder component of each (LDMPipeline's
-# VQ-VAE or KL autoencoder: a latent model of pixel images)
-PIPELINES = {"DDPMPipeline": None, "DDIMPipeline": None, "LDMPipeline": "vqvae"}
-COMPONENTS = ("unet", "scheduler")
-# component folders of the pipelines roseood does not model, each with what it means for p(x)
+# the pipelines roseood reads: each one's denoiser and its autoencoder (None: pixel space) beside a scheduler
+PIPELINES = {
+    "DDPMPipeline": ("unet", None),
+    "DDIMPipeline": ("unet", None),
+    "LDMPipeline": ("unet", "vqvae"),  # a VQ-VAE or KL autoencoder: a latent model of pixel images
+    "DiTPipeline": ("transformer", "vae"),  # a class-conditional latent transformer
+}
+DENOISER_FOLDERS = ("unet", "transformer")
+# components of the pipelines roseood does not model, each with what it means for p(x)
 OTHERS = {
-    "vae": "an autoencoder of a pipeline roseood does not read (a DiT's, Stable Diffusion's)",
-    "transformer": "a transformer denoiser (DiT), not a UNet2DModel",
+    "vae": "an autoencoder of a pipeline roseood does not read (Stable Diffusion's)",
+    "vqvae": "an autoencoder this pipeline does not decode with",
+    "transformer": "a transformer denoiser this pipeline does not run",
     "text_encoder": "a text encoder: a text-conditional model of p(x | prompt), not p(x)",
     "tokenizer": "a tokenizer: a text-conditional model of p(x | prompt), not p(x)",
 }
 
 
-def check_pipeline(folder: Path) -> str | None:
+def check_pipeline(folder: Path) -> tuple[str, str | None]:
     """Refuse, in one line naming it, any pipeline class or component of ``folder`` that roseood does not
-    model (a DiT, a text encoder), so that none is ignored in silence; read from ``model_index.json`` (as
-    JSON; nothing is imported) and the folder's own subfolders. Returns the autoencoder's component name
-    (an LDMPipeline's ``vqvae``), or None for a pixel-space pipeline."""
+    model (a text encoder, an autoencoder the pipeline does not decode with), so that none is ignored in
+    silence; read from ``model_index.json`` (as JSON; nothing is imported) and the folder's own
+    subfolders. Returns the denoiser's and the autoencoder's component names (None: pixel space)."""
     index = folder / "model_index.json"
     kind = "DDPMPipeline"
     if index.is_file():
         spec = read_json(index)  # a JSON object, or a one-line CheckpointError
         kind = spec.get("_class_name", kind)
         if kind not in PIPELINES:
-            raise CheckpointError(
-                f"{index}: a {shown(kind)}; roseood reads {', '.join(PIPELINES)} folders (a UNet2DModel, "
-                "a scheduler, an LDM's autoencoder)"
-            )
-        named = sorted(k for k, v in spec.items() if not k.startswith("_") and v not in (None, [None, None]))
-        extra = [k for k in named if k not in (*COMPONENTS, PIPELINES[kind])]
+            raise CheckpointError(f"{index}: a {shown(kind)}; roseood reads {', '.join(PIPELINES)} folders")
+        # components are [library, class] pairs ([null, null]: left out); other keys (DiT's id2label) are data
+        named = sorted(k for k, v in spec.items() if isinstance(v, list) and v != [None, None])
+        extra = [k for k in named if k not in ("scheduler", *PIPELINES[kind])]
         if extra:
             what = OTHERS.get(extra[0], "a component roseood does not model")
             raise CheckpointError(
-                f"{index}: {shown(kind)} has {shown(extra[0])} ({what}); roseood reads unconditional "
-                f"pipelines of {' and '.join(COMPONENTS)} ({', '.join(PIPELINES)}, an LDM's vqvae) only"
+                f"{index}: {shown(kind)} has {shown(extra[0])} ({what}); roseood reads its "
+                f"{' and '.join(c for c in PIPELINES[kind] if c)} and scheduler only"
             )
     for name, what in OTHERS.items():
-        if (folder / name).is_dir():
-            raise CheckpointError(f"{folder}: {name}/ is {what}; roseood reads unconditional UNet folders")
-    if (folder / "vqvae").is_dir() and PIPELINES[kind] is None:
-        raise CheckpointError(f"{folder}: vqvae/ beside a {kind} (an autoencoder it does not decode with)")
-    return PIPELINES[kind]
+        if (folder / name).is_dir() and name not in PIPELINES[kind]:
+            raise CheckpointError(f"{folder}: {name}/ is {what} ({kind})")
+    return PIPELINES[kind][0], PIPELINES[kind][1]
 
 
 def read_autoencoder(folder: Path) -> tuple[dict[str, Any], dict[str, Tensor], Path]:
@@ -193,13 +199,13 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     loaded strictly); nothing is fetched from the network and no code in the folder is run."""
     diffusers_module()  # says which extra to install before any file is read
     folder = Path(folder)
-    # a pipeline's own unet/ folder: the pipeline beside it says what else the model is made of
-    inside = folder.name == "unet" and (folder.parent / "model_index.json").is_file()
+    # a pipeline's own unet/ (transformer/) folder: the pipeline beside it says what else the model has
+    inside = folder.name in DENOISER_FOLDERS and (folder.parent / "model_index.json").is_file()
     root = folder.parent if inside else folder
-    latent = check_pipeline(root)
-    unet_dir = folder / "unet" if (folder / "unet" / "config.json").is_file() else folder
+    denoiser, latent = check_pipeline(root)
+    unet_dir = folder / denoiser if (folder / denoiser / "config.json").is_file() else folder
     config_file = unet_dir / "config.json"
-    unet = check_unet_config(read_json(config_file), str(config_file), CheckpointError)
+    unet = check_denoiser_config(read_json(config_file), str(config_file), CheckpointError)
     sched_dir = next(
         (
             s
@@ -220,16 +226,16 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     ours = next((f / ROSEOOD_JSON for f in (folder, unet_dir.parent) if (f / ROSEOOD_JSON).is_file()), None)
     extra = read_roseood_json(ours) if ours is not None else {}
     weights, weights_file = read_unet_weights(unet_dir)
-    plain = {k: v for k, v in unet.items() if not k.startswith("_")}
+    plain = {k: v for k, v in unet.items() if not k.startswith("_") or k == "_class_name"}
     sched = {k: v for k, v in scheduler.items() if not k.startswith("_")}
     if is_flow_matching(scheduler):  # the class says the objective
         sched["_class_name"] = scheduler["_class_name"]
-    what = f"the UNet2DModel of {config_file}"
+    what = f"the {unet['_class_name']} of {config_file}"
     codec = None if latent is None else read_autoencoder(root / latent)
     if codec is not None:
         extra["autoencoder"] = codec[0]
     try:
-        check_state(DiffusionModel.meta_unet(plain), weights, weights_file, what)  # before any allocation
+        check_state(meta_denoiser(plain), weights, weights_file, what)  # before any allocation
         model = DiffusionModel(unet=plain, scheduler=sched, **extra)
     except CheckpointError:
         raise

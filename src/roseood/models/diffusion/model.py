@@ -11,19 +11,19 @@ import torch
 from torch import Tensor
 
 from roseood.errors import RoseError
-from roseood.memory import check_memory, module_bytes
+from roseood.memory import check_memory
 from roseood.models.base import GenerativeModel
-from roseood.models.diffusion.conditioning import MARGINAL, Condition
+from roseood.models.diffusion.conditioning import Condition
 from roseood.models.diffusion.config import (
     LOSS_DEFAULTS,
     MAX_CHANNELS,
     check_denoising,
     check_ema_decay,
     check_scheduler_config,
-    check_unet_config,
     is_flow_matching,
     unet_config,
 )
+from roseood.models.diffusion.denoisers import build_denoiser, check_denoiser_config, denoiser_kind, predict
 from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes
 from roseood.models.diffusion.library import diffusers_module, plain_config, quiet_diffusers
 from roseood.models.state import first_line
@@ -69,7 +69,7 @@ class DiffusionModel(GenerativeModel):
         unet: dict[str, Any] | None = None,
         scheduler: dict[str, Any] | None = None,
         autoencoder: dict[str, Any] | None = None,
-        condition: str = MARGINAL,
+        condition: str | None = None,
     ) -> None:
         d = diffusers_module()
         if unet is None:
@@ -77,7 +77,8 @@ class DiffusionModel(GenerativeModel):
                 raise RoseError(f"diffusion widths must be a list of channel counts, got {widths}")
             widths = [check_int(w, "diffusion width", high=MAX_CHANNELS) for w in widths]
             unet = unet_config(in_channels, image_size, tuple(widths), layers_per_block, attention)
-        unet = check_unet_config(unet)
+        unet = check_denoiser_config(unet)
+        kind = denoiser_kind(unet)
         scheduler = check_scheduler_config(
             scheduler if scheduler is not None else {"num_train_timesteps": train_timesteps}
         )
@@ -86,14 +87,14 @@ class DiffusionModel(GenerativeModel):
         flow = is_flow_matching(scheduler)
         # what train_loss is: the ε-MSE (DDPM) or the velocity's MSE (flow matching), not a likelihood
         self.objective, self.train_objective = ("flow", "v_mse") if flow else ("ddpm", "eps_mse")
-        kind = d.FlowMatchEulerDiscreteScheduler if flow else d.DDPMScheduler
+        scheduler_kind = d.FlowMatchEulerDiscreteScheduler if flow else d.DDPMScheduler
+        net = build_denoiser(unet, denoising["k"])
         with quiet_diffusers():
-            net = self._build_unet(d, unet, denoising["k"])
             try:
-                sched = kind.from_config(scheduler)
+                sched = scheduler_kind.from_config(scheduler)
             except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
                 raise RoseError(
-                    f"cannot build a {kind.__name__} from its config ({first_line(exc)})"
+                    f"cannot build a {scheduler_kind.__name__} from its config ({first_line(exc)})"
                 ) from None
         # flow matching has no ᾱ: an empty schedule, which the DDPM-only detectors never reach
         alphas = torch.zeros(0) if flow else sched.alphas_cumprod.float()
@@ -113,53 +114,13 @@ class DiffusionModel(GenerativeModel):
         self.scheduler = sched
         self.register_buffer("ema_steps", torch.zeros((), dtype=torch.long))
         self.register_buffer("alphas_cumprod", alphas.clone())
-        self.condition = Condition(unet.get("num_class_embeds"), condition)
+        classes, null = kind.classes(unet)
+        self.condition = Condition(classes, condition, null)
+        self.width = kind.width(unet)  # elements per row of the denoiser's largest early activation
         if self.condition.classes is not None:  # the judged label (−1: the marginal) in the fingerprint
             label = -1 if self.condition.label is None else self.condition.label
             self.register_buffer("condition_label", torch.tensor(label))
         self.set_denoising(**denoising)
-
-    @staticmethod
-    def meta_unet(config: dict[str, Any]) -> Any:
-        """The UNet of a checked ``config`` built and run once on torch's meta device (no memory): finds a
-        config the blocks cannot be built or run from (one-line ``RoseError``), and gives the weights'
-        names and shapes before any is allocated."""
-        d = diffusers_module()
-        size = config["sample_size"]  # checked: one int
-        channels = config.get("in_channels", 3)
-        try:
-            with quiet_diffusers(), torch.device("meta"), torch.no_grad():
-                net = d.UNet2DModel.from_config(config)
-                one = torch.zeros(1, dtype=torch.long)  # a timestep, and a class label where it takes one
-                labels = None if config.get("num_class_embeds") is None else one
-                net(torch.zeros(1, channels, size, size), one, class_labels=labels)
-        except (
-            TypeError,
-            ValueError,
-            KeyError,
-            AttributeError,
-            RuntimeError,
-            IndexError,
-            ArithmeticError,
-        ) as exc:
-            raise RoseError(f"cannot build a UNet2DModel from its config ({first_line(exc)})") from None
-        return net
-
-    @staticmethod
-    def _build_unet(d: Any, config: dict[str, Any], k: int) -> Any:
-        """The UNet of a checked ``config``, once ``meta_unet`` has built it without memory and its two
-        copies (EMA and optimised) and the K-pair noise buffer are known to fit in memory."""
-        meta = DiffusionModel.meta_unet(config)
-        weights = module_bytes(lambda: meta)
-        size, channels = config["sample_size"], meta.config.in_channels
-        noise = k * channels * size * size * 4
-        check_memory(
-            2 * weights + noise,
-            f"a UNet2DModel of {weights // 4:,} weights (EMA and optimised copies) with denoising k = {k} "
-            f"noise images of {channels}×{size}×{size}",
-            hint="lower denoising k" if noise > 2 * weights else "the model is too large for this machine",
-        )
-        return d.UNet2DModel.from_config(config)
 
     # -- the fixed (timestep, noise) pairs ---------------------------------------------------------
     def set_denoising(self, **options: Any) -> None:
@@ -218,7 +179,7 @@ class DiffusionModel(GenerativeModel):
             shapes = "×".join(map(str, self.input_shape)), "×".join(map(str, self.space_shape))
             space = f"latent space: {shapes[0]} images → {shapes[1]} latents by {self.autoencoder.describe()}"
         return (
-            f"denoiser: diffusers UNet2DModel ({parameters} parameters), {objective}; "
+            f"denoiser: diffusers {type(self.unet).__name__} ({parameters} parameters), {objective}; "
             f"schedule: {schedule}; {space}; {self.condition.describe()}; "
             f"ROSE's pairs: k = {self.k}, t in [{self.denoising['t_min']:g}, {self.denoising['t_max']:g})"
         )
@@ -254,8 +215,11 @@ class DiffusionModel(GenerativeModel):
         scheduler = plain_config(self.scheduler.config)
         if self.objective == "flow":  # the class is what says the objective (DDPM's is the default)
             scheduler["_class_name"] = type(self.scheduler).__name__
+        denoiser = plain_config(self.unet.config)
+        if type(self.unet).__name__ != "UNet2DModel":  # the class says which (a UNet where none is named)
+            denoiser["_class_name"] = type(self.unet).__name__
         config = {
-            "unet": plain_config(self.unet.config),
+            "unet": denoiser,
             "scheduler": scheduler,
             "ema_decay": self.ema_decay,
             "denoising": dict(self.denoising),
@@ -285,9 +249,8 @@ class DiffusionModel(GenerativeModel):
         activations alone (two of them, float32; and the encoder's first block on the images of a latent
         model) cannot fit in memory: once per batch by whoever forms it, before the copies are made, not
         per UNet call."""
-        first = self.unet.config.block_out_channels[0]
         n = rows.shape[0] * copies
-        size = 2 * n * first * math.prod(self.space_shape[1:]) * 4
+        size = 2 * n * self.width * 4
         if self.autoencoder is not None:
             pixels = math.prod(self.input_shape[1:])
             size += 2 * rows.shape[0] * self.autoencoder.net.config.block_out_channels[0] * pixels * 4
@@ -303,11 +266,9 @@ class DiffusionModel(GenerativeModel):
         where it is class-conditional (default: the judged label; the marginal has none, a one-line
         error: DiffPath, MSMA, DDPM-OOD, sampling and training follow one path per image)."""
         net = net if net is not None else self.net()
-        if self.condition.classes is None:
-            return net(xt, t).sample
-        if labels is None:
+        if self.condition.classes is not None and labels is None:
             labels = self.condition.fixed(xt.shape[0], xt.device, "one denoising path per image")
-        return net(xt, t, class_labels=labels).sample
+        return predict(net, xt, t, labels)
 
     def eps(
         self,
@@ -481,8 +442,9 @@ class DiffusionModel(GenerativeModel):
         ]
         weights = [n for n in names if isinstance(self.get_submodule(n), torch.nn.Conv2d | torch.nn.Linear)]
         sets = {"all": names, "weights": weights}
-        for part in ("down", "mid", "up"):
-            sets[part] = [n for n in names if n.startswith(f"unet.{part}_block")]
+        for part in ("down", "mid", "up"):  # a UNet's parts (a DiT has none of them)
+            if layers := [n for n in names if n.startswith(f"unet.{part}_block")]:
+                sets[part] = layers
         return sets
 
 

@@ -1,0 +1,122 @@
+"""The denoisers a diffusion model can have, one entry each in ``DENOISERS``: diffusers' ``UNet2DModel`` and
+``DiTTransformer2DModel`` (patch embedding, adaLN-zero, attention and feed-forward blocks, class labels with
+a null class, an optional learned variance). Each says how its config is checked, what it is conditioned on,
+how wide its activations are (for the memory plan); all are built first on torch's meta device (no memory)
+and called the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roseood.errors import RoseError, shown
+from roseood.memory import check_memory, module_bytes
+from roseood.models.diffusion.config import check_dit_config, check_unet_config
+from roseood.models.diffusion.library import diffusers_module, quiet_diffusers
+from roseood.models.state import first_line
+
+
+@dataclass(frozen=True)
+class DenoiserKind:
+    """A diffusers denoiser class roseood reads: ``check`` its config, its ``classes`` (class labels and
+    the null label of condition dropout, None where it has none), and ``width`` (the elements per row of
+    its largest early activation)."""
+
+    name: str
+    check: Callable[[Any, str, type[RoseError]], dict[str, Any]]
+    classes: Callable[[dict[str, Any]], tuple[int | None, int | None]]
+    width: Callable[[dict[str, Any]], int]
+
+
+def _unet_width(c: dict[str, Any]) -> int:
+    return int(c.get("block_out_channels", (224,))[0]) * int(c["sample_size"]) ** 2
+
+
+def _dit_width(c: dict[str, Any]) -> int:
+    tokens = (int(c["sample_size"]) // int(c.get("patch_size", 2))) ** 2
+    return 4 * int(c.get("num_attention_heads", 16)) * int(c.get("attention_head_dim", 72)) * tokens
+
+
+DENOISERS = {
+    "UNet2DModel": DenoiserKind(
+        "UNet2DModel", check_unet_config, lambda c: (c.get("num_class_embeds"), None), _unet_width
+    ),
+    # diffusers' DiT embeds num_embeds_ada_norm labels plus one for condition dropout: the null label
+    "DiTTransformer2DModel": DenoiserKind(
+        "DiTTransformer2DModel",
+        check_dit_config,
+        lambda c: (c["num_embeds_ada_norm"], c["num_embeds_ada_norm"]),
+        _dit_width,
+    ),
+}
+
+
+def denoiser_kind(
+    config: Any, where: str = "denoiser config", error: type[RoseError] = RoseError
+) -> DenoiserKind:
+    """The kind a denoiser config names (``_class_name``; a UNet2DModel where it names none)."""
+    name = config.get("_class_name", "UNet2DModel") if isinstance(config, dict) else "UNet2DModel"
+    if name not in DENOISERS:
+        raise error(f"{where} holds a {shown(name)}; roseood reads {' and '.join(DENOISERS)} denoisers")
+    return DENOISERS[name]
+
+
+def check_denoiser_config(
+    config: Any, where: str = "denoiser config", error: type[RoseError] = RoseError
+) -> dict[str, Any]:
+    """A checked denoiser config of a kind roseood reads, its class kept in ``_class_name``."""
+    kind = denoiser_kind(config, where, error)
+    return kind.check(config, where, error) | {"_class_name": kind.name}
+
+
+def meta_denoiser(config: dict[str, Any]) -> Any:
+    """The denoiser of a checked ``config`` built and run once on torch's meta device (no memory): finds a
+    config its blocks cannot be built or run from (one-line ``RoseError``), and gives the weights' names
+    and shapes before any is allocated."""
+    kind = denoiser_kind(config)
+    plain = {k: v for k, v in config.items() if not k.startswith("_")}
+    size, channels = plain["sample_size"], plain.get("in_channels", 3 if kind.name == "UNet2DModel" else 4)
+    try:
+        with quiet_diffusers(), torch.device("meta"), torch.no_grad():
+            net = getattr(diffusers_module(), kind.name).from_config(plain)
+            one = torch.zeros(1, dtype=torch.long)  # a timestep, and a class label where it takes one
+            predict(net, torch.zeros(1, channels, size, size), one, one if kind.classes(plain)[0] else None)
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        AttributeError,
+        RuntimeError,
+        IndexError,
+        ArithmeticError,
+    ) as exc:
+        raise RoseError(f"cannot build a {kind.name} from its config ({first_line(exc)})") from None
+    return net
+
+
+def build_denoiser(config: dict[str, Any], k: int) -> Any:
+    """The denoiser of a checked ``config``, once ``meta_denoiser`` has built it without memory and its two
+    copies (EMA and optimised) and the K-pair noise buffer are known to fit in memory."""
+    meta = meta_denoiser(config)
+    weights = module_bytes(lambda: meta)
+    size, channels = config["sample_size"], meta.config.in_channels
+    noise = k * channels * size * size * 4
+    check_memory(
+        2 * weights + noise,
+        f"a {type(meta).__name__} of {weights // 4:,} weights (EMA and optimised copies) with denoising "
+        f"k = {k} noise images of {channels}×{size}×{size}",
+        hint="lower denoising k" if noise > 2 * weights else "the model is too large for this machine",
+    )
+    with quiet_diffusers():
+        return type(meta).from_config({k: v for k, v in config.items() if not k.startswith("_")})
+
+
+def predict(net: Any, xt: Tensor, t: Tensor, labels: Tensor | None) -> Tensor:
+    """The denoiser's prediction at (x_t, t) and class ``labels`` (None: unconditional); a learned variance
+    (twice the channels out, as DiT's) is dropped: the loss and the samplers read the mean's half."""
+    out = net(xt, timestep=t, class_labels=labels).sample if labels is not None else net(xt, t).sample
+    return out[:, : xt.shape[1]] if out.shape[1] == 2 * xt.shape[1] else out
