@@ -126,3 +126,23 @@ def test_a_vector_condition_and_training_are_refused(tmp_path: Path) -> None:
     (folder / "unet" / "config.json").write_text(json.dumps(config | {"class_embed_type": "timestep"}))
     with pytest.raises(RoseError, match="class_embed_type 'timestep' conditions on a vector"):
         load_model(folder)
+
+
+def test_a_tight_memory_budget_counts_every_class_row_and_keeps_the_scores(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marginal runs K·C denoiser rows per image: ROSE's batch plan counts them all (issue 60, item 7),
+    and a budget of one image per batch scores as an unbounded run does."""
+    import roseood.detectors.rose as rose_module
+    from roseood.detectors import ROSE
+
+    monkeypatch.setattr(rose_module, "in_use", lambda device: 100 << 20)  # the process's memory, held still
+    model = load_model(pipeline(tmp_path / "p"))
+    x = torch.rand(12, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    free = ROSE(model, fisher="diag").fit(x[:8], held_out=x[8:])
+    probe = ROSE(model, fisher="diag", memory="64G")
+    _, per_image = probe._probe(x)
+    tight = probe._plan(x, dict.fromkeys(probe.layers, "diag")).fixed + int(1.5 * per_image)
+    det = ROSE(model, fisher="diag", memory=tight, progress=True).fit(x[:8], held_out=x[8:])
+    assert f"1 image ({2 * CLASSES} rows) per batch" in capsys.readouterr().err
+    np.testing.assert_allclose(det.score(x), free.score(x), rtol=1e-4, atol=1e-6)
