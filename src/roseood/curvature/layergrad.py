@@ -8,11 +8,10 @@ fallback gradients) splits ``a`` and ``δ`` into equal contiguous blocks; ``G_n`
 marks the matrix entries that are parameters (nonzero) and scales the gradient, as ``W ⊙ mask`` does.
 
 ``LayerGrad`` is the interface the Fishers read; three kinds meet it honestly: ``FactoredGrad`` keeps the
-factors (or, once rotated, the matrices), ``RowsGrad`` (``roseood.curvature.rowsgrad``, subclassed by the handlers)
-keeps the layer's input and output gradient and forms the matrices straight from them (the factors only
-when read), and
-``SummedGrad`` is a layer called several times in one pass, the sum of its calls, each kept in its own
-form (``join``).
+factors (or, once rotated, the matrices), ``RowsGrad`` (``roseood.curvature.rowsgrad``, subclassed by the
+handlers) keeps the layer's input and output gradient and forms the matrices straight from them (the
+factors only when read), and ``SummedGrad`` is a layer called several times in one pass, the sum of its
+calls, each kept in its own form (``join``).
 """
 
 from __future__ import annotations
