@@ -332,10 +332,10 @@ def default_rcond(g: LayerGrad, dtype: torch.dtype | None = None) -> float:
     return torch.finfo(dtype or g.dtype).eps ** 2 * (d_in + d_out)
 
 
-class KFAC(Fisher):
-    """KFAC factors and their eigenbases; the quadratic form uses the Kronecker eigenvalues."""
+class KroneckerFisher(Fisher):
+    """What the Kronecker-factored Fishers share: the factors A and G, their eigenbases and eigenvalues,
+    packed in files; ``KFAC`` and ``KFACTikhonov`` differ in how they invert them."""
 
-    name = "kfac"
     sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("a_cov", "d_cov", "count")}
     coords = "weight"
 
@@ -351,10 +351,6 @@ class KFAC(Fisher):
         self._cast: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # the bases in the gradients' dtype
         self.in_support: Tensor | None = None  # inputs and outputs that meet a free entry (masked layers)
         self.out_support: Tensor | None = None
-        self.rcond_: float | None = None  # the unspanned level decided by the fit (``unspanned_level``)
-        self._fit_rcond: float | None = None  # ``default_rcond`` of the gradients fitted on
-        self._unspanned: Tensor | None = None  # where the eigenvalues are at most that level
-        self._decided = False
 
     def _update_factors(self, g: LayerGrad) -> None:
         # Factor scales are irrelevant for EKFAC (only eigenvectors are used); KFAC uses the
@@ -374,7 +370,6 @@ class KFAC(Fisher):
         self.a_cov = ac if self.a_cov is None else self.a_cov + ac
         self.d_cov = dc if self.d_cov is None else self.d_cov + dc
         self.count += g.n
-        self._fit_rcond = default_rcond(g)
 
     def update(self, g: LayerGrad, pass_index: int) -> None:
         if pass_index == 0:
@@ -388,6 +383,108 @@ class KFAC(Fisher):
             self.eig_in, self.u_in = factors.eigh(self.a_cov / self.count, self.in_support)
             self.eig_out, self.u_out = factors.eigh(self.d_cov / self.count, self.out_support)
             self.a_cov = self.d_cov = self.in_support = self.out_support = None  # bases suffice now
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> None:
+        super().map_tensors(fn)
+        if self._packed is not None:
+            self._packed = {k: {n: fn(t) for n, t in v.items()} for k, v in self._packed.items()}
+
+    def _bases(self, g: LayerGrad) -> tuple[Tensor, Tensor]:
+        """The eigenbases (output, input) on ``g``'s device, rebuilt from the packed ones once loaded."""
+        self._follow(g)
+        if self.u_in is None and self._packed is not None:  # loaded: rebuild the bases on first use
+            self.u_in, self.u_out = (unpack_orthogonal(self._packed[k]) for k in ("u_in", "u_out"))
+        assert self.u_out is not None and self.u_in is not None
+        return self.u_out, self.u_in
+
+    def _rotate(self, g: LayerGrad) -> LayerGrad:
+        u_out, u_in = self._bases(g)
+        c = self._cast
+        if c is None or c[0] is not u_out or c[1] is not u_in or c[2].dtype != g.dtype:
+            c = self._cast = (u_out, u_in, u_out.to(g.dtype), u_in.to(g.dtype))
+        return g.rotated(c[2], c[3])
+
+    def _eigenvalues(self) -> Tensor:
+        assert self.eig_out is not None and self.eig_in is not None
+        # outer product per group, blocks stacked like the gradient matrix
+        return (self.eig_out.clamp_min(0)[..., :, None] * self.eig_in.clamp_min(0)[..., None, :]).flatten(
+            0, -2
+        )
+
+    def _values(self) -> dict[str, Tensor | None]:
+        """The eigenvalues scoring needs, by attribute name."""
+        return {"eig_in": self.eig_in, "eig_out": self.eig_out}
+
+    @classmethod
+    def file_bytes(cls, shape: LayerShape) -> int:
+        # Householder reflectors and tau: n(n+1)/2 float32 numbers per basis, plus the eigenvalues
+        bases = shape.groups * (shape.d_in * (shape.d_in + 1) + shape.d_out * (shape.d_out + 1)) // 2
+        return 4 * (bases + cls._eigenvalue_count(shape))
+
+    @classmethod
+    def _eigenvalue_count(cls, shape: LayerShape) -> int:
+        return shape.groups * (shape.d_in + shape.d_out)
+
+    @classmethod
+    def work_bytes(cls, shape: LayerShape) -> int:
+        # float64 factors, a batch's factors, their bases (and eigh's copy), the float32 cast of the bases
+        return 4 * 8 * shape.factors + 4 * shape.factors + 2 * 8 * cls._eigenvalue_count(shape)
+
+    def state(self) -> dict[str, Any]:
+        values = {k: v.float() for k, v in self._values().items() if v is not None}
+        plain = {"count": self.count, "rcond": self.unspanned_level()}
+        if self._packed is not None:
+            return self._packed | values | plain
+        assert self.u_in is not None and self.u_out is not None
+        bases = {"u_in": pack_orthogonal(self.u_in), "u_out": pack_orthogonal(self.u_out)}
+        return bases | values | plain
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Keeps the packed bases; they are rebuilt (≈0.5 s for a 2049-wide layer) when first scored.
+        Refuses bases and eigenvalues of inconsistent sizes, non-finite or negative eigenvalues."""
+        self._packed = {k: _packed_basis(field(state, k, dict), k) for k in ("u_in", "u_out")}
+        self.u_in = self.u_out = None
+        for k in self._values():
+            setattr(self, k, tensor(field(state, k, Tensor), k, nonnegative=k == "scale").double())
+        self.count = count(state, "count")
+        self._load_level(state.get("rcond"))  # absent from files saved before it was decided at fit
+        self._check_sizes()
+
+    def unspanned_level(self) -> float | None:
+        """The level below which directions count as not spanned by the fit (``KFAC.unspanned_level``);
+        None: no such floor (the factored damping of ``KFACTikhonov`` bounds every weight)."""
+        return None
+
+    def _load_level(self, rcond: Any) -> None:
+        """A fitted Fisher's ``unspanned_level`` from its file: a Fisher without a floor keeps none."""
+
+    def _check_sizes(self) -> None:
+        """Eigenvalues of one input and one output coordinate per basis column."""
+        assert self._packed is not None and self.eig_in is not None and self.eig_out is not None
+        for k, eig in (("in", self.eig_in), ("out", self.eig_out)):
+            if tuple(eig.shape) != tuple(self._packed[f"u_{k}"]["tau"].shape):
+                raise CheckpointError(f"field 'eig_{k}' does not fit its basis u_{k}")
+
+
+class KFAC(KroneckerFisher):
+    """KFAC factors and their eigenbases; the quadratic form uses the Kronecker eigenvalues, less the
+    rounding of directions the fit images do not span (``unspanned_level``)."""
+
+    name = "kfac"
+
+    def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
+        super().__init__(damping, rcond)
+        self.rcond_: float | None = None  # the unspanned level decided by the fit (``unspanned_level``)
+        self._fit_rcond: float | None = None  # ``default_rcond`` of the gradients fitted on
+        self._unspanned: Tensor | None = None  # where the eigenvalues are at most that level
+        self._decided = False
+
+    def _update_factors(self, g: LayerGrad) -> None:
+        super()._update_factors(g)
+        self._fit_rcond = default_rcond(g)
+
+    def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
+        super().end_pass(pass_index, factors)
         if pass_index == self.passes - 1:
             self.rcond_ = self.rcond if self.rcond is not None else self._fit_rcond
 
@@ -420,33 +517,6 @@ class KFAC(Fisher):
         well above it (an input the fit images never had)."""
         return self.rcond_
 
-    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> None:
-        super().map_tensors(fn)
-        if self._packed is not None:
-            self._packed = {k: {n: fn(t) for n, t in v.items()} for k, v in self._packed.items()}
-
-    def _bases(self, g: LayerGrad) -> tuple[Tensor, Tensor]:
-        """The eigenbases (output, input) on ``g``'s device, rebuilt from the packed ones once loaded."""
-        self._follow(g)
-        if self.u_in is None and self._packed is not None:  # loaded: rebuild the bases on first use
-            self.u_in, self.u_out = (unpack_orthogonal(self._packed[k]) for k in ("u_in", "u_out"))
-        assert self.u_out is not None and self.u_in is not None
-        return self.u_out, self.u_in
-
-    def _rotate(self, g: LayerGrad) -> LayerGrad:
-        u_out, u_in = self._bases(g)
-        c = self._cast
-        if c is None or c[0] is not u_out or c[1] is not u_in or c[2].dtype != g.dtype:
-            c = self._cast = (u_out, u_in, u_out.to(g.dtype), u_in.to(g.dtype))
-        return g.rotated(c[2], c[3])
-
-    def _eigenvalues(self) -> Tensor:
-        assert self.eig_out is not None and self.eig_in is not None
-        # outer product per group, blocks stacked like the gradient matrix
-        return (self.eig_out.clamp_min(0)[..., :, None] * self.eig_in.clamp_min(0)[..., None, :]).flatten(
-            0, -2
-        )
-
     def quad(self, g: LayerGrad) -> Tensor:
         """``Σ_ij r_ij² / (λ_ij + damping)`` of the rotated gradient r, less each component's rounding in
         the directions the Fisher does not span (``unspanned_level``)."""
@@ -457,54 +527,10 @@ class KFAC(Fisher):
             return rot.weighted_square(weight)
         return rot.floored_square(weight, floor, default_rcond(g))  # less this gradient's own rounding
 
-    def _values(self) -> dict[str, Tensor | None]:
-        """The eigenvalues scoring needs, by attribute name."""
-        return {"eig_in": self.eig_in, "eig_out": self.eig_out}
-
-    @classmethod
-    def file_bytes(cls, shape: LayerShape) -> int:
-        # Householder reflectors and tau: n(n+1)/2 float32 numbers per basis, plus the eigenvalues
-        bases = shape.groups * (shape.d_in * (shape.d_in + 1) + shape.d_out * (shape.d_out + 1)) // 2
-        return 4 * (bases + cls._eigenvalue_count(shape))
-
-    @classmethod
-    def _eigenvalue_count(cls, shape: LayerShape) -> int:
-        return shape.groups * (shape.d_in + shape.d_out)
-
-    @classmethod
-    def work_bytes(cls, shape: LayerShape) -> int:
-        # float64 factors, a batch's factors, their bases (and eigh's copy), the float32 cast of the bases
-        return 4 * 8 * shape.factors + 4 * shape.factors + 2 * 8 * cls._eigenvalue_count(shape)
-
-    def state(self) -> dict[str, Any]:
-        values = {k: v.float() for k, v in self._values().items() if v is not None}
-        plain = {"count": self.count, "rcond": self.rcond_}
-        if self._packed is not None:
-            return self._packed | values | plain
-        assert self.u_in is not None and self.u_out is not None
-        bases = {"u_in": pack_orthogonal(self.u_in), "u_out": pack_orthogonal(self.u_out)}
-        return bases | values | plain
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Keeps the packed bases; they are rebuilt (≈0.5 s for a 2049-wide layer) when first scored.
-        Refuses bases and eigenvalues of inconsistent sizes, non-finite or negative eigenvalues."""
-        self._packed = {k: _packed_basis(field(state, k, dict), k) for k in ("u_in", "u_out")}
-        self.u_in = self.u_out = None
-        for k in self._values():
-            setattr(self, k, tensor(field(state, k, Tensor), k, nonnegative=k == "scale").double())
-        self.count = count(state, "count")
-        rcond = state.get("rcond")  # absent from files saved before it was decided at fit
+    def _load_level(self, rcond: Any) -> None:
         if rcond is not None and (not isinstance(rcond, float) or not 0.0 <= rcond < 1.0):
             raise CheckpointError(f"field 'rcond' must be a number in [0, 1), got {shown(rcond)}")
         self.rcond_, self._unspanned, self._decided = rcond, None, False
-        self._check_sizes()
-
-    def _check_sizes(self) -> None:
-        """Eigenvalues of one input and one output coordinate per basis column."""
-        assert self._packed is not None and self.eig_in is not None and self.eig_out is not None
-        for k, eig in (("in", self.eig_in), ("out", self.eig_out)):
-            if tuple(eig.shape) != tuple(self._packed[f"u_{k}"]["tau"].shape):
-                raise CheckpointError(f"field 'eig_{k}' does not fit its basis u_{k}")
 
 
 class EKFAC(KFAC):
@@ -557,7 +583,7 @@ class EKFAC(KFAC):
             raise CheckpointError("field 'scale' does not fit the bases u_in and u_out")
 
 
-class KFACTikhonov(KFAC):
+class KFACTikhonov(KroneckerFisher):
     """KFAC with factored Tikhonov damping (Martens & Grosse 2015, §6.3): ``F⁻¹ ≈ (A + ε_A I)⁻¹ ⊗ (G +
     ε_G I)⁻¹``, each factor damped by √``damping`` × its mean eigenvalue (scale-free; a factor whose
     eigenvalues are all 0 by √``damping``). The inverse is a Kronecker product, so a layer's score is the
@@ -569,12 +595,8 @@ class KFACTikhonov(KFAC):
     name = "kfac-tikhonov"
 
     def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
-        super().__init__(damping, None)
+        super().__init__(damping, None)  # no rounding floor: the damping bounds every weight
         self._roots: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # bases, then L_out, L_in
-
-    def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
-        super().end_pass(pass_index, factors)
-        self.rcond_ = None
 
     def _root(self, u: Tensor, eig: Tensor) -> Tensor:
         """``U diag((λ + ε)^-½)``: its outer square is the damped factor's inverse (per group)."""
@@ -592,10 +614,6 @@ class KFACTikhonov(KFAC):
             roots = self._root(u_out, self.eig_out).to(g.dtype), self._root(u_in, self.eig_in).to(g.dtype)
             r = self._roots = (u_out, u_in, *roots)
         return g.kronecker_square(r[2], r[3])
-
-    def unspanned_level(self) -> float | None:
-        """None: the factored damping bounds every weight (``KFAC.unspanned_level`` for the others)."""
-        return None
 
 
 FISHERS: Registry[str, type[Fisher]] = Registry("Fisher approximation")
