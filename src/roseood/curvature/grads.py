@@ -202,91 +202,37 @@ class LayerGradients:
         w.r.t. the ``z`` runs the backward pass through every layer while tensor hooks read each
         ``∂loss/∂y`` in flight, so no output gradient outlives its layer."""
         n = x.shape[0]
-        zeros: list[Tensor] = []
-        inputs: dict[int, list[Tensor | None]] = {i: [] for i in layers}
-        shapes: dict[int, list[torch.Size]] = {i: [] for i in layers}
-        arrived: dict[int, dict[int, LayerGrad]] = {i: {} for i in layers}
-        reached: dict[tuple[int, int, int, int], Tensor] = {}  # rows the first sample's loss reaches
-        mode = {"probing": False}
-
-        def layer_grad(i: int, c: int, gy: Tensor) -> None:
-            handler = self.handlers[i]
-            assert handler is not None
-            inp = inputs[i][c]
-            assert inp is not None
-            g = handler.grad(self.modules[i], inp, gy, self._mask(i))
-            try:
-                arrived[i][c] = g.per_sample(n, self._orders.get((i, c, gy.shape[0], n)))
-            except ValueError as e:
-                raise RoseError(f"layer {self.names[i]}: {e}") from None
-            inputs[i][c] = None
-            if len(arrived[i]) == len(shapes[i]):
-                done = join([arrived[i].pop(k) for k in sorted(arrived[i])])
-                done.coords = self._coords.get(i)
-                consume(i, done)
-
-        def grad_hook(i: int, c: int) -> Callable[[Tensor], None]:
-            def read(gy: Tensor) -> None:
-                if mode["probing"]:
-                    reached[(i, c, gy.shape[0], n)] = gy.detach().flatten(1).ne(0).any(1)
-                else:
-                    layer_grad(i, c, gy.detach())
-
-            return read
-
-        def hook(i: int) -> Callable[[nn.Module, tuple[Tensor, ...], Tensor], Tensor]:
-            def store(_m: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> Tensor:
-                inputs[i].append(inp[0].detach())
-                shapes[i].append(out.shape)
-                zeros.append(out.new_zeros((), requires_grad=True))
-                passed = out + zeros[-1]
-                passed.register_hook(grad_hook(i, len(shapes[i]) - 1))
-                return passed
-
-            return store
-
-        handles = [self.modules[i].register_forward_hook(hook(i)) for i in layers]
+        run = _Pass(self, n, layers, consume)
+        handles = [self.modules[i].register_forward_hook(run.hook(i)) for i in layers]
         try:
             with torch.enable_grad():
                 loss = loss_fn(x)
                 check_loss_rows(loss, n)
-                missing = [self.names[i] for i in layers if not shapes[i]]
+                missing = [self.names[i] for i in layers if not run.shapes[i]]
                 if missing:
                     raise RoseError(f"layers {missing} were not used by the model's forward pass")
-                keys = [(i, c, s[0], n) for i in layers for c, s in enumerate(shapes[i])]
-                self._probe(
-                    loss, zeros, [k for k in keys if k[2] != n and k not in self._orders], reached, mode
-                )
-                torch.autograd.grad(loss.sum(), zeros, allow_unused=True)
+                keys = [(i, c, s[0], n) for i in layers for c, s in enumerate(run.shapes[i])]
+                self._probe(loss, run, [k for k in keys if k[2] != n and k not in self._orders])
+                torch.autograd.grad(loss.sum(), run.zeros, allow_unused=True)
         finally:
             for h in handles:
                 h.remove()
         for i in layers:  # calls whose output the loss never reached: a zero gradient
-            for c, shape in enumerate(shapes[i]):
-                if inputs[i][c] is not None:
-                    layer_grad(i, c, x.new_zeros(shape))
+            for c, shape in enumerate(run.shapes[i]):
+                if run.inputs[i][c] is not None:
+                    run.layer_grad(i, c, x.new_zeros(shape))
         return loss.detach()
 
-    def _probe(
-        self,
-        loss: Tensor,
-        zeros: list[Tensor],
-        probe: list[tuple[int, int, int, int]],
-        reached: dict[tuple[int, int, int, int], Tensor],
-        mode: dict[str, bool],
-    ) -> None:
+    def _probe(self, loss: Tensor, run: _Pass, probe: list[tuple[int, int, int, int]]) -> None:
         """Learn which sample owns each row of the expanded calls ``probe`` (new batch shapes): one
         backward pass of the first sample's loss alone, its hooks recording the rows it reaches."""
         if not probe:
             return
-        mode["probing"] = True
         first = torch.zeros_like(loss)
         first[0] = 1.0
-        try:
-            torch.autograd.grad(loss, zeros, first, retain_graph=True, allow_unused=True)
-        finally:
-            mode["probing"] = False
-        self._orders |= self._owners(probe, reached, loss.device)
+        with run.probing():
+            torch.autograd.grad(loss, run.zeros, first, retain_graph=True, allow_unused=True)
+        self._orders |= self._owners(probe, run.reached, loss.device)
 
     def _owners(
         self,
@@ -385,3 +331,69 @@ class LayerGradients:
                 for i, g in self._vmapped(loss_fn, x, slow).items():
                     consume(self.names[i], g)
         return loss
+
+
+class _Pass:
+    """One hooked forward and backward pass of ``LayerGradients._hooked``: each layer call's input and
+    output shape, the zero leaves its outputs pass through, the gradients that have arrived per call, and
+    (while ``probing``) the rows the first sample's loss reaches instead of gradients."""
+
+    def __init__(
+        self, grads: LayerGradients, n: int, layers: list[int], consume: Callable[[int, LayerGrad], None]
+    ) -> None:
+        self.grads, self.n, self.consume = grads, n, consume
+        self.zeros: list[Tensor] = []
+        self.inputs: dict[int, list[Tensor | None]] = {i: [] for i in layers}
+        self.shapes: dict[int, list[torch.Size]] = {i: [] for i in layers}
+        self.arrived: dict[int, dict[int, LayerGrad]] = {i: {} for i in layers}
+        self.reached: dict[tuple[int, int, int, int], Tensor] = {}  # rows the first sample's loss reaches
+        self._probing = False
+
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        """Inside the block the output-gradient hooks record the rows reached, not gradients."""
+        self._probing = True
+        try:
+            yield
+        finally:
+            self._probing = False
+
+    def layer_grad(self, i: int, c: int, gy: Tensor) -> None:
+        """Call ``c`` of layer ``i`` has its output gradient: its per-sample gradients, handed on once
+        every call of the layer has arrived."""
+        g = self.grads
+        handler, inp = g.handlers[i], self.inputs[i][c]
+        assert handler is not None and inp is not None
+        grad = handler.grad(g.modules[i], inp, gy, g._mask(i))
+        try:
+            self.arrived[i][c] = grad.per_sample(self.n, g._orders.get((i, c, gy.shape[0], self.n)))
+        except ValueError as e:
+            raise RoseError(f"layer {g.names[i]}: {e}") from None
+        self.inputs[i][c] = None
+        if len(self.arrived[i]) == len(self.shapes[i]):
+            done = join([self.arrived[i].pop(k) for k in sorted(self.arrived[i])])
+            done.coords = g._coords.get(i)
+            self.consume(i, done)
+
+    def grad_hook(self, i: int, c: int) -> Callable[[Tensor], None]:
+        def read(gy: Tensor) -> None:
+            if self._probing:
+                self.reached[(i, c, gy.shape[0], self.n)] = gy.detach().flatten(1).ne(0).any(1)
+            else:
+                self.layer_grad(i, c, gy.detach())
+
+        return read
+
+    def hook(self, i: int) -> Callable[[nn.Module, tuple[Tensor, ...], Tensor], Tensor]:
+        """Layer ``i``'s forward hook: keep its input, pass its output on through a zero leaf whose
+        gradient hook reads ``∂loss/∂y``."""
+
+        def store(_m: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> Tensor:
+            self.inputs[i].append(inp[0].detach())
+            self.shapes[i].append(out.shape)
+            self.zeros.append(out.new_zeros((), requires_grad=True))
+            passed = out + self.zeros[-1]
+            passed.register_hook(self.grad_hook(i, len(self.shapes[i]) - 1))
+            return passed
+
+        return store
