@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from roseood.registry import Registry
+
 DATA_ENV_VAR = "ROSEOOD_DATA"
 DEFAULT_DATA_DIR = Path("~/.cache/roseood/data")
 
@@ -30,28 +32,27 @@ class DatasetSpec:
         return f"{self.name}_{split}.npz"
 
 
-DATASETS: dict[str, DatasetSpec] = {
-    spec.name: spec
-    for spec in (
-        DatasetSpec("fashion_mnist", "Fashion-MNIST, 28×28 grayscale clothing", ("train", "test")),
-        DatasetSpec("mnist", "MNIST, 28×28 grayscale digits", ("train", "test")),
-        DatasetSpec("kmnist", "Kuzushiji-MNIST, 28×28 grayscale cursive Japanese", ("train", "test")),
-        DatasetSpec("notmnist", "notMNIST, 28×28 grayscale letters A–J"),
-        DatasetSpec("omniglot", "Omniglot, 28×28 grayscale handwritten characters"),
-        DatasetSpec("cifar10", "CIFAR-10, 32×32 RGB natural images", ("train", "test"), natural=True),
-        DatasetSpec("svhn", "SVHN, 32×32 RGB house numbers", ("train", "test"), natural=True),
-        DatasetSpec("celeba", "CelebA, RGB faces", natural=True),
-        DatasetSpec("lsun", "LSUN, RGB scenes (non-square; resized and centre-cropped)", natural=True),
-        DatasetSpec("noise", "uniform random pixels in 0..255", generated=True),
-        DatasetSpec("constant", "one random value in 0..255 per image and channel", generated=True),
-    )
-}
+DATASETS: Registry[str, DatasetSpec] = Registry("dataset")  # the named sets, as every other plug-in kind
+for _spec in (
+    DatasetSpec("fashion_mnist", "Fashion-MNIST, 28×28 grayscale clothing", ("train", "test")),
+    DatasetSpec("mnist", "MNIST, 28×28 grayscale digits", ("train", "test")),
+    DatasetSpec("kmnist", "Kuzushiji-MNIST, 28×28 grayscale cursive Japanese", ("train", "test")),
+    DatasetSpec("notmnist", "notMNIST, 28×28 grayscale letters A–J"),
+    DatasetSpec("omniglot", "Omniglot, 28×28 grayscale handwritten characters"),
+    DatasetSpec("cifar10", "CIFAR-10, 32×32 RGB natural images", ("train", "test"), natural=True),
+    DatasetSpec("svhn", "SVHN, 32×32 RGB house numbers", ("train", "test"), natural=True),
+    DatasetSpec("celeba", "CelebA, RGB faces", natural=True),
+    DatasetSpec("lsun", "LSUN, RGB scenes (non-square; resized and centre-cropped)", natural=True),
+    DatasetSpec("noise", "uniform random pixels in 0..255", generated=True),
+    DatasetSpec("constant", "one random value in 0..255 per image and channel", generated=True),
+):
+    DATASETS.register(_spec.name, _spec)
 
 
 def dataset_spec(source: str) -> DatasetSpec | None:
     """The named set ``source`` names, written any way the CLI takes it (``CelebA:test``,
     ``fashion-mnist``), or None for anything else (a file, a folder). The one place names are normalised."""
-    return DATASETS.get(source.split(":")[0].strip().lower().replace("-", "_"))
+    return DATASETS.find(source.split(":")[0].strip().lower().replace("-", "_"))
 
 
 def list_datasets() -> list[str]:
