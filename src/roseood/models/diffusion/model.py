@@ -87,21 +87,8 @@ class DiffusionModel(GenerativeModel):
         flow = is_flow_matching(scheduler)
         # what train_loss is: the ε-MSE (DDPM) or the velocity's MSE (flow matching), not a likelihood
         self.objective, self.train_objective = ("flow", "v_mse") if flow else ("ddpm", "eps_mse")
-        scheduler_kind = d.FlowMatchEulerDiscreteScheduler if flow else d.DDPMScheduler
         net = build_denoiser(unet, denoising["k"])
-        with quiet_diffusers():
-            try:
-                sched = scheduler_kind.from_config(scheduler)
-            except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
-                raise RoseError(
-                    f"cannot build a {scheduler_kind.__name__} from its config ({first_line(exc)})"
-                ) from None
-        # flow matching has no ᾱ: an empty schedule, which the DDPM-only detectors never reach
-        alphas = torch.zeros(0) if flow else sched.alphas_cumprod.float()
-        if not flow and (
-            len(alphas) != sched.config.num_train_timesteps or not bool(((alphas >= 0) & (alphas <= 1)).all())
-        ):
-            raise RoseError("the scheduler config gives no valid noise schedule (ᾱ_t outside [0, 1])")
+        sched, alphas = _schedule(d, scheduler, flow)
         space = (net.config.in_channels, unet["sample_size"], unet["sample_size"])
         codec = None if autoencoder is None else Autoencoder(autoencoder)
         channels, size = space[:2] if codec is None else check_latent_shapes(codec, unet)
@@ -446,6 +433,23 @@ class DiffusionModel(GenerativeModel):
             if layers := [n for n in names if n.startswith(f"unet.{part}_block")]:
                 sets[part] = layers
         return sets
+
+
+def _schedule(d: Any, config: dict[str, Any], flow: bool) -> tuple[Any, Tensor]:
+    """The scheduler of a checked ``config`` and its ᾱ_t (DDPM's forward process; flow matching has none:
+    an empty schedule, which the DDPM-only detectors never reach)."""
+    kind = d.FlowMatchEulerDiscreteScheduler if flow else d.DDPMScheduler
+    with quiet_diffusers():
+        try:
+            sched = kind.from_config(config)
+        except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
+            raise RoseError(f"cannot build a {kind.__name__} from its config ({first_line(exc)})") from None
+    alphas = torch.zeros(0) if flow else sched.alphas_cumprod.float()
+    if not flow and (
+        len(alphas) != sched.config.num_train_timesteps or not bool(((alphas >= 0) & (alphas <= 1)).all())
+    ):
+        raise RoseError("the scheduler config gives no valid noise schedule (ᾱ_t outside [0, 1])")
+    return sched, alphas
 
 
 def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
