@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from roseood import validation as v
 from roseood.cli.common import (
@@ -63,7 +63,6 @@ def cmd_score(args: argparse.Namespace) -> None:
     import numpy as np
 
     from roseood import distributed
-    from roseood.contracts import SettableLoss
     from roseood.data import open_images
     from roseood.detectors import load_detector
     from roseood.evaluation.evaluate import model_preprocessing
@@ -94,18 +93,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     )
     data.state_preprocessing()
     log = sys.stderr if to_stdout else sys.stdout
-    if isinstance(
-        models[0], SettableLoss
-    ):  # a DDPM: the pairs its scores depend on, as the detector set them
-        pairs = models[0].loss_settings()
-        shown = ", ".join(f"{k} = {v}" for k, v in pairs.items())
-        print(f"the model's per-image loss, as the detector was fitted: {shown}", file=log)
-    pixels = args.chunk * prep.channels * prep.size**2
-    print(
-        f"scoring {len(data)} images, {args.chunk} read at a time per process (≈ "
-        f"{5 * pixels / 2**20:.0f} MiB of decoded pixels, uint8 and float32, besides the detector's own)",
-        file=log,
-    )
+    _state_scoring(args, models[0], len(data), prep.channels * prep.size**2, log)
     unreadable: list[int] = []
 
     def skipped(index: int, message: str) -> None:
@@ -144,6 +132,21 @@ def cmd_score(args: argparse.Namespace) -> None:
         scores = np.concatenate(chunks) if chunks else np.empty(0)
         page = _score_page(args, det.name, data, scores, threshold, None if to_stdout else str(out))
         print(f"wrote {page}", file=log)
+
+
+def _state_scoring(args: argparse.Namespace, model: Any, images: int, pixels: int, log: TextIO) -> None:
+    """The lines before scoring: a DDPM's loss pairs as the detector set them, and what a chunk holds."""
+    from roseood.contracts import SettableLoss
+
+    if isinstance(model, SettableLoss):  # a DDPM: the pairs its scores depend on, as the detector set them
+        shown = ", ".join(f"{k} = {v}" for k, v in model.loss_settings().items())
+        print(f"the model's per-image loss, as the detector was fitted: {shown}", file=log)
+    print(
+        f"scoring {images} images, {args.chunk} read at a time per process (≈ "
+        f"{5 * args.chunk * pixels / 2**20:.0f} MiB of decoded pixels, uint8 and float32, besides the "
+        "detector's own)",
+        file=log,
+    )
 
 
 def _score_output(args: argparse.Namespace) -> Path:
