@@ -259,6 +259,18 @@ def register(sub: Any) -> None:
         help="95 %% interval of every metric from N bootstrap resamples of the test images (0: none); "
         "it shows the test-image noise, not that of the Fisher images or of the model's training",
     )
+    _add_outputs(p)
+    add_overwrite(p)
+    add_preset(p)
+    add_quiet(p)
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="print every setting (as JSON) before the metrics"
+    )
+    p.set_defaults(func=cmd_evaluate)
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    """What ``rose evaluate`` writes besides its metrics: JSON, report, scores, a detector, a cache."""
     p.add_argument("--json", help="write settings and metrics as JSON to this file")
     add_report_args(
         p,
@@ -283,10 +295,3 @@ def register(sub: Any) -> None:
         help="keep fitted detectors and per-image scores here, keyed by everything that defines them: "
         "a re-run after an interruption computes only what is missing",
     )
-    add_overwrite(p)
-    add_preset(p)
-    add_quiet(p)
-    p.add_argument(
-        "-v", "--verbose", action="store_true", help="print every setting (as JSON) before the metrics"
-    )
-    p.set_defaults(func=cmd_evaluate)
