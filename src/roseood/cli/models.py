@@ -74,26 +74,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             data_dir=args.data_dir,
         )
         data.state_preprocessing(always=True)
-        held_out = None
-        if args.held_out:
-            from roseood.data.registry import list_datasets
-
-            if args.data not in list_datasets():
-                raise RoseError(
-                    f"--held-out reads the test split of a named dataset ({', '.join(list_datasets())}); "
-                    f"{args.data!r} has none, so held-out images could overlap the training images"
-                )
-            test = load_images(  # the first N test images: the same for every seed and machine
-                args.data,
-                split="test",
-                channels=data.images.shape[1],
-                size=data.images.shape[-1],
-                resize=resize,
-                data_dir=args.data_dir,
-            ).images
-            if len(test) < args.held_out:
-                raise RoseError(f"--held-out {args.held_out}: the test split of {args.data} has {len(test)}")
-            held_out = test[: args.held_out]
+        held_out = _held_out(args, data.images.shape, resize) if args.held_out else None
         if model is None:
             family = get_family(args.kind)
             model = family.build_for(data, **family.from_cli_arguments(args))
@@ -125,6 +106,25 @@ def cmd_train(args: argparse.Namespace) -> None:
             curve=args.curve,
         )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
+
+
+def _held_out(args: argparse.Namespace, shape: tuple[int, ...], resize: str) -> Any:
+    """``--held-out N``: the first N test images of the named training set (the same for every seed and
+    machine), read as the training images were; a set without a test split is refused in one line."""
+    from roseood.data import load_images
+    from roseood.data.registry import list_datasets
+
+    if args.data not in list_datasets():
+        raise RoseError(
+            f"--held-out reads the test split of a named dataset ({', '.join(list_datasets())}); "
+            f"{args.data!r} has none, so held-out images could overlap the training images"
+        )
+    test = load_images(
+        args.data, split="test", channels=shape[1], size=shape[-1], resize=resize, data_dir=args.data_dir
+    ).images
+    if len(test) < args.held_out:
+        raise RoseError(f"--held-out {args.held_out}: the test split of {args.data} has {len(test)}")
+    return test[: args.held_out]
 
 
 def cmd_check_model(args: argparse.Namespace) -> None:
