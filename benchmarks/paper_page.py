@@ -3,15 +3,18 @@ committed copies of the bench's ``results.json`` files in ``docs/generated/paper
 with the date, machine, profile and run time the bench recorded).
 
     rose bench table2 --profile cpu --out results/bench
-    python -m benchmarks.paper_page --add results/bench/cpu/table2/results.json   # copy it in
+    python -m benchmarks.paper_page --add results/bench/cpu/table2/results.json ["what to say of the run"]
     python -m benchmarks.paper_page --write                                       # rewrite docs/paper.md
+
+``--add`` records the date the bench wrote the file and an optional note (a selection, what a cache
+reused), both shown in the section.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +58,15 @@ def section(run: dict[str, Any]) -> str:
         rows.append(f"| {' / '.join(r['labels'])} | {_cell(paper)} | {shown} | {delta} | {r['why'] or ''} |")
     where = ", ".join(f"{k} {v}" for k, v in machine.items())
     minutes = run["wall_seconds"] / 60
+    cached = [m for m, how in run.get("models", {}).items() if isinstance(how, dict) and how.get("reused")]
+    reuse = f" (reusing from its cache: {', '.join(cached)})" if cached else ""
+    note = f" {run['note']}" if run.get("note") else ""
     return "\n".join(
         [
             f"## {run['title']}",
             "",
-            f"`rose bench {run['experiment']} --profile {profile['name']}`: {minutes:.0f} min "
-            f"on {where}. Profile cuts: {profile['cuts']}.",
+            f"`rose bench {run['experiment']} --profile {profile['name']}`, {run.get('date', 'no date')}: "
+            f"{minutes:.1f} min{reuse} on {where}.{note} Profile cuts: {profile['cuts']}.",
             "",
             "| row | paper | ours | Δ | note |",
             "|---|---|---|---|---|",
@@ -78,10 +84,16 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--add"] and len(argv) == 2:
-        run = json.loads(Path(argv[1]).read_text())
+    if argv[:1] == ["--add"] and len(argv) in (2, 3):
+        source = Path(argv[1])
+        run = json.loads(source.read_text())
+        written = datetime.fromtimestamp(source.stat().st_mtime, UTC)
+        run["date"] = written.strftime("%Y-%m-%d %H:%M UTC")
+        if len(argv) == 3:
+            run["note"] = argv[2]
         RESULTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(argv[1], RESULTS / f"{run['experiment']}-{run['profile']['name']}.json")
+        target = RESULTS / f"{source.parent.name}-{run['profile']['name']}.json"
+        target.write_text(json.dumps(run, indent=1) + "\n")
     if argv[:1] in (["--add"], ["--write"]):
         PAGE.write_text(render())
         print(f"wrote {PAGE.relative_to(ROOT)}")

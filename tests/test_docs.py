@@ -127,7 +127,19 @@ def test_the_paper_page_is_what_its_committed_results_render():
     text = paper_page.section(run)
     assert "| vae / mnist | 0.980 | 0.990 † | +0.010 |" in text
     assert "| glow / svhn | 0.900 | 0.800 † | **-0.100** | x |" in text
-    assert "10 min on cpu 2 cores" in text
+    assert "no date: 10.0 min on cpu 2 cores" in text
+    noted = paper_page.section(
+        run
+        | {
+            "date": "2026-11-29 09:40 UTC",
+            "note": "VAE rows only.",
+            "models": {"vae-a": {"reused": True}, "vae-b": {"reused": False}},
+        }
+    )
+    assert (
+        "2026-11-29 09:40 UTC: 10.0 min (reusing from its cache: vae-a) on cpu 2 cores. VAE rows only."
+        in noted
+    )
 
 
 def test_numbers_quoted_on_two_pages_agree_with_their_source():
