@@ -200,8 +200,9 @@ def test_rose_on_the_authors_vae_separates_mnist_where_the_likelihood_fails():
 
     model, imgs = demo_model(), demo_images()
     train = imgs["fashion_mnist_train"]
-    det = ROSE(model, fisher="ekfac").fit(train[:400], held_out=train[400:600])
-    fm, mn = imgs["fashion_mnist_test"][:150], imgs["mnist_test"][:150]
+    # 200 + 100 images: AUROC 0.984 here (0.992 with 400 + 200), far above the 0.9 asked, at half the time
+    det = ROSE(model, fisher="ekfac").fit(train[:200], held_out=train[200:300])
+    fm, mn = imgs["fashion_mnist_test"][:100], imgs["mnist_test"][:100]
     torch.manual_seed(0)
     nll = NLL(model).fit(fm)
     assert ood_metrics(nll.score(fm), nll.score(mn))["auroc"] < 0.4
