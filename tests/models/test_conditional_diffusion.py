@@ -14,7 +14,7 @@ import torch
 
 from roseood.errors import RoseError
 from roseood.models import load_model, model_fingerprint, save_model
-from roseood.models.diffusion import diffusers_module
+from roseood.models.diffusion import diffusers_module, export_diffusers
 from tests.curvature.test_grads import assert_batched_grads_exact
 
 CLASSES = 3
@@ -60,7 +60,7 @@ def test_the_default_judges_the_marginal_over_the_classes(tmp_path: Path) -> Non
     assert (losses.max(1).values - losses.min(1).values).min() > 1  # the classes do differ
     expected = -(torch.logsumexp(-losses, 1) - math.log(CLASSES))
     torch.testing.assert_close(model.nll(x), expected, rtol=1e-5, atol=1e-3)
-    assert model.rows_per_input == 2 * CLASSES
+    assert model.rows_per_input == 2  # the loss's rows (one per pair); the classes run inside each
     assert "class-conditional (3 classes): the loss judges p(x) as the marginal" in model.describe()
 
 
@@ -74,6 +74,9 @@ def test_one_label_judges_p_x_given_it_and_is_part_of_the_fingerprint(tmp_path: 
     assert model_fingerprint(model) != model_fingerprint(marginal)
     save_model(model, tmp_path / "m.pt")
     torch.testing.assert_close(load_model(tmp_path / "m.pt").nll(x), model.nll(x))
+    exported = load_model(export_diffusers(model, tmp_path / "out"))  # the condition travels with it
+    assert exported.condition.spec == "label:1"
+    torch.testing.assert_close(exported.nll(x), model.nll(x))
 
 
 def test_per_sample_gradients_of_the_marginal_are_exact(tmp_path: Path) -> None:
@@ -96,6 +99,7 @@ def test_what_each_detector_does_with_a_conditional_model(tmp_path: Path) -> Non
     for detector in (make_detector("rose-bands-stats", marginal), ROSE(marginal)):  # the family default
         scores = detector.fit(x[:16], held_out=x[16:]).score(x[:2])
         assert np.isfinite(scores).all()
+        assert detector.mean_.shape[0] == len(detector.columns)  # bands: one column per timestep
     labelled = load_model(pipeline(tmp_path / "p", condition="label:2"))
     assert np.isfinite(DiffPath(labelled, steps=3).fit(x).score(x[:2])).all()
     assert labelled.generate(2, steps=3).shape == marginal.generate(3, steps=3)[:2].shape == (2, 1, 8, 8)
@@ -131,18 +135,21 @@ def test_a_vector_condition_and_training_are_refused(tmp_path: Path) -> None:
 def test_a_tight_memory_budget_counts_every_class_row_and_keeps_the_scores(
     tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The marginal runs K·C denoiser rows per image: ROSE's batch plan counts them all (issue 60, item 7),
-    and a budget of one image per batch scores as an unbounded run does."""
+    """The marginal runs K·C denoiser rows per image: ROSE's memory plan measures an image at C× the
+    denoiser rows of one label (issue 60, item 7), and a budget of one image per batch scores as an
+    unbounded run does."""
     import roseood.detectors.rose as rose_module
     from roseood.detectors import ROSE
 
     monkeypatch.setattr(rose_module, "in_use", lambda device: 100 << 20)  # the process's memory, held still
     model = load_model(pipeline(tmp_path / "p"))
+    one_label = load_model(pipeline(tmp_path / "q", condition="label:0"))
     x = torch.rand(12, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     free = ROSE(model, fisher="diag").fit(x[:8], held_out=x[8:])
     probe = ROSE(model, fisher="diag", memory="64G")
     _, per_image = probe._probe(x)
+    assert per_image > 2 * ROSE(one_label, fisher="diag", memory="64G")._probe(x)[1]  # C = 3 rows each
     tight = probe._plan(x, dict.fromkeys(probe.layers, "diag")).fixed + int(1.5 * per_image)
     det = ROSE(model, fisher="diag", memory=tight, progress=True).fit(x[:8], held_out=x[8:])
-    assert f"1 image ({2 * CLASSES} rows) per batch" in capsys.readouterr().err
+    assert "1 image (2 rows) per batch" in capsys.readouterr().err
     np.testing.assert_allclose(det.score(x), free.score(x), rtol=1e-4, atol=1e-6)

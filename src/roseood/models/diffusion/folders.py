@@ -32,7 +32,8 @@ WEIGHTS = "diffusion_pytorch_model"  # diffusers' weight file name (.safetensors
 def export_diffusers(model: DiffusionModel, folder: str | Path) -> Path:
     """Write ``model`` as a diffusers ``DDPMPipeline`` folder (``unet/`` with the EMA weights,
     ``scheduler/``, ``model_index.json``; a latent model as an ``LDMPipeline``, its autoencoder in
-    ``vqvae/``) plus ``roseood.json`` with its denoising-loss pairs' settings."""
+    ``vqvae/``; a DiT as a ``DiTPipeline``) plus ``roseood.json`` with its denoising-loss pairs' settings
+    and, for a class-conditional model, its condition."""
     model = as_diffusion_model(model, "export to diffusers")
     d = diffusers_module()
     folder = Path(folder)
@@ -45,9 +46,10 @@ def export_diffusers(model: DiffusionModel, folder: str | Path) -> Path:
     else:
         pipe = d.LDMPipeline(vqvae=model.autoencoder.net, unet=model.unet, scheduler=model.scheduler)
         pipe.save_pretrained(folder)
-    (folder / ROSEOOD_JSON).write_text(
-        json.dumps({"denoising": model.denoising, "ema_decay": model.ema_decay})
-    )
+    ours = {"denoising": model.denoising, "ema_decay": model.ema_decay}
+    if model.condition.classes is not None:  # what a class-conditional model judges, read back as written
+        ours["condition"] = model.condition.spec
+    (folder / ROSEOOD_JSON).write_text(json.dumps(ours))
     return folder
 
 

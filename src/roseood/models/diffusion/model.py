@@ -190,9 +190,10 @@ class DiffusionModel(GenerativeModel):
 
     @property
     def rows_per_input(self) -> int:
-        """UNet batch rows per image in the per-image loss (K, times C for the marginal over C classes):
-        ROSE sizes its batches by rows."""
-        return self.k * self.condition.copies
+        """Rows per image of the per-image loss (K, one per pair, as ``row_loss`` takes them): ROSE sizes
+        its batches by rows. The marginal over C classes runs C denoiser rows inside each, which ROSE's
+        memory plan measures with the rest of an image's cost."""
+        return self.k
 
     def row_labels(self) -> list[int]:
         """The timestep of each of an image's K rows (σ·T rounded down, in flow matching)."""
@@ -322,9 +323,7 @@ class DiffusionModel(GenerativeModel):
         """Per-image loss at the K fixed pairs: the K noisy copies of each image in one batch of N·K
         rows (image-major), each image's loss the sum of its K rows' weighted squared errors (of ε, or of
         the velocity in flow matching; summed over pixels)."""
-        self.check_batch(x, copies=self.rows_per_input)
-        z = self.to_model_space(x).repeat_interleave(self.k, 0)
-        return self.condition.combine(self._space_errors(z).view(x.shape[0], self.k, -1).sum(1))
+        return self.condition.combine(self._image_errors(x).sum(1))
 
     def row_loss(self, rows: Tensor) -> Tensor:
         """The weighted squared error of each row (N·K,) of ``rows``: each image K times in a row
@@ -334,6 +333,13 @@ class DiffusionModel(GenerativeModel):
             raise RoseError(f"row_loss takes each image {self.k} times in a row, got {rows.shape[0]} rows")
         self.check_batch(rows, copies=self.condition.copies)
         return self.condition.combine(self._space_errors(self.to_model_space(rows)))
+
+    def _image_errors(self, x: Tensor) -> Tensor:
+        """The weighted squared errors (N, K, C) of images ``x`` at every pair and class (C = 1 but for
+        the marginal over C classes): what the loss and the per-timestep statistics combine."""
+        self.check_batch(x, copies=self.k * self.condition.copies)
+        z = self.to_model_space(x).repeat_interleave(self.k, 0)
+        return self._space_errors(z).view(x.shape[0], self.k, -1)
 
     def _space_errors(self, z: Tensor) -> Tensor:
         """The weighted squared errors (N·K, C) of rows already in model space (each image's K copies in a
@@ -348,10 +354,9 @@ class DiffusionModel(GenerativeModel):
     def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
         """The weighted squared error of each image at each of the K fixed pairs, named ``eps_mse@t``
         (``v_mse@t`` in flow matching): the loss ROSE differentiates, one statistic per timestep."""
-        self.check_batch(x, copies=self.rows_per_input)
         with torch.no_grad():
-            z = self.to_model_space(x).repeat_interleave(self.k, 0)
-            rows = self.condition.combine(self._space_errors(z)).view(-1, self.k)
+            errors = self._image_errors(x)
+            rows = self.condition.combine(errors.flatten(0, 1)).view(-1, self.k)
         return {f"{self.train_objective}@{t}": rows[:, j] for j, t in enumerate(self.row_labels())}
 
     # -- GenerativeModel ---------------------------------------------------------------------------
@@ -403,10 +408,11 @@ class DiffusionModel(GenerativeModel):
         if unknown:
             raise RoseError(f"a diffusion model generates with steps only, not {', '.join(sorted(unknown))}")
         labels = None
-        if self.condition.classes is not None:
-            gen = torch.Generator().manual_seed(seed + 1)  # not the noise's stream
-            drawn = torch.randint(self.condition.classes, (n,), generator=gen)
-            labels = drawn if self.condition.label is None else torch.full((n,), self.condition.label)
+        if self.condition.label is not None:
+            labels = torch.full((n,), self.condition.label)
+        elif self.condition.classes is not None:  # the marginal: a class per image, not the noise's stream
+            gen = torch.Generator().manual_seed(seed + 1)
+            labels = torch.randint(self.condition.classes, (n,), generator=gen)
         steps = options.get("steps", 50)
         return sample_images(self, n=n, steps=steps, seed=seed, progress=progress, labels=labels)
 

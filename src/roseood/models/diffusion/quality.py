@@ -209,10 +209,10 @@ def sample_images(
     out = []
     for s in show(range(0, n, batch), f"sampling {n} images", enabled=progress, unit="batch"):
         xt = x[s : s + batch].to(device)
+        lab = None if labels is None else labels[s : s + batch].to(device)
         sched.set_timesteps(steps)  # a flow scheduler counts its steps: set again for each batch
         for t in sched.timesteps:
             tt = torch.full((xt.shape[0],), float(t) if flow else int(t), device=device)
-            lab = None if labels is None else labels[s : s + batch].to(device)
             pred = model.predict(xt, tt, lab) if flow else model.eps(xt, tt.long(), labels=lab)
             xt = sched.step(pred, t if flow else int(t), xt).prev_sample
         xt = model.from_model_space(xt)
