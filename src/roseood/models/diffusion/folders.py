@@ -97,9 +97,10 @@ def _weight_file(path: Path) -> dict[str, Tensor]:
     return state
 
 
-def read_unet_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
-    """The UNet's state dict from a diffusers model folder (``diffusion_pytorch_model.safetensors``, ``.bin``,
-    or their sharded ``.index.json``), read without running code; also the file it came from."""
+def read_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
+    """A diffusers component's state dict (the denoiser's, an autoencoder's) from its folder
+    (``diffusion_pytorch_model.safetensors``, ``.bin``, or their sharded ``.index.json``), read without
+    running code; also the file it came from."""
     for ext in (".safetensors", ".bin"):
         single, index = folder / f"{WEIGHTS}{ext}", folder / f"{WEIGHTS}{ext}.index.json"
         if single.is_file():
@@ -114,7 +115,7 @@ def read_unet_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
                     raise CheckpointError(f"{index}: {shown(shard)} is not a shard file of this folder")
                 state |= _weight_file(folder / shard)
             return state, index
-    raise CheckpointError(f"{folder}: no {WEIGHTS}.safetensors or {WEIGHTS}.bin (the UNet's weights)")
+    raise CheckpointError(f"{folder}: no {WEIGHTS}.safetensors or {WEIGHTS}.bin (the component's weights)")
 
 
 def read_roseood_json(path: Path) -> dict[str, Any]:
@@ -188,7 +189,7 @@ def read_autoencoder(folder: Path) -> tuple[dict[str, Any], dict[str, Tensor], P
     """An LDM's autoencoder folder: its checked config (VQModel or AutoencoderKL), weights and their file."""
     config_file = folder / "config.json"
     config = check_autoencoder_config(read_json(config_file), str(config_file), CheckpointError)
-    weights, weights_file = read_unet_weights(folder)
+    weights, weights_file = read_weights(folder)
     return config, weights, weights_file
 
 
@@ -227,7 +228,7 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
         scheduler = check_scheduler_config(read_json(sched_file), str(sched_file), CheckpointError)
     ours = next((f / ROSEOOD_JSON for f in (folder, unet_dir.parent) if (f / ROSEOOD_JSON).is_file()), None)
     extra = read_roseood_json(ours) if ours is not None else {}
-    weights, weights_file = read_unet_weights(unet_dir)
+    weights, weights_file = read_weights(unet_dir)
     plain = {k: v for k, v in unet.items() if not k.startswith("_") or k == "_class_name"}
     sched = {k: v for k, v in scheduler.items() if not k.startswith("_")}
     if is_flow_matching(scheduler):  # the class says the objective
