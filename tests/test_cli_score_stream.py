@@ -4,6 +4,7 @@ and an interrupted run resumed with --resume ends with the same CSV as one that 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +174,10 @@ def test_resume_refuses_rows_edited_by_hand(scored: Path, monkeypatch: pytest.Mo
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and "its rows were changed since they were written" in errors[0]
     assert not (scored / "s.csv").exists()
+    record = scored / "s.csv.partial.json"  # a record without a digest: an earlier roseood's, said so
+    record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "sha256"}))
+    assert score("--out", "s.csv", "--resume") == 2
+    assert "no digest of its rows (written by an earlier roseood)" in capsys.readouterr().err
 
 
 def test_resume_never_replaces_a_finished_output(scored: Path, capsys) -> None:

@@ -345,10 +345,12 @@ class GrowingCsv:
             raise RoseError(f"cannot resume {self.partial}: it is shorter than its record; use --overwrite")
         self.digest.update(data)
         if self.digest.hexdigest() != record.get("sha256"):
-            raise RoseError(
-                f"cannot resume {self.partial}: its rows were changed since they were written (they no "
-                "longer match their record); start over with --overwrite"
+            why = (
+                "its record has no digest of its rows (written by an earlier roseood)"
+                if "sha256" not in record
+                else "its rows were changed since they were written (they no longer match their record)"
             )
+            raise RoseError(f"cannot resume {self.partial}: {why}; start over with --overwrite")
         self.resumed, self.count, self.marks = rows[1:], count, marks
         with open(self.partial, "r+b") as f:  # drop what was written after the last record
             f.truncate(length)
