@@ -19,8 +19,8 @@ from roseood.curvature import (
     LayerGradients,
     make_fisher,
 )
-from roseood.curvature.fisher import pack_orthogonal, unpack_orthogonal
 from roseood.curvature.handlers import declare_mask
+from roseood.curvature.kronecker import pack_orthogonal, unpack_orthogonal
 from roseood.errors import CheckpointError, RoseError
 
 pytestmark = pytest.mark.float_sensitive  # Fisher quadratic forms against dense oracles

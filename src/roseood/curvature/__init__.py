@@ -6,14 +6,11 @@ of a model's layers are usable and how.
 
 from roseood.curvature.check import LayerReport, check_layers, format_layer_report
 from roseood.curvature.fisher import (
-    EKFAC,
     FISHERS,
-    KFAC,
     DenseFisher,
     DiagFisher,
     FactorCache,
     Fisher,
-    KFACTikhonov,
     LayerShape,
     make_fisher,
 )
@@ -30,6 +27,7 @@ from roseood.curvature.handlers import (
     register_layer,
     resolve,
 )
+from roseood.curvature.kronecker import EKFAC, KFAC, KFACTikhonov
 from roseood.curvature.layergrad import FactoredGrad, SummedGrad
 
 __all__ = [
