@@ -13,6 +13,7 @@ import html
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -155,6 +156,21 @@ def evaluation_thresholds(result: EvaluationResult, tpr: float = TPR) -> dict[st
     return out
 
 
+def _auroc_table(result: EvaluationResult, metrics: Mapping[str, Any]) -> tuple[str, str]:
+    """The AUROC table's header cells (one per method) and rows (one per OOD set), as HTML."""
+    head = "".join(f"<th>{_esc(m)}</th>" for m in result.methods)
+    rows = "".join(
+        f"<tr><td>{_esc(s)}</td>"
+        + "".join(
+            f"<td>{metrics[m][s]['auroc']:.3f}</td>" if s in metrics[m] else "<td>–</td>"
+            for m in result.methods
+        )
+        + "</tr>"
+        for s in result.ood_sets
+    )
+    return head, rows
+
+
 def write_evaluation_page(
     result: EvaluationResult,
     out_dir: str | Path,
@@ -177,16 +193,7 @@ def write_evaluation_page(
         if given
         else f"Each method's threshold: {TPR:.0%} of the {_esc(result.in_name)} test images at or below it."
     )
-    head = "".join(f"<th>{_esc(m)}</th>" for m in result.methods)
-    rows = "".join(
-        f"<tr><td>{_esc(s)}</td>"
-        + "".join(
-            f"<td>{metrics[m][s]['auroc']:.3f}</td>" if s in metrics[m] else "<td>–</td>"
-            for m in result.methods
-        )
-        + "</tr>"
-        for s in sets
-    )
+    head, rows = _auroc_table(result, metrics)
     body = [
         f"<h1>{_esc(title)}</h1>",
         f"<p>Model: {_esc(result.settings.get('model', '?'))}. In-distribution set: "

@@ -155,6 +155,24 @@ def plot_histograms(
     )
 
 
+def _shared_bins(ax: Axes, values: list[np.ndarray]) -> tuple[str, list[float]]:
+    """Set ``ax``'s x scale (linear, log or symlog) for ``values`` and return it with one set of bins for
+    all of them, equal-width on that axis over their robust range."""
+    scale, linthresh = histogram_scale(values)
+    lo, hi = _robust_range(values)
+    if scale == "symlog":
+        ax.set_xscale("symlog", linthresh=linthresh)
+        ax.set_xticks(_symlog_ticks(lo, hi, linthresh))
+    else:
+        ax.set_xscale(scale)
+    if lo == hi:  # all scores equal: give the single bar some width
+        pad = 0.05 * abs(lo) or 0.5
+        lo, hi = lo - pad, hi + pad
+    to_axis = ax.xaxis.get_transform()
+    axis_lo, axis_hi = to_axis.transform(np.array([lo, hi]))
+    return scale, to_axis.inverted().transform(np.linspace(axis_lo, axis_hi, HIST_BINS + 1)).tolist()
+
+
 def plot_score_histograms(
     sets: Mapping[str, np.ndarray],
     path: str | Path,
@@ -184,20 +202,7 @@ def plot_score_histograms(
         _no_data(ax, empty)
         return _save(fig, path)
 
-    scale, linthresh = histogram_scale(list(finite.values()))
-    lo, hi = _robust_range(list(finite.values()))
-    if scale == "symlog":
-        ax.set_xscale("symlog", linthresh=linthresh)
-        ax.set_xticks(_symlog_ticks(lo, hi, linthresh))
-    else:
-        ax.set_xscale(scale)
-    if lo == hi:  # all scores equal: give the single bar some width
-        pad = 0.05 * abs(lo) or 0.5
-        lo, hi = lo - pad, hi + pad
-    to_axis = ax.xaxis.get_transform()
-    axis_lo, axis_hi = to_axis.transform(np.array([lo, hi]))
-    bins: list[float] = to_axis.inverted().transform(np.linspace(axis_lo, axis_hi, HIST_BINS + 1)).tolist()
-
+    scale, bins = _shared_bins(ax, list(finite.values()))
     for name, values in finite.items():
         is_ref = name == reference
         label = f"{name} ({'in-distribution, ' if is_ref else ''}n={values.size}"

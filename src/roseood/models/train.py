@@ -430,6 +430,14 @@ def _batch_step(
     return step
 
 
+def _per_dimension(model: RoseModel) -> tuple[str, float]:
+    """The per-dimension figure a person reads and its divisor: bits per dimension of an NLL, else the
+    objective per dimension."""
+    assert isinstance(model, Trainable)  # train refuses other models first
+    dims = input_dims(model)
+    return ("bpd", dims * math.log(2)) if model.train_objective == "nll" else (model.train_objective, dims)
+
+
 def train(
     model: RoseModel,
     images: Tensor | np.ndarray,
@@ -460,30 +468,24 @@ def train(
     """
     if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
-    x = check_model_input(images, model)
-    dims = input_dims(model)
-    objective = model.train_objective
-    # the per-dimension figure a person reads: bits per dimension of an NLL, else the objective per dimension
-    per_dim, unit = (dims * math.log(2), "bpd") if objective == "nll" else (dims, objective)
-    checkpoint = Path(checkpoint)
+    x, device = check_model_input(images, model), distributed.device(device)
+    unit, per_dim = _per_dimension(model)
     gen = torch.Generator().manual_seed(cfg.seed)
-    device = distributed.device(device)
     model.to(device)
     opt = _optimizer(model, cfg)
     digest = array_digest(x.cpu().numpy())
-    state = start_run(checkpoint, model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
+    state = start_run(Path(checkpoint), model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
     if state["epoch"] == 0:
         torch.manual_seed(cfg.seed)
-
     step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device)
     held = None if held_out is None else check_model_input(held_out, model)
     log = _Curve(Path(curve), state["step"]) if curve is not None and distributed.is_main() else None
-    record = _Recorder(model, objective, per_dim, state, device, held, log)
+    record = _Recorder(model, model.train_objective, per_dim, state, device, held, log)
     history = TrainingRun(
         model,
         opt,
         gen,
-        checkpoint,
+        Path(checkpoint),
         state,
         n=x.shape[0],
         epochs=cfg.epochs,

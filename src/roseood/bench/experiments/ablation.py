@@ -24,16 +24,10 @@ from roseood.data import load_images
 from roseood.demo import demo_model
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, column_names
 from roseood.detectors.aggregation import layer_problems, make_aggregation, tie_problem, tie_share
-from roseood.evaluation.evaluate import (
-    OVERALL,
-    fisher_count,
-    load_fit_images,
-    load_ood_sets,
-    overall_scores,
-)
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.rescoring import LayerScores
+from roseood.evaluation.splits import OVERALL, fisher_count, load_fit_images, load_ood_sets, overall_scores
 from roseood.models.base import GenerativeModel
 
 AGGREGATES = ["relu-norm", "relu-norm:beta=3", "max-z", "log-z", "gaussian", "gmm:k=3"]
@@ -115,24 +109,24 @@ def ablation_rows(
                 scores = {k: agg(v) for k, v in columns.items()}
                 if OVERALL in ood:
                     scores[OVERALL] = overall_scores(scores, list(ood_sets), spec.overall_per_set, spec.seed)
-                tested = [scores[in_data], *(scores[k] for k in ood_sets)]
-                rows.append(
-                    {
-                        "fisher": fisher,
-                        "layers": set_name,
-                        "aggregate": aggregate,
-                        "adjust": adjust,
-                        "auroc": {
-                            k: ood_metrics(scores[in_data], s)["auroc"]
-                            for k, s in scores.items()
-                            if k not in (STATS, in_data)
-                        },
-                        "ties_in": tie_share(scores[in_data]),
-                        "ties_all": tie_share(np.concatenate(tested)),
-                        "warnings": problems[adjust] + tie_problem(columns[STATS], labels[adjust], agg),
-                    }
-                )
+                warned = problems[adjust] + tie_problem(columns[STATS], labels[adjust], agg)
+                variant = {"fisher": fisher, "layers": set_name, "aggregate": aggregate, "adjust": adjust}
+                rows.append(variant | _judged(scores, in_data, list(ood_sets)) | {"warnings": warned})
     return rows
+
+
+def _judged(scores: dict[str, np.ndarray], in_data: str, ood: list[str]) -> dict[str, Any]:
+    """A variant's AUROC against each OOD set (and overall) and its share of tied scores."""
+    tested = [scores[in_data], *(scores[k] for k in ood)]
+    return {
+        "auroc": {
+            k: ood_metrics(scores[in_data], s)["auroc"]
+            for k, s in scores.items()
+            if k not in (STATS, in_data)
+        },
+        "ties_in": tie_share(scores[in_data]),
+        "ties_all": tie_share(np.concatenate(tested)),
+    }
 
 
 def variant_label(aggregate: str, adjust: str) -> str:
