@@ -22,7 +22,7 @@ from sklearn.metrics import roc_auc_score
 
 from roseood.data import load_images
 from roseood.detectors import ROSE
-from roseood.evaluation.evaluate import machine_description
+from roseood.machine import machine_description
 from roseood.models import load_model
 from roseood.models.base import RoseModel
 from roseood.models.vae import load_authors_vae
@@ -76,7 +76,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             det.save(Path(tmp) / "d.pt")
             size = (Path(tmp) / "d.pt").stat().st_size
-        kinds = list(det.fisher_kinds_.values())
+        assert det.fishers_ is not None  # fitted above
+        kinds = list(det.fishers_.kinds.values())
         counts = ", ".join(f"{k}: {kinds.count(k)}" for k in sorted(set(kinds)))
         s_in = det.score(test_in)
         aurocs = []

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from roseood.demo import demo_model
 from roseood.detectors import ROSE
-from roseood.evaluation.evaluate import machine_description
+from roseood.machine import machine_description
 from roseood.models import load_model
 from roseood.models.base import GenerativeModel, RoseModel
 

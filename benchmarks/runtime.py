@@ -15,7 +15,7 @@ import torch
 
 from roseood.demo import demo_images, demo_model
 from roseood.detectors import METHODS, make_detector
-from roseood.evaluation.evaluate import machine_description
+from roseood.machine import machine_description
 from roseood.models import load_model
 from roseood.models.base import model_config
 

@@ -32,7 +32,7 @@ import torch
 
 from roseood.bench.profiles import PROFILES
 from roseood.detectors import ROSE, Detector, make_detector
-from roseood.evaluation.evaluate import machine_description
+from roseood.machine import machine_description
 from roseood.memory import format_size, parse_size, set_memory
 from roseood.models.diffusion import DiffusionModel, export_diffusers, is_diffusers_folder, load_diffusers
 
@@ -109,7 +109,7 @@ def agreement(det: ROSE, path: Path, folder: str, x: torch.Tensor) -> dict[str, 
     rel = ((ours - theirs).abs() / theirs.abs().clamp_min(1e-30)).amax(0)
     modules = dict(det.model.named_modules())
     worst: dict[str, float] = {}
-    for name, r in zip(det.fisher_kinds_, rel.tolist(), strict=True):
+    for name, r in zip(det.layers, rel.tolist(), strict=True):
         kind = type(modules[name]).__name__ if name in modules else name.rsplit(".", 1)[-1]
         worst[kind] = max(worst.get(kind, 0.0), r)
     return worst
@@ -152,10 +152,10 @@ def one(method: str, args: argparse.Namespace) -> dict[str, object]:
         "detector_bytes": size,
         "finite_scores": bool(np.isfinite(scores).all()),
     } | ({"cpu_agreement": agree} if agree else {})
-    if isinstance(loaded, ROSE):
-        per_batch = loaded._plan(test, loaded.fisher_kinds_).images
+    if isinstance(loaded, ROSE) and loaded.fishers_ is not None:
+        per_batch = loaded._plan(test, loaded.fishers_.kinds).images
         floor = loss_backward_seconds(model, test, per_batch)
-        kinds = list(loaded.fisher_kinds_.values())
+        kinds = list(loaded.fishers_.kinds.values())
         row |= {
             "images_per_batch": per_batch,
             "loss_fwd_bwd_s": floor,

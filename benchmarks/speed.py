@@ -40,7 +40,7 @@ from torch import Tensor
 from roseood.curvature import FactoredGrad
 from roseood.demo import demo_images, demo_model
 from roseood.detectors import ROSE
-from roseood.evaluation.evaluate import machine_description
+from roseood.machine import machine_description
 from roseood.memory import c_library
 from roseood.models import load_model
 from roseood.models.base import GenerativeModel, RoseModel, model_config
@@ -48,7 +48,8 @@ from roseood.models.base import GenerativeModel, RoseModel, model_config
 
 def per_sample_loop_scores(det: ROSE, x: Tensor) -> Tensor:
     """ROSE as the authors computed it: for each image, backward once and read ``weight.grad``."""
-    modules = dict(det.model.named_modules())
+    modules, fishers = dict(det.model.named_modules()), det.fishers_
+    assert fishers is not None, "fit the detector first"
     out = []
     for i in range(x.shape[0]):
         for param in det.model.parameters():
@@ -65,7 +66,7 @@ def per_sample_loop_scores(det: ROSE, x: Tensor) -> Tensor:
                 else weight.flatten(1)
             )
             lg = FactoredGrad.formed(g[None], positions=1, width_in=g.shape[1])
-            row.append(det.fishers_[name].quad(lg))
+            row.append(fishers[name].quad(lg))
         out.append(torch.cat(row))
     return torch.stack(out)
 

@@ -13,8 +13,8 @@ import torch
 from PIL import Image
 
 from roseood.cli import main
+from roseood.csvfiles import GrowingCsv
 from roseood.models import VAE, save_model
-from roseood.serialization import GrowingCsv
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from roseood.csvfiles import spreadsheet_safe, write_csv
 from roseood.errors import RoseError
 from roseood.serialization import (
     STALE_TMP_S,
@@ -27,9 +28,7 @@ from roseood.serialization import (
     check_output,
     printable,
     save_npy,
-    spreadsheet_safe,
     write_bytes,
-    write_csv,
     write_text,
 )
 

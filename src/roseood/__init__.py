@@ -19,8 +19,9 @@ from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, Ros
 if TYPE_CHECKING:
     from roseood.data import load_images
     from roseood.detectors import ROSE, Detector, Ensemble, load_detector, register_detector
-    from roseood.evaluation.evaluate import EvalSpec, evaluate
+    from roseood.evaluation.evaluate import evaluate
     from roseood.evaluation.metrics import ood_metrics
+    from roseood.evaluation.splits import EvalSpec
     from roseood.models import RoseModel, load_model, open_model, save_model, wrap
 
 _LAZY = {

@@ -6,6 +6,7 @@ check holds on every Python version (from 3.12 ``isinstance`` on a protocol read
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
@@ -156,20 +157,26 @@ class CountsEvaluations(Protocol):
 
 @runtime_checkable
 class SharesFishers(Protocol):
-    """A detector whose fitted Fishers another one with equal ``fisher_settings()``, fitted on the same
-    images, can take instead of fitting its own (ROSE's variants in one ``rose evaluate``)."""
+    """A detector whose fitted Fishers another one with equal ``fisher_arguments``, on the same weights
+    and images, can take instead of fitting its own (ROSE's variants in one ``rose evaluate``)."""
 
-    def fisher_settings(self) -> tuple[Any, ...]:
-        """What decides the fitted Fishers besides the fit images."""
+    @property
+    def fisher_arguments(self) -> Hashable:
+        """What decides the fitted Fishers besides the weights and the fit images."""
         ...
 
-    def score_settings(self) -> tuple[Any, ...] | None:
-        """What decides its raw scores besides the images and the weights: one that took the Fishers of
-        another with equal ones reads the other's scores of the same images (None: never shared)."""
+    @property
+    def score_key(self) -> Hashable | None:
+        """What decides its raw scores besides the images and the weights: detectors with equal ones that
+        share Fishers read each other's scores of the same images (None: drawn anew each time)."""
         ...
 
-    def fit(self, images: Any, held_out: Any = None, *, fishers_from: Any = None) -> Any:
-        """Fit, taking the Fishers of ``fishers_from`` when given."""
+    def fit_fisher(self, images: Any) -> Any:
+        """Fit the Fishers alone on ``images`` and return them."""
+        ...
+
+    def fit(self, images: Any, held_out: Any = None, *, fishers: Any = None) -> Any:
+        """Fit, taking ``fishers`` (what ``fit_fisher`` returned) when given."""
         ...
 
 

@@ -17,10 +17,8 @@ and verified on load.
 from __future__ import annotations
 
 import codecs
-import csv
 import fcntl
 import hashlib
-import io
 import json
 import os
 import stat
@@ -105,7 +103,7 @@ def _os_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def _cannot_write(path: Path, exc: OSError) -> RoseError:
+def cannot_write(path: Path, exc: OSError) -> RoseError:
     """The one-line error for a write to ``path`` that failed with ``exc``."""
     return RoseError(f"cannot write {path}: {exc.strerror or exc}")
 
@@ -146,11 +144,11 @@ def _write_in_place(path: Path, write: Callable[[IO[bytes]], object]) -> Path:
         cause = _os_error(exc)
         if cause is None:
             raise
-        raise _cannot_write(path, cause) from None
+        raise cannot_write(path, cause) from None
     return path
 
 
-def _replace_if_unclaimed(tmp: str, path: Path) -> None:
+def replace_if_unclaimed(tmp: str, path: Path) -> None:
     """Rename ``tmp`` to ``path``; if ``check_output`` claimed ``path`` and another process wrote it since,
     refuse (the other output stays) rather than both processes reporting success. The folder's lock
     makes the check and the rename one step for every roseood writer."""
@@ -188,21 +186,21 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path
         clean_stale_temps(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise _cannot_write(path, exc) from None
+        raise cannot_write(path, exc) from None
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; outputs get the usual permissions
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        _replace_if_unclaimed(tmp, path)
+        replace_if_unclaimed(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if not isinstance(exc, KeyboardInterrupt) and _interrupted(exc):
             raise KeyboardInterrupt from None
         cause = _os_error(exc)
         if cause is not None:
-            raise _cannot_write(path, cause) from None
+            raise cannot_write(path, cause) from None
         raise
     return path
 
@@ -234,168 +232,6 @@ def write_text(path: str | Path, text: str) -> Path:
 def write_json(path: str | Path, obj: Any, indent: int = 2) -> Path:
     """Write ``obj`` as JSON (non-JSON values by ``str``) to ``path`` atomically."""
     return write_text(path, json.dumps(obj, indent=indent, default=str) + "\n")
-
-
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell starting so as a formula
-
-
-def spreadsheet_safe(cell: Any) -> Any:
-    """A text cell that a spreadsheet would run as a formula (``=cmd|...``, ``+1``, ``@SUM``) with a
-    leading ``'``, as OWASP's guidance on CSV injection says; numbers (``-0.5`` too) and other text
-    unchanged."""
-    if not isinstance(cell, str) or not cell.startswith(FORMULA_START):
-        return cell
-    try:
-        float(cell)
-    except ValueError:
-        return "'" + cell
-    return cell
-
-
-def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
-    """Write a UTF-8 CSV with ``header`` and ``rows`` to ``path`` atomically (file names that are not UTF-8
-    as ``\\xNN``, text that a spreadsheet would run as a formula behind a ``'``: ``spreadsheet_safe``);
-    rows are streamed to the temporary file as they come, so a long generator of rows needs no memory."""
-
-    def write(f: IO[bytes]) -> None:
-        text = io.TextIOWrapper(f, encoding="utf-8", errors=NAME_ERRORS, newline="")
-        writer = csv.writer(text)
-        writer.writerow(header)
-        writer.writerows([spreadsheet_safe(c) for c in row] for row in rows)
-        text.flush()
-        text.detach()  # leave the binary file open for atomic_write's fsync
-
-    return atomic_write(path, write)
-
-
-class GrowingCsv:
-    """A CSV written as it grows, for long runs that may be interrupted: rows go to ``PATH.partial``,
-    each ``append`` flushed to disk and recorded (row count and byte length) with the run's ``settings``
-    in ``PATH.partial.json``; ``finish`` renames it to ``PATH``, so ``PATH`` only ever holds a whole run.
-    ``resume=True`` continues the partial file of an interrupted run with the same header and settings
-    (rows past its last record are dropped, their work redone); ``resumed`` are the rows it already
-    held (as text), ``count`` the rows written in all. ``append(rows, mark)`` records a ``mark`` (e.g. a
-    digest of what the rows describe) with the row count it ends at; ``marks`` are those of the rows
-    resumed, for the caller to check that they still hold. The record holds a SHA-256 of the text written,
-    so rows edited by hand between the runs are refused, not continued.
-    Without ``resume`` an existing partial file is refused, unless ``overwrite``."""
-
-    def __init__(
-        self,
-        path: str | Path,
-        header: Sequence[str],
-        settings: Mapping[str, Any],
-        *,
-        resume: bool = False,
-        overwrite: bool = False,
-    ) -> None:
-        self.path = Path(path)
-        self.partial = self.path.with_name(self.path.name + ".partial")
-        self.record = self.path.with_name(self.path.name + ".partial.json")
-        self.settings = {"header": list(header), **settings}
-        self.resumed: list[list[str]] = []
-        self.marks: list[tuple[int, str]] = []
-        self.count = 0
-        self.digest = hashlib.sha256()  # of the text written so far
-        if GrowingCsv.check(path, resume=resume, overwrite=overwrite):
-            self._resume()
-        else:
-            self._append_text(header, [], mode="wb")
-
-    @staticmethod
-    def check(path: str | Path, *, resume: bool, overwrite: bool) -> bool:
-        """Whether a run writing ``path`` resumes a partial file; refuses, before any work, a partial file
-        left by an interrupted run that is neither resumed nor overwritten."""
-        partial = Path(path).with_name(Path(path).name + ".partial")
-        record = partial.with_name(partial.name + ".json")
-        if resume and record.exists():
-            return True
-        if (partial.exists() or record.exists()) and not (resume or overwrite):
-            raise RoseError(
-                f"{partial} holds an interrupted run's rows: continue it with --resume, or start over "
-                "with --overwrite"
-            )
-        return False
-
-    def _resume(self) -> None:
-        try:
-            record = json.loads(self.record.read_text())
-            length, count = int(record["bytes"]), int(record["rows"])
-            marks = [(int(end), str(mark)) for end, mark in record.get("marks", [])]
-            size = self.partial.stat().st_size
-            if not 0 <= length <= size or not 0 <= count <= length or any(e > count for e, _ in marks):
-                raise ValueError(f"its record claims {count} rows in {length} bytes, the file has {size}")
-            with open(self.partial, "rb") as f:
-                data = f.read(length)
-            text = data.decode("utf-8")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise RoseError(f"cannot resume {self.partial}: {exc}; start over with --overwrite") from None
-        if record.get("settings") != self.settings:
-            changed = sorted(
-                k
-                for k in {*self.settings, *record.get("settings", {})}
-                if self.settings.get(k) != record.get("settings", {}).get(k)
-            )
-            raise RoseError(
-                f"cannot resume {self.partial}: it was written with other settings ({', '.join(changed)}); "
-                "start over with --overwrite"
-            )
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-        if len(rows) != count + 1 or len(data) != length:
-            raise RoseError(f"cannot resume {self.partial}: it is shorter than its record; use --overwrite")
-        self.digest.update(data)
-        if self.digest.hexdigest() != record.get("sha256"):
-            why = (
-                "its record has no digest of its rows (written by an earlier roseood)"
-                if "sha256" not in record
-                else "its rows were changed since they were written (they no longer match their record)"
-            )
-            raise RoseError(f"cannot resume {self.partial}: {why}; start over with --overwrite")
-        self.resumed, self.count, self.marks = rows[1:], count, marks
-        with open(self.partial, "r+b") as f:  # drop what was written after the last record
-            f.truncate(length)
-
-    def _append_text(
-        self, header: Sequence[str] | None, rows: list[list[Any]], mode: str, mark: str | None = None
-    ) -> None:
-        text = io.StringIO(newline="")
-        writer = csv.writer(text)
-        if header is not None:
-            writer.writerow(header)
-        writer.writerows([spreadsheet_safe(c) for c in row] for row in rows)
-        data = text.getvalue().encode("utf-8", errors=NAME_ERRORS)
-        try:
-            with open(self.partial, mode) as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-                length = f.tell()
-        except OSError as exc:
-            raise _cannot_write(self.partial, exc) from None
-        if header is not None:
-            self.digest = hashlib.sha256()
-        self.digest.update(data)
-        self.count = self.count + len(rows) if header is None else 0
-        if mark is not None:
-            self.marks.append((self.count, mark))
-        record = {
-            "settings": self.settings,
-            "rows": self.count,
-            "bytes": length,
-            "marks": self.marks,
-            "sha256": self.digest.hexdigest(),
-        }
-        write_json(self.record, record)
-
-    def append(self, rows: Iterable[Sequence[Any]], mark: str | None = None) -> None:
-        """Add ``rows`` (cells as ``write_csv`` writes them) and record them as written, with ``mark``."""
-        self._append_text(None, [list(r) for r in rows], mode="ab", mark=mark)
-
-    def finish(self) -> Path:
-        """Rename the whole file to ``PATH`` (refused if another process wrote ``PATH`` meanwhile)."""
-        _replace_if_unclaimed(str(self.partial), self.path)
-        self.record.unlink(missing_ok=True)
-        return self.path
 
 
 def save_npy(path: str | Path, array: np.ndarray) -> Path:

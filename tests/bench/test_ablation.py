@@ -11,8 +11,8 @@ from roseood.bench import run_experiment
 from roseood.bench.experiments.ablation import VARIANTS, ablation_models, variant_label
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
-from roseood.evaluation.evaluate import fisher_count, load_fit_images
 from roseood.evaluation.rescoring import LayerScores
+from roseood.evaluation.splits import fisher_count, load_fit_images
 from tests.bench.smoke import smoke_workspace
 from tests.conftest import needs_shared_data
 

@@ -139,7 +139,7 @@ def test_statistics_images_must_not_be_the_fishers(tiny_vae, images):
 
 
 def test_beta_and_p_reach_only_aggregations_that_take_them(tiny_vae):
-    assert ROSE(tiny_vae, aggregate="log-z", p=2.0).aggregation_.params() == {
+    assert ROSE(tiny_vae, aggregate="log-z", p=2.0).score_arguments.aggregation().params() == {
         "beta": 0.0,
         "p": 2.0,
         "ties": "keep",

@@ -8,7 +8,7 @@ import pytest
 from roseood.detectors import ROSE, make_detector
 from roseood.detectors.base import held_out_count
 from roseood.evaluation import EvalSpec
-from roseood.evaluation.evaluate import fisher_count
+from roseood.evaluation.splits import fisher_count
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWar
 @pytest.fixture(autouse=True)
 def steady_process(monkeypatch):
     """The process's resident memory as a constant, so that a budget set from one plan fits the next."""
-    monkeypatch.setattr("roseood.detectors.rose.in_use", lambda device: 100 * 2**20)
+    monkeypatch.setattr("roseood.detectors.rose.detector.in_use", lambda device: 100 * 2**20)
 
 
 def unet() -> DiffusionModel:
@@ -42,7 +42,7 @@ def test_a_tight_budget_shrinks_batches_and_keeps_the_scores(fisher, tiny_vae, i
     tight = plan.fixed + 3 * per_image  # three images per batch, whatever the machine
     det = fitted(tiny_vae, images, fisher=fisher, memory=tight, progress=True)
     assert "3 images per batch" in capsys.readouterr().err
-    after = det._plan(images, det.fisher_kinds_)  # the fitted Fishers' memory is counted once: more room
+    after = det._plan(images, det.fishers_.kinds)  # the fitted Fishers' memory is counted once: more room
     assert after.fits and 3 <= after.images < 64
     np.testing.assert_allclose(det.score(images), free.score(images), rtol=1e-5, atol=1e-6)
 
@@ -62,11 +62,11 @@ def test_a_fitted_fishers_memory_is_counted_once(fisher, tiny_vae, images):
     ``work_bytes``, and what it holds never exceeds them."""
     det = fitted(tiny_vae, images, fisher=fisher, memory="64G")
     shapes = det._probe(images)[0]
-    work = {n: FISHERS.get(k).work_bytes(shapes[n]) for n, k in det.fisher_kinds_.items()}
+    work = {n: FISHERS.get(k).work_bytes(shapes[n]) for n, k in det.fishers_.kinds.items()}
     held = {n: f.held_bytes() for n, f in det.fishers_.items()}
     assert all(0 < held[n] <= work[n] for n in work)
     fresh = ROSE(tiny_vae, fisher=fisher, memory="64G")  # no Fisher yet: the whole work_bytes
-    assert fresh._plan(images, det.fisher_kinds_).fixed - det._plan(images, det.fisher_kinds_).fixed == sum(
+    assert fresh._plan(images, det.fishers_.kinds).fixed - det._plan(images, det.fishers_.kinds).fixed == sum(
         held.values()
     )
 
@@ -114,13 +114,13 @@ def test_memory_is_how_it_runs_not_what_it_computes(tiny_vae):
 
 def test_max_size_turns_the_largest_eigenbases_diagonal_and_the_file_says_so(tiny_vae, images, tmp_path):
     exact = fitted(tiny_vae, images, fisher="ekfac")
-    assert set(exact.fisher_kinds_.values()) == {"ekfac"}  # a small model: under 128 MiB, unchanged
+    assert set(exact.fishers_.kinds.values()) == {"ekfac"}  # a small model: under 128 MiB, unchanged
     shapes = exact._probe(images)[0]
     from roseood.curvature import FISHERS
 
     diag = sum(FISHERS.get("diag").file_bytes(s) for s in shapes.values())
     det = fitted(tiny_vae, images, fisher="ekfac", max_size=diag + 2000)
-    kinds = det.fisher_kinds_
+    kinds = det.fishers_.kinds
     assert "diag" in kinds.values() and "ekfac" in kinds.values()
     size = sum(FISHERS.get(k).file_bytes(shapes[n]) for n, k in kinds.items())
     assert size <= diag + 2000
@@ -129,7 +129,7 @@ def test_max_size_turns_the_largest_eigenbases_diagonal_and_the_file_says_so(tin
     assert kinds[largest] == "diag"
     det.save(tmp_path / "rose.pt")
     loaded = Detector.load(tmp_path / "rose.pt", tiny_vae)
-    assert isinstance(loaded, ROSE) and loaded.fisher_kinds_ == kinds
+    assert isinstance(loaded, ROSE) and loaded.fishers_.kinds == kinds
     assert {type(f).name for f in loaded.fishers_.values()} == set(kinds.values())
     np.testing.assert_allclose(loaded.score(images), det.score(images), rtol=1e-5, atol=1e-5)
 

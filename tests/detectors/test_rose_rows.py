@@ -13,7 +13,8 @@ import torch
 
 from roseood.detectors import ROSE, Detector, make_detector
 from roseood.errors import RoseError
-from roseood.evaluation.evaluate import EvalSpec, evaluate
+from roseood.evaluation.evaluate import evaluate
+from roseood.evaluation.splits import EvalSpec
 from roseood.models.diffusion import DiffusionModel
 
 LAYERS = ["unet.conv_in", "unet.mid_block.attentions.0.to_q", "unet.mid_block.attentions.0.group_norm"]
@@ -115,15 +116,15 @@ def test_bands_share_the_fisher_of_the_summed_rows(model):
     fit, held = images(6, 0), images(4, 1)
     summed = ROSE(model, fisher="diag", layers="mid", progress=False).fit(fit, held_out=held)
     bands = ROSE(model, fisher="diag", layers="mid", rows="bands", progress=False)
-    bands.fit(fit, held_out=held, fishers_from=summed)
+    bands.fit(fit, held_out=held, fishers=summed.fishers_)
     assert bands.fishers_ == summed.fishers_
     own = ROSE(model, fisher="diag", layers="mid", rows="bands", progress=False).fit(fit, held_out=held)
     test = images(3, 2)
     summed.score(test)  # the summed rows' layer scores of the same images are no band scores
     np.testing.assert_allclose(bands.score(test), own.score(test), rtol=1e-6)
     each = ROSE(model, fisher="diag", layers="mid", rows="each", progress=False)
-    with pytest.raises(RoseError, match="fishers_from must be a ROSE fitted on the same images"):
-        each.fit(fit, held_out=held, fishers_from=summed)
+    with pytest.raises(RoseError, match=r"other Fisher settings than this ROSE's: rows 'sum' ≠ 'each'$"):
+        each.fit(fit, held_out=held, fishers=summed.fishers_)
 
 
 @pytest.mark.float_sensitive

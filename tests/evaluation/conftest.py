@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from roseood.evaluation.evaluate import OVERALL, EvalSpec
+from roseood.evaluation.splits import OVERALL, EvalSpec
 
 
 def _npz(path: Path, n: int, seed: int, bright: int) -> str:

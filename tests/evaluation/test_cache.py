@@ -14,7 +14,8 @@ import torch
 
 from roseood.errors import DegenerateFitWarning
 from roseood.evaluation.cache import CacheWarning, ResultCache, array_digest, cache_key
-from roseood.evaluation.evaluate import OVERALL, EvalSpec, evaluate, overall_scores
+from roseood.evaluation.evaluate import evaluate
+from roseood.evaluation.splits import OVERALL, EvalSpec, overall_scores
 from roseood.integrity import seal
 from roseood.models import VAE
 

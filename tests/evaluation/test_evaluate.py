@@ -15,8 +15,9 @@ from roseood.detectors import ROSE, method_params
 from roseood.detectors import base as detector_base
 from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
-from roseood.evaluation.evaluate import EvalSpec, evaluate, load_fit_images, sweep
+from roseood.evaluation.evaluate import evaluate, sweep
 from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.splits import EvalSpec, load_fit_images
 from roseood.models import VAE
 
 # the module (``roseood.evaluation.evaluate`` the attribute is the function of that name)

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from roseood.evaluation.evaluate import EvalSpec, evaluate, fit_calibrated, forecast_images
+from roseood.evaluation.evaluate import evaluate, fit_calibrated
+from roseood.evaluation.forecast import forecast_images
+from roseood.evaluation.splits import EvalSpec
 from roseood.progress import forecast
 from tests.detectors.fake_models import tiny_vae
 
@@ -67,7 +69,7 @@ def test_a_method_weighs_as_many_passes_as_its_unet_evaluations() -> None:
     """The forecast's unit is one forward + backward of the K-row loss (about 3·K UNet passes): DDPM-OOD's
     1250 UNet passes per image weigh 1250 / (3·K), the forward-only denoising loss 1/3, ROSE 1."""
     from roseood.detectors import make_detector
-    from roseood.evaluation.evaluate import pass_weight
+    from roseood.evaluation.forecast import pass_weight
     from roseood.models.diffusion import DiffusionModel
 
     model = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 3}).eval()
@@ -87,12 +89,18 @@ def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
     import importlib
     from dataclasses import replace
 
-    ev = importlib.import_module("roseood.evaluation.evaluate")
+    from roseood.evaluation.evaluate import check_request
+    from roseood.evaluation.splits import load_fit_images
 
+    forecasts = importlib.import_module("roseood.evaluation.forecast")
     passes: list[int] = []
-    monkeypatch.setattr(ev, "forecast_images", lambda model, images, n, what, models=1: passes.append(n))
+    monkeypatch.setattr(
+        forecasts, "forecast_images", lambda model, images, n, what, models=1: passes.append(n)
+    )
     model = tiny_vae()
-    fit, tested = ev.load_fit_images(spec, model), [ev.load_fit_images(spec, model)]
+    fit, tested = load_fit_images(spec, model), [load_fit_images(spec, model)]
     for methods in (["rose-ekfac"], ["rose-ekfac", "rose-gmm"], ["rose-ekfac", "rose-diag"]):
-        ev._forecast(replace(spec, methods=methods), [model], fit, tested)
+        asked = replace(spec, methods=methods)
+        built = {m: members[0] for m, members in check_request(asked, [model], None, False).items()}
+        forecasts.forecast_evaluation(asked, [model], built, fit, tested)
     assert passes[1] == passes[0] and passes[2] == 2 * passes[0]

@@ -13,8 +13,9 @@ import torch
 from roseood.data import load_images
 from roseood.data.jpeg import JpegHistory
 from roseood.errors import DataError
-from roseood.evaluation.evaluate import OVERALL, EvalSpec, evaluate
+from roseood.evaluation.evaluate import evaluate
 from roseood.evaluation.histories import compression_report, judged, matched_sources, parse_match
+from roseood.evaluation.splits import OVERALL, EvalSpec
 from roseood.models import VAE
 from tests.data.test_data_jpeg import photos
 

@@ -138,7 +138,7 @@ def test_a_tight_memory_budget_counts_every_class_row_and_keeps_the_scores(
     """The marginal runs K·C denoiser rows per image: ROSE's memory plan measures an image at C× the
     denoiser rows of one label (issue 60, item 7), and a budget of one image per batch scores as an
     unbounded run does."""
-    import roseood.detectors.rose as rose_module
+    import roseood.detectors.rose.detector as rose_module
     from roseood.detectors import ROSE
 
     monkeypatch.setattr(rose_module, "in_use", lambda device: 100 << 20)  # the process's memory, held still

@@ -21,6 +21,7 @@ import torch
 
 from roseood.demo import demo_images, demo_model
 from roseood.detectors import METHODS, ROSE, DiffusionDetector, make_detector
+from roseood.detectors.rose import FisherArguments, FittedFishers
 from roseood.models.vae import load_authors_vae
 from tests.conftest import SHARED_DATA
 
@@ -94,7 +95,7 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     models = {"demo": demo_model(), "seed1": authors_vae("fmnist_ngf16_nz100_seed1")}
     out = {}
     for name, model in models.items():
-        fishers: dict[tuple[object, ...], ROSE] = {}  # fitted ROSEs by their Fisher settings
+        fishers: dict[FisherArguments, FittedFishers] = {}  # fitted once per Fisher settings
         for method in METHODS:
             cls, kwargs = METHODS[method]
             # a diffusion detector, or ROSE over a diffusion model's rows: needs a diffusion model, not a VAE
@@ -106,8 +107,9 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
             torch.manual_seed(0)
             det = make_detector(method, model, progress=False, **extra)
             if isinstance(det, ROSE):
-                source = fishers.setdefault(det.fisher_settings(), det)
-                det.fit(fit, held_out=held, fishers_from=None if source is det else source)
+                if det.fisher_arguments not in fishers:
+                    fishers[det.fisher_arguments] = det.fit_fisher(fit)
+                det.fit(fit, held_out=held, fishers=fishers[det.fisher_arguments])
             else:
                 det.fit(fit, held_out=held)
             torch.manual_seed(1)

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from roseood.bench.workspace import Workspace
-from roseood.evaluation.evaluate import machine_description
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.result import metric_text
+from roseood.machine import machine_description
 from roseood.serialization import write_json, write_text
 
 DELTA_FLAG = 0.05  # |ours − paper| above this is marked in tables

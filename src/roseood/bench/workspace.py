@@ -23,9 +23,10 @@ from roseood.data import load_images
 from roseood.data.jpeg import JpegHistory
 from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
-from roseood.evaluation.evaluate import EvalSpec, evaluate, sweep
+from roseood.evaluation.evaluate import evaluate, sweep
 from roseood.evaluation.histories import history_of_set, with_twins
 from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.splits import EvalSpec
 from roseood.models import get_family, load_checkpoint
 from roseood.models.base import GenerativeModel, RoseModel, model_name
 from roseood.models.train import TrainConfig, train

@@ -314,6 +314,13 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         help="further held-out images: ROSE layer statistics and the decision threshold",
     )
     p.add_argument("--background", help="background model checkpoint for the lratio method")
+    add_rose_args(p)
+    add_data_args(p)
+    add_memory(p)
+
+
+def add_rose_args(p: argparse.ArgumentParser) -> None:
+    """ROSE's own options: layers, aggregation, Fisher size, adjustment and a diffusion model's rows."""
     p.add_argument(
         "--layers",
         help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
@@ -360,8 +367,6 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         "layers, one column per timestep, against the images' Fisher (default: sum, the gradient of the "
         "image's summed loss)",
     )
-    add_data_args(p)
-    add_memory(p)
 
 
 def _aggregations() -> str:
@@ -409,7 +414,7 @@ def spec_from_args(args: argparse.Namespace, methods: list[str], model: RoseMode
     images and sizes, and each method's detector options (``--background`` for detectors that need one,
     ``--layers`` etc. for those that take them)."""
     from roseood.detectors import METHODS
-    from roseood.evaluation.evaluate import EvalSpec
+    from roseood.evaluation.splits import EvalSpec
 
     kwargs: dict[str, dict[str, Any]] = {m: {} for m in methods}
     background = load_background_arg(args)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from roseood.data import ImageStream
+    from roseood.data.preprocess import Preprocessing
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
@@ -59,27 +60,11 @@ def cmd_fit(args: argparse.Namespace) -> None:
     )
 
 
-def cmd_score(args: argparse.Namespace) -> None:
-    import numpy as np
-
-    from roseood import distributed
+def _images_to_score(args: argparse.Namespace, prep: Preprocessing) -> ImageStream:
+    """``rose score``'s images, read lazily with the model's preprocessing (stated on stderr); an
+    unreadable file of a folder is skipped, not fatal."""
     from roseood.data import open_images
-    from roseood.detectors import load_detector
-    from roseood.evaluation.evaluate import model_preprocessing
-    from roseood.evaluation.scoring import write_scores
-    from roseood.serialization import file_digest
 
-    to_stdout = str(args.out) == "-"
-    out = _score_output(args)
-    if args.report:
-        from roseood.evaluation.html_report import PAGE_OUTPUTS
-
-        checked_output(args, args.report, folder=True, markers=PAGE_OUTPUTS, resumed=False)
-    models = load_models_arg(args)
-    prep = model_preprocessing(models[0])
-    det = load_detector(
-        args.detector, models if len(models) > 1 else models[0], background=load_background_arg(args)
-    )
     data = open_images(
         args.data,
         split=args.split,
@@ -92,6 +77,42 @@ def cmd_score(args: argparse.Namespace) -> None:
         errors="skip",
     )
     data.state_preprocessing()
+    return data
+
+
+def _score_settings(args: argparse.Namespace, source: str) -> dict[str, Any]:
+    """What a ``--resume``d run must share with the partial file it continues."""
+    from roseood.serialization import file_digest
+
+    return {
+        "detector": file_digest(Path(args.detector)),
+        "data": source,
+        "split": args.split,
+        "subset": args.subset,
+        "seed": args.seed,
+    }
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from roseood import distributed
+    from roseood.detectors import load_detector
+    from roseood.evaluation.scoring import write_scores
+    from roseood.evaluation.splits import model_preprocessing
+
+    to_stdout = str(args.out) == "-"
+    out = _score_output(args)
+    if args.report:
+        from roseood.evaluation.html_report import PAGE_OUTPUTS
+
+        checked_output(args, args.report, folder=True, markers=PAGE_OUTPUTS, resumed=False)
+    models = load_models_arg(args)
+    prep = model_preprocessing(models[0])
+    det = load_detector(
+        args.detector, models if len(models) > 1 else models[0], background=load_background_arg(args)
+    )
+    data = _images_to_score(args, prep)
     log = sys.stderr if to_stdout else sys.stdout
     _state_scoring(args, models[0], len(data), prep.channels * prep.size**2, log)
     unreadable: list[int] = []
@@ -101,13 +122,6 @@ def cmd_score(args: argparse.Namespace) -> None:
         print(f"skipped: {message}", file=sys.stderr)
 
     chunks: list[np.ndarray] | None = [] if args.report else None
-    settings = {
-        "detector": file_digest(Path(args.detector)),
-        "data": data.source,
-        "split": args.split,
-        "subset": args.subset,
-        "seed": args.seed,
-    }
     threshold = write_scores(
         det,
         data,
@@ -118,7 +132,7 @@ def cmd_score(args: argparse.Namespace) -> None:
         collect=chunks,
         resume=args.resume,
         overwrite=args.overwrite,
-        settings=settings,
+        settings=_score_settings(args, data.source),
         on_error=skipped,
     )
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
@@ -153,7 +167,8 @@ def _score_output(args: argparse.Namespace) -> Path:
     """``--out`` checked before any work: a file may be resumed (``--resume``), standard output or a
     device not; a partial file an interrupted run left is neither resumed nor replaced silently."""
     from roseood import distributed
-    from roseood.serialization import GrowingCsv, written_in_place
+    from roseood.csvfiles import GrowingCsv
+    from roseood.serialization import written_in_place
 
     out = checked_output(args, args.out, stdout=True, resumed=False)
     if args.resume and written_in_place(out):

@@ -25,8 +25,8 @@ from roseood.cli.common import (
 from roseood.errors import RoseError
 
 if TYPE_CHECKING:
-    from roseood.evaluation.evaluate import EvalSpec
     from roseood.evaluation.result import AcrossModels, EvaluationResult
+    from roseood.evaluation.splits import EvalSpec
     from roseood.models.base import RoseModel
 
 

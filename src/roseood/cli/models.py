@@ -49,7 +49,7 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from roseood import distributed
     from roseood.data import load_images
-    from roseood.evaluation.evaluate import model_preprocessing
+    from roseood.evaluation.splits import model_preprocessing
     from roseood.models import get_family, load_factory
     from roseood.models.base import RoseModel
     from roseood.models.train import TrainConfig, seeded, train

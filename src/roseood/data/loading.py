@@ -1,10 +1,7 @@
-"""One image loader, ``open_images``, for named benchmark sets, ``.npz``/``.npy`` files and image folders;
-``load_images`` is the same read all at once.
-
-Every source says what it is (sizes, gray or colour) before a pixel is converted: channels and size left
-None are taken from the data, and ``conversion`` is one line saying what preprocessing changes (None: the
-images are used as they are), which callers state on stderr and in reports.
-"""
+"""One image loader, ``open_images`` (``load_images``: read all at once), for named benchmark sets,
+``.npz``/``.npy`` files and image folders. Every source says what it is (sizes, gray or colour) before a
+pixel is converted: channels and size left None are taken from the data, and ``conversion`` is one line
+saying what preprocessing changes (None: none), which callers state on stderr and in reports."""
 
 from __future__ import annotations
 

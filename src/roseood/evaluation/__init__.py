@@ -17,17 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from roseood.evaluation.cache import ResultCache
-from roseood.evaluation.evaluate import (
-    EvalSpec,
-    FittedDetector,
-    evaluate,
-    fit_calibrated,
-    fit_detector,
-    load_fit_images,
-)
+from roseood.evaluation.evaluate import FittedDetector, evaluate, fit_calibrated, fit_detector
 from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
 from roseood.evaluation.scoring import decision_rows, score_chunks, write_decisions, write_scores
+from roseood.evaluation.splits import EvalSpec, load_fit_images
 
 if TYPE_CHECKING:
     from roseood.evaluation.html_report import write_evaluation_page, write_score_page

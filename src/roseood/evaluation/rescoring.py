@@ -16,6 +16,7 @@ from torch import Tensor
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
 from roseood.detectors.features import COMPLEXITY_COLUMN
+from roseood.detectors.rose import FittedFishers
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
@@ -46,8 +47,8 @@ def _feature_of(name: str) -> str:
 class LayerScores:
     """``scorer(images)`` → ``Columns`` of one model and Fisher (fitted once, on ``fisher_images``, when a
     set's columns are not cached yet); ``features``: the extra columns to compute beside the layers;
-    ``rows``: ``ROSE(rows=...)``; ``fishers_from``: a scorer whose Fisher this one takes instead of fitting
-    its own (the same model, Fisher, layers and images; ``ROSE.fit(fishers_from=...)``)."""
+    ``rows``: ``ROSE(rows=...)``; ``fishers_from``: a scorer whose Fishers this one takes instead of fitting
+    its own (the same model, Fisher arguments and images, as ``ROSE.fit(fishers=...)`` takes them)."""
 
     cache: ResultCache
     model: RoseModel
@@ -112,20 +113,25 @@ class LayerScores:
                 progress=self.progress,
                 rows=self.rows,
             )
-        if fit and not self._det.fishers_:
-            images = self.as_tensor(self.fisher_images)
+        if fit and self._det.fishers_ is None:
+            det, images = self._det, self.as_tensor(self.fisher_images)
+            fingerprint, digest = model_fingerprint(self.model), array_digest(images.numpy())
             if self.fishers_from is not None:
-                self._det.take_fishers(self.fishers_from.detector(), images)
-            else:  # fitted once per model, Fisher settings and images, then read from the cache
-                det = self._det
+                taken = self.fishers_from.detector().fishers_
+                assert taken is not None  # detector() fits them
+                taken.check(det.fisher_arguments, fingerprint, digest)
+                det.fishers_ = taken
+            else:  # fitted once per model, Fisher arguments and images, then read from the cache
+                key = cache_key(
+                    {"rose-fishers": det.fisher_arguments.as_dict(), "model": fingerprint, "images": digest}
+                )
 
-                def fitted() -> dict[str, Any]:
-                    det.fit_fisher(images)
-                    return det.fisher_state()
+                def load(state: dict[str, Any]) -> None:
+                    det.fishers_ = FittedFishers.from_state(
+                        state, det.fisher_arguments, model=fingerprint, images=digest
+                    )
 
-                settings = (model_fingerprint(self.model), *det.fisher_settings()[1:])
-                key = cache_key({"rose-fishers": settings, "images": array_digest(self.fisher_images)})
-                self.cache.state(key, fitted, lambda state: det.load_fisher_state(state, images))
+                self.cache.state(key, lambda: det.fit_fisher(images).state(), load)
         return self._det
 
     def _compute(self, images: np.ndarray) -> np.ndarray:

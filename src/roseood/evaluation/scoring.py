@@ -10,13 +10,14 @@ import numpy as np
 import torch
 
 from roseood import distributed
+from roseood.csvfiles import GrowingCsv, spreadsheet_safe, write_csv
 from roseood.data.loading import ImageStream, read_readable
 from roseood.detectors.base import Detector
 from roseood.errors import RoseError
 from roseood.evaluation.result import EvaluationResult
 from roseood.progress import progress as progress_bar
 from roseood.progress import resolve
-from roseood.serialization import GrowingCsv, array_digest, spreadsheet_safe, write_csv, written_in_place
+from roseood.serialization import array_digest, written_in_place
 
 SCORE_COLUMNS = ("index", "file", "label", "score", "ood")
 DECISION_COLUMNS = ("method", "set", *SCORE_COLUMNS)

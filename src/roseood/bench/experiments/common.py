@@ -16,9 +16,9 @@ from typing import Any
 from roseood.bench.paper import paper_value
 from roseood.bench.report import BenchReport, Row
 from roseood.bench.workspace import ModelRecipe, Workspace
-from roseood.evaluation.evaluate import OVERALL
 from roseood.evaluation.report import write_report
 from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.splits import OVERALL
 from roseood.models.base import RoseModel
 
 # OOD sets of the paper's Table 2 per in-distribution set, in its row order ("overall" last).

@@ -25,9 +25,9 @@ from roseood.bench.report import BenchReport
 from roseood.bench.workspace import ModelRecipe, Workspace
 from roseood.contracts import CountsEvaluations
 from roseood.detectors import make_detector
-from roseood.evaluation.evaluate import EvalSpec
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.splits import EvalSpec
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model
 
 OOD = {

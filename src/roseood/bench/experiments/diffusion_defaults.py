@@ -39,11 +39,11 @@ from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
-from roseood.evaluation.evaluate import fisher_count, load_fit_images, load_ood_sets
 from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.rescoring import LayerScores
+from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets
 from roseood.models import zoo
 from roseood.models.checkpoint import load_model
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model

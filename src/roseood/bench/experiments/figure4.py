@@ -8,9 +8,9 @@ from roseood.bench.experiments import common
 from roseood.bench.paper import paper_value
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
-from roseood.evaluation.evaluate import OVERALL
 from roseood.evaluation.plots import plot_scatter
 from roseood.evaluation.report import markdown_rows
+from roseood.evaluation.splits import OVERALL
 
 METHODS = ("rose-ekfac", "rose-diag", "nll", "lr", "lratio", "ic-png", "ic-jp2")
 DATA = "cifar10"

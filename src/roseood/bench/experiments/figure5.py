@@ -9,9 +9,9 @@ import numpy as np
 from roseood.bench.experiments.common import OOD_SETS, Experiment, Uses, note_missing
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
-from roseood.evaluation.evaluate import OVERALL
 from roseood.evaluation.plots import plot_box
 from roseood.evaluation.report import markdown_rows
+from roseood.evaluation.splits import OVERALL
 
 DATA = "fashion_mnist"
 METHOD = "rose-ekfac"

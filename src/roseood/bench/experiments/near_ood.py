@@ -39,11 +39,11 @@ from roseood.demo import demo_model
 from roseood.detectors.aggregation import make_aggregation
 from roseood.detectors.rose import BAND_METHODS, NEAR_OOD_METHODS
 from roseood.evaluation.cache import array_digest, cache_key
-from roseood.evaluation.evaluate import fisher_count, load_fit_images, load_ood_sets
 from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.rescoring import Columns, LayerScores
+from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets
 from roseood.models.base import RoseModel, model_name
 from roseood.models.checkpoint import load_model, model_fingerprint
 from roseood.models.diffusion import as_diffusion_model

@@ -1,0 +1,498 @@
+"""The ROSE detector: settings stored at construction, everything else built and fitted by ``fit``."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from functools import cached_property
+from typing import Any, Self
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from roseood import distributed
+from roseood.catalogue import DEFAULT_AGGREGATION
+from roseood.contracts import RowsModel, rows_per_input
+from roseood.curvature import (
+    FISHERS,
+    FactorCache,
+    Fisher,
+    GradientStore,
+    LayerGrad,
+    LayerGradients,
+    LayerReport,
+    LayerShape,
+    check_layers,
+)
+from roseood.curvature.memory import MemoryPlan, saved_bytes
+from roseood.data.tensors import ImageData, iter_batches
+from roseood.detectors.adjustment import LikelihoodTrend, adjusted, column_names
+from roseood.detectors.aggregation import (
+    Aggregation,
+    density_problem,
+    layer_problems,
+    tie_problem,
+    zscore_problem,
+)
+from roseood.detectors.base import Detector
+from roseood.detectors.features import check_positive, extra_columns
+from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments, check_rows
+from roseood.detectors.rose.fitted import FittedFishers, MemoKey
+from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError, shown
+from roseood.integrity import same, tensor
+from roseood.memory import budget, in_use
+from roseood.models.base import RoseModel
+from roseood.models.checkpoint import model_fingerprint
+from roseood.models.wrap import LossFn, wrap
+from roseood.progress import note
+from roseood.randomness import per_input_seed
+from roseood.serialization import array_digest
+
+STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
+
+
+class ROSE(Detector):
+    """ROSE detector: ``__init__`` stores and checks the settings (``fisher_arguments`` and
+    ``score_arguments`` are their typed views, where each setting is described); ``fit`` builds the
+    layer gradients, fits the Fishers (``fishers_``, a ``FittedFishers``, or takes another ROSE's) and
+    the statistics and aggregation on held-out images.
+
+    ``model`` is a :class:`~roseood.models.base.RoseModel` (a built-in family or ``roseood.wrap(...)``),
+    or any image ``nn.Module`` together with ``loss_fn`` (its per-sample −log p(x), shape (N,)), which
+    ROSE wraps itself (for non-image inputs, wrap it first). ``fisher``: ekfac (paper default), kfac,
+    diag or dense; ``layers``: a named layer set of the model (e.g. "encoder", "invconv", "all") or a
+    list of module names; ``damping``, ``rcond``, ``stochastic``, ``seed``, ``batch_size``, ``memory``,
+    ``max_size``: see ``FisherArguments``. ``aggregate`` (with ``beta`` and ``p``), ``adjust``,
+    ``features``, ``rows``, ``stats_fraction``: see ``ScoreArguments``. Degenerate fits (ties,
+    non-finite, exploding or constant layer scores) raise a ``DegenerateFitWarning`` at fit time and are
+    kept in ``fit_warnings_``.
+    """
+
+    method = "rose"
+    keeps_held_out = True  # layer statistics come from the held-out images
+    layerwise = True
+    reports_fit_warnings = True
+    runtime_params = ("progress", "loss_fn", "memory")
+    grad_cache_bytes: int = 2**29
+    """Memory the first Fisher pass may keep its layer gradients in for EKFAC's second pass, which then
+    skips the model for those batches (0: always recompute; the kept gradients add to the peak memory)."""
+
+    def __init__(
+        self,
+        model: RoseModel | torch.nn.Module | None,
+        *,
+        loss_fn: LossFn | None = None,
+        fisher: str = "ekfac",
+        layers: str | list[str] | None = None,
+        damping: float = 1e-8,
+        rcond: float | None = None,
+        beta: float | list[float] = 0.0,
+        p: float = math.inf,
+        stats_fraction: float = 0.2,
+        stochastic: bool = False,
+        seed: int = 0,
+        rows: str = "sum",
+        aggregate: str = DEFAULT_AGGREGATION,
+        adjust: str = "none",
+        features: str = "layers",
+        batch_size: int = 64,
+        max_size: int | str | None = "auto",
+        memory: int | str | None = None,
+        progress: bool | None = None,
+    ) -> None:
+        if loss_fn is not None and isinstance(model, torch.nn.Module):
+            model = wrap(model, loss_fn, layers=layers if isinstance(layers, list) else None)
+        if not isinstance(model, RoseModel) or not isinstance(model, torch.nn.Module):
+            raise RoseError("ROSE needs a generative model: a roseood model, roseood.wrap(...), or loss_fn=")
+        super().__init__(model, batch_size=batch_size, progress=progress)
+        self.model: RoseModel = model
+        self.layers = layers if isinstance(layers, list) else model.rose_layers(layers)  # names, resolved
+        self.fisher, self.damping, self.rcond, self.stochastic = fisher, damping, rcond, stochastic
+        self.seed, self.max_size, self.memory = seed, max_size, memory
+        self.rows, self.aggregate, self.beta, self.p = rows, aggregate, beta, p
+        self.adjust, self.features, self.stats_fraction = adjust, features, stats_fraction
+        checked = self.fisher_arguments  # refuses a bad setting now, before any image is read
+        self.seed, self.max_size, self.memory = checked.seed, checked.max_size, checked.memory
+        self.score_arguments  # noqa: B018 (the same check of the scoring settings)
+        check_rows(rows, model, stochastic)
+        if "complexity" in features and model.input_kind != "image":
+            raise RoseError("features=...,complexity needs an image model (it compresses the images)")
+        self.fishers_: FittedFishers | None = None  # fitted (or taken) by fit, restored by load
+        self.shares_fishers_ = False  # whether fit took another ROSE's Fishers
+        self.aggregation_: Aggregation | None = None
+        self.trend_ = LikelihoodTrend()
+        self.extra_columns_: list[str] = []
+        self.mean_: Tensor | None = None
+        self.std_: Tensor | None = None
+        self._probed: dict[torch.device, tuple[dict[str, LayerShape], int]] = {}
+        self._stated: set[int] = set()  # the images per batch stated so far
+
+    @property
+    def fisher_arguments(self) -> FisherArguments:
+        """The settings that decide the fitted Fishers (ROSEs with equal ones can share a fit)."""
+        rows = "each" if self.rows == "each" else "sum"
+        return FisherArguments(
+            self.fisher, tuple(self.layers), self.damping, self.rcond, rows, self.stochastic, self.seed,
+            self.max_size, self.memory, self.batch_size,
+        )  # fmt: skip
+
+    @property
+    def score_arguments(self) -> ScoreArguments:
+        """The settings that turn raw layer scores into one score."""
+        beta = tuple(self.beta) if isinstance(self.beta, list) else self.beta
+        return ScoreArguments(
+            self.rows, self.aggregate, beta, self.p, self.adjust, self.features, self.stats_fraction
+        )
+
+    @property
+    def score_key(self) -> tuple[FisherArguments, str] | None:
+        """What decides the raw scores besides the images and weights (None: a stochastic loss, drawn
+        anew each time): ROSEs with equal ones sharing Fishers read each other's scores."""
+        return None if self.stochastic else (self.fisher_arguments, self.rows)
+
+    @cached_property
+    def _grads(self) -> LayerGradients:
+        """The chosen layers' per-sample gradients (handlers, Jacobians), built on first use."""
+        assert isinstance(self.model, torch.nn.Module)  # __init__ refuses other models
+        return LayerGradients(self.model, self.layers, coords=FISHERS.get(self.fisher).coords)
+
+    @property
+    def images_per_batch(self) -> int:
+        """Images per batch: ``batch_size`` rows of the loss over the rows each image becomes (≥ 1)."""
+        return max(1, self.batch_size // self._k)
+
+    @property
+    def columns(self) -> list[str]:
+        """Names of the raw layer-score columns: the layers, or with ``rows="each"`` each layer at each of
+        the model's K timesteps (``layer@t``, layer-major), or with ``rows="bands"`` each timestep's sum
+        over the layers (``layers@t``)."""
+        if self.rows == "sum":
+            return list(self.layers)
+        steps = self.model.row_labels() if isinstance(self.model, RowsModel) else list(range(self._k))
+        if self.rows == "bands":
+            return [f"layers@{t}" for t in steps]
+        return [f"{name}@{t}" for name in self.layers for t in steps]
+
+    @property
+    def _k(self) -> int:
+        """Rows per image of the model's loss (1 for a model that runs each image once)."""
+        return rows_per_input(self.model)
+
+    def _stream(
+        self,
+        x: Tensor,
+        consume: Callable[[str, LayerGrad], None],
+        only: set[str] | None = None,
+        rows: str | None = None,
+    ) -> Tensor:
+        """Hand each chosen layer's per-sample gradients (one layer at a time) to ``consume``; returns
+        the per-sample loss they differentiate: per image, or per (image, pair) row, image-major, when
+        ``rows`` (default: the detector's) is "each" or "bands"."""
+        self.model.eval()
+        x = x.to(self.device)
+        with per_input_seed(self.seed):
+            if (rows or self.rows) != "sum":
+                assert isinstance(self.model, RowsModel)  # rows other than "sum" are refused otherwise
+                rows_in = x.repeat_interleave(self._k, 0)
+                return self._grads.stream(self.model.row_loss, rows_in, consume, only)
+            loss = lambda b: self.model.rose_loss(b, stochastic=self.stochastic)  # noqa: E731
+            return self._grads.stream(loss, x, consume, only)
+
+    def _probe(self, x: Tensor) -> tuple[dict[str, LayerShape], int]:
+        """The layers' shapes and the bytes one image adds to a batch (the activations the backward pass
+        keeps, the largest layer's per-sample gradients and their products), from one image; measured once
+        per device, without moving any random number generator."""
+        if self.device not in self._probed:
+            shapes: dict[str, LayerShape] = {}
+            largest = [0]
+
+            def measure(name: str, g: LayerGrad) -> None:
+                shapes[name] = LayerShape.of(g)
+                largest[0] = max(largest[0], g.peak_bytes())
+
+            held = (*self._grads.model.parameters(), *self._grads.model.buffers())
+            weights = {t.untyped_storage().data_ptr() for t in held}
+            devices = [self.device] if self.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices), saved_bytes(weights) as saved:
+                self._stream(x[:1], measure)
+            self._probed[self.device] = shapes, int(1.25 * (saved() + largest[0]))
+        return self._probed[self.device]
+
+    def _plan(self, x: Tensor, kinds: dict[str, str], extra: int = 0) -> MemoryPlan:
+        """Images per batch within the memory budget for these layers' Fishers (``extra``: more bytes held,
+        e.g. kept gradients), stated once on the progress output; refused in one line if even one image
+        does not fit, before any batch runs."""
+        limit = budget(self.device, self.memory)
+        known = limit is None and self.device in self._probed
+        shapes, per_image = self._probed[self.device] if known else self._probe(x)
+        fishers = sum(
+            max(0, FISHERS.get(kinds[n]).work_bytes(shapes[n]) - self._held(n, kinds[n])) for n in kinds
+        )
+        plan = MemoryPlan(
+            params=sum(s.params for s in shapes.values()),
+            layers=len(shapes),
+            rows=self._k,
+            fixed=in_use(self.device) + fishers + extra,
+            per_image=per_image,
+            wanted=self.images_per_batch,
+            budget=limit,
+            what=f"ROSE-{self.fisher}",
+        )
+        plan.check()
+        if self.progress and plan.images not in self._stated:  # the process's memory moves the peak a little
+            self._stated.add(plan.images)
+            note(plan.line())
+        return plan
+
+    def _held(self, name: str, kind: str) -> int:
+        """Bytes layer ``name``'s Fisher of ``kind`` holds already (counted in the process's memory), of
+        the ``work_bytes`` it may hold at most."""
+        fisher = self.fishers_.get(name) if self.fishers_ is not None else None
+        return fisher.held_bytes() if fisher is not None and fisher.name == kind else 0
+
+    def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
+        """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
+        why not (``roseood.curvature.format_layer_report`` prints it as a table)."""
+        self.model.eval()
+        x = self._check(images).to(self.device)
+        return check_layers(
+            self._grads.model, lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x
+        )
+
+    def fit(
+        self,
+        images: ImageData,
+        held_out: ImageData | None = None,
+        *,
+        stats_images: ImageData | None = None,
+        fishers: FittedFishers | None = None,
+    ) -> Self:
+        """Fit the per-layer Fishers on ``images`` and the layer-score normalisation on ``held_out``
+        (``stats_images`` is its former name), else on the last ``stats_fraction`` of ``images``.
+        ``fishers``: Fishers fitted on the same ``images`` and weights with equal ``fisher_arguments``
+        (another ROSE's ``fishers_``, or ``FittedFishers.load``), taken instead of fitting new ones;
+        refused in one line otherwise (``rose evaluate`` fits them once for the ROSE variants it compares)."""
+        self.fishers_, self.shares_fishers_ = fishers, fishers is not None
+        if fishers is not None:
+            fishers.shared = True  # from now on they remember what they score, for every ROSE using them
+        return super().fit(images, held_out if held_out is not None else stats_images)
+
+    def held_out_share(self) -> float:
+        return self.stats_fraction
+
+    def _fit_apart(self, x: Tensor, held_out: Tensor) -> None:
+        if held_out.shape[0] > 1 and bool((held_out == held_out[:1]).all()):
+            raise DataError(
+                f"the {held_out.shape[0]} held-out images are one image repeated; ROSE's layer statistics "
+                "need images that differ"
+            )
+        if held_out.shape == x.shape and torch.equal(held_out, x):
+            raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
+        if self.fishers_ is None:
+            self.fit_fisher(x)
+        else:
+            digest = array_digest(x.detach().cpu().numpy())
+            self.fishers_.check(self.fisher_arguments, model_fingerprint(self.model), digest)
+        self.fit_stats(held_out)
+
+    def fit_fisher(self, images: ImageData) -> FittedFishers:
+        """Fit each layer's Fisher on ``images`` (two passes for EKFAC) into ``fishers_`` and return them.
+
+        Under torchrun each process accumulates its shard of ``x``; the sums are added together (float64)
+        before each pass ends, and rank 0's eigendecompositions are shared with every process. With a
+        deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
+        instead of running the model again."""
+        x = self._check(images)
+        distributed.check_enough(x.shape[0], "Fisher images")
+        digest = array_digest(x.detach().cpu().numpy())  # all the images, before this shard
+        x = x[distributed.shard(x.shape[0])]
+        arguments = self.fisher_arguments
+        made = {n: arguments.make(kind) for n, kind in arguments.kinds(self._probe(x)[0]).items()}
+        self.fishers_ = FittedFishers(arguments, made, model=model_fingerprint(self.model), images=digest)
+        self.shares_fishers_ = False
+        passes = max(f.passes for f in made.values())
+        plan = self._plan(x, self.fishers_.kinds)
+        room = plan.budget - plan.peak if plan.budget is not None else self.grad_cache_bytes
+        store = GradientStore(min(self.grad_cache_bytes, room) if passes > 1 and not self.stochastic else 0)
+        for pass_index in range(passes):
+            fishers = {n: f for n, f in made.items() if pass_index < f.passes}
+            desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
+            for i, batch in enumerate(iter_batches(x, plan.images, desc)):
+                kept = store.kept(i) if pass_index > 0 else None
+                if kept is not None:
+                    for name, g in kept.items():
+                        fishers[name].update(g, pass_index)
+                    continue
+
+                def update(
+                    name: str, g: LayerGrad, i: int = i, p: int = pass_index, fs: dict[str, Fisher] = fishers
+                ) -> None:
+                    fs[name].update(g, p)
+                    if p == 0 and fs[name].passes > 1:
+                        store.keep(i, name, g)
+
+                only = set(fishers) if pass_index > 0 else None
+                self._stream(batch, update, only=only, rows=arguments.rows)
+            factors = FactorCache()
+            for f in fishers.values():
+                if distributed.active():
+                    f.reduce_sums(pass_index, distributed.all_reduce)
+                f.end_pass(pass_index, factors)
+                f.map_tensors(distributed.broadcast)
+        return self.fishers_
+
+    def fit_stats(self, x: Tensor) -> None:
+        """Fit the z-normalisation and the aggregation on held-out in-distribution images (never the
+        Fisher's: ``fit`` passes disjoint slices) and warn about a degenerate fit; sharded under torchrun."""
+        distributed.check_enough(x.shape[0], "statistics images")
+        x = x[distributed.shard(x.shape[0])]
+        raw, loss = self._scores_and_loss(x, desc="ROSE layer statistics")
+        extra, self.extra_columns_ = self.extra_features(x, loss)
+        raw, loss = distributed.gather_rows(raw), distributed.gather_rows(loss)
+        extra = distributed.gather_rows(torch.from_numpy(extra)).numpy()
+        check_positive(extra, self.extra_columns_)
+        self.mean_ = raw.mean(0)
+        self.std_ = raw.std(0).clamp_min(1e-12)
+        if self.adjust != "none":
+            self.trend_.fit(raw.numpy(), loss.numpy())
+        values = np.concatenate([adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust), extra], 1)
+        columns = column_names(self.columns, self.adjust) + self.extra_columns_
+        aggregation = self.score_arguments.aggregation()
+        self.fit_warnings_ = self._warn(layer_problems(values, columns, self.extra_columns_))
+        self.fit_warnings_ += self._warn(density_problem(values, aggregation))
+        self.fit_warnings_ += self._warn(zscore_problem(values, aggregation))
+        aggregation.fit(values)
+        self.aggregation_ = aggregation
+        self.fit_warnings_ += self._warn(tie_problem(values, columns, aggregation))
+
+    def _warn(self, messages: list[str]) -> list[str]:
+        for message in messages:
+            warnings.warn(f"ROSE-{self.fisher}: {message}", DegenerateFitWarning, stacklevel=4)
+        return messages
+
+    def layer_scores(self, images: ImageData, desc: str = "ROSE scoring") -> Tensor:
+        """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, columns), float64 (``columns``: one per layer, or
+        per layer and timestep with ``rows="each"``)."""
+        return self._layer_scores(self._check(images), desc)
+
+    def layer_scores_and_loss(self, images: Tensor | np.ndarray) -> tuple[Tensor, Tensor]:
+        """Raw per-layer scores (N, layers) and the per-sample loss they are gradients of (N,), float64:
+        what the likelihood adjustment is fitted on."""
+        return self._scores_and_loss(self._check(images))
+
+    def _layer_scores(self, x: Tensor, desc: str = "ROSE scoring") -> Tensor:
+        """``layer_scores`` of already validated images (each public call validates once)."""
+        return self._scores_and_loss(x, desc)[0]
+
+    def _scores_and_loss(self, x: Tensor, desc: str = "ROSE scoring") -> tuple[Tensor, Tensor]:
+        """Raw layer scores (N, layers) and the per-sample loss (N,), both float64 on the CPU; a ROSE
+        that took shared Fishers reads what they remember of these images, rows and weights."""
+        if self.fishers_ is None:
+            raise RoseError("ROSE detector is not fitted: call fit() or load() first")
+        key = self._memo_key(x)
+        found = self.fishers_.remembered(key) if key is not None and self.shares_fishers_ else None
+        if found is None:
+            found = self._compute_scores_and_loss(x, desc)
+            if key is not None:
+                self.fishers_.remember(key, found)
+        return found
+
+    def _memo_key(self, x: Tensor) -> MemoKey | None:
+        """Where Fishers that a ROSE took remember these scores: the weights', the images' and the rows'
+        names (None when no ROSE took them, or when the loss is drawn anew each time)."""
+        if self.fishers_ is None or not self.fishers_.shared or self.stochastic:
+            return None
+        return model_fingerprint(self.model), array_digest(x.detach().cpu().numpy()), self.rows
+
+    def _compute_scores_and_loss(self, x: Tensor, desc: str) -> tuple[Tensor, Tensor]:
+        fishers = self.fishers_
+        assert fishers is not None  # _scores_and_loss refuses an unfitted detector
+        plan = self._plan(x, fishers.kinds)
+        scores, losses = [], []
+        for batch in iter_batches(x, plan.images, desc if self.progress else None):
+            layer: dict[str, Tensor] = {}
+
+            def quad(name: str, g: LayerGrad, layer: dict[str, Tensor] = layer) -> None:
+                layer[name] = fishers[name].quad(g)
+
+            loss = self._stream(batch, quad)
+            raw = torch.stack([layer[n] for n in self.layers], 1)
+            if self.rows == "bands":  # (N·K, L) image-major rows → (N, K), each row's sum over layers
+                raw = raw.sum(1, keepdim=True)
+            if self.rows != "sum":  # (N·K, C) image-major rows → (N, C·K), column-major
+                raw = raw.view(len(batch), self._k, -1).transpose(1, 2).flatten(1)
+                loss = loss.view(len(batch), self._k).sum(1)
+            scores.append(raw)
+            losses.append(loss.double())
+        return torch.cat(scores).cpu(), torch.cat(losses).cpu()
+
+    def normalized_layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
+        """Layer scores z-normalised with the in-distribution statistics, (N, layers)."""
+        return self._normalized(self._check(images))
+
+    def _normalized(self, x: Tensor) -> Tensor:
+        assert self.mean_ is not None and self.std_ is not None
+        return (self._layer_scores(x) - self.mean_) / self.std_
+
+    def _score(self, x: Tensor) -> Tensor:
+        assert self.aggregation_ is not None  # score() refuses an unfitted detector
+        raw, loss = self._scores_and_loss(x)
+        columns = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
+        if self.extra_columns_:
+            columns = np.concatenate([columns, self.extra_features(x, loss)[0]], 1)
+        return torch.from_numpy(self.aggregation_(columns))
+
+    def extra_features(self, x: Tensor, loss: Tensor) -> tuple[np.ndarray, list[str]]:
+        """The columns ``features`` adds beside the layer scores of ``x`` (``roseood.detectors.features``)."""
+        if self.features == "layers":
+            return np.empty((len(x), 0)), []
+        step = self.images_per_batch
+
+        def batches(images: Tensor) -> list[Tensor]:
+            return [images[i : i + step].to(self.device) for i in range(0, len(images), step)]
+
+        self.model.eval()
+        return extra_columns(self.model, x, loss, self.features, batches)
+
+    def state(self) -> dict[str, Any]:
+        assert self.fishers_ is not None and self.aggregation_ is not None  # save() refuses an unfitted one
+        return self.fishers_.state() | {
+            "version": STATE_VERSION,
+            "mean": self.mean_,
+            "std": self.std_,
+            "aggregation": self.aggregation_.state(),
+            "trend": self.trend_.state(),
+            "extra_columns": list(self.extra_columns_),
+            "fit_warnings": self.fit_warnings_,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if not same(state.get("version"), STATE_VERSION):
+            raise CheckpointError(
+                "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
+            )
+        fingerprint = model_fingerprint(self.model)
+        self.fishers_ = FittedFishers.from_state(state, self.fisher_arguments, model=fingerprint)
+        self.shares_fishers_ = False
+        n = (len(self.columns),)
+        self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
+        self.std_ = tensor(state.get("std"), "state.std", shape=n, finite=False).double()
+        extra = state.get("extra_columns", [])
+        if not isinstance(extra, list) or not all(isinstance(c, str) for c in extra):
+            raise CheckpointError(
+                f"field 'state.extra_columns' must be a list of names, found {shown(extra)}"
+            )
+        if bool(extra) != (self.features != "layers"):
+            raise CheckpointError(f"field 'state.extra_columns' does not fit features={self.features!r}")
+        self.extra_columns_ = [str(c) for c in extra]
+        columns = len(column_names(self.columns, self.adjust)) + len(self.extra_columns_)
+        # files from before aggregations were options hold only the paper's z-normalisation
+        self.aggregation_ = self.score_arguments.aggregation()
+        self.aggregation_.load_state(
+            state.get("aggregation", {"mean": self.mean_, "std": self.std_}), columns
+        )
+        if self.adjust != "none":
+            self.trend_.load_state(state.get("trend", {}), len(self.columns))
+        self.fit_warnings_ = [str(w) for w in state.get("fit_warnings", [])]

@@ -1,0 +1,247 @@
+"""What an evaluation runs on: its request (``EvalSpec``) and the images it draws from it: the fit images
+(Fisher images, then the held-out statistics images), the in-distribution test images and the OOD sets,
+each with the model's preprocessing and a seed derived from its name."""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roseood.contracts import Preprocessed
+from roseood.data import ImageSet, dataset_spec, load_images
+from roseood.data.jpeg import split_suffix
+from roseood.data.loading import select
+from roseood.data.preprocess import Preprocessing
+from roseood.detectors.base import held_out_count
+from roseood.errors import DataError, RoseError
+from roseood.evaluation.histories import matched_sources, named_set, parse_match
+from roseood.models.base import RoseModel
+from roseood.progress import state
+from roseood.validation import check_float, check_int, check_seed
+
+
+@dataclass
+class EvalSpec:
+    """What to evaluate. ``fit_data`` defaults to the training split of the in-distribution set; a set
+    without one (a folder, an ``.npz`` file) is split at random into fit, statistics and test images
+    (``split_in_data``).
+
+    ``layerwise``: ROSE methods return raw per-layer scores ``(N, layers)`` instead of one score per image
+    (the paper's Figure 6). ``fit_draw``: the Fisher gets ``fit_samples`` images drawn at random (draw
+    number ``fit_draw``) from the whole fit set while the ``stats_samples`` statistics images stay fixed
+    (Figure 5's repeats; see ``sweep``). ``bootstrap``: resamples for every metric's 95 % interval
+    over the test images (``EvaluationResult.add_intervals``); 0 for none. ``match_jpeg``: put every
+    stored OOD set through a JPEG round-trip first, ``QUALITY[:SUBSAMPLING]`` or "auto" (the history found
+    in the in-distribution test images; ``roseood.evaluation.histories``), so that the sets compared share
+    their compression history; the sets are then named with it (``celeba+jpeg75``).
+    """
+
+    in_data: str
+    ood: Sequence[str]
+    methods: Sequence[str]
+    fit_data: str | None = None
+    fit_samples: int = 10000
+    stats_samples: int = 2000
+    test_samples: int = 5000
+    seed: int = 2021
+    data_dir: str | Path | None = None
+    batch_size: int = 64
+    brightness: float = 1.0
+    detector_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    test_limits: dict[str, int] = field(default_factory=dict)  # method -> fewer test images (slow methods)
+    overall_per_set: int = 1000  # images of each OOD set in "overall" (the paper: one thousand)
+    layerwise: bool = False
+    fit_draw: int | None = None
+    bootstrap: int = 0
+    match_jpeg: str | None = None
+
+    def __post_init__(self) -> None:
+        parse_match(self.match_jpeg)
+        for name in ("fit_samples", "stats_samples", "test_samples", "batch_size", "overall_per_set"):
+            check_int(getattr(self, name), name)
+        check_int(self.bootstrap, "bootstrap", low=0)
+        if self.bootstrap and self.layerwise:
+            raise RoseError("bootstrap intervals are for one score per image, not layer-wise scores")
+        check_seed(self.seed)
+        check_float(self.brightness, "brightness", low=0.0, low_open=True)
+
+
+def splits_in_data(spec: EvalSpec) -> bool:
+    """Whether the fit images come out of the in-distribution set itself: no ``fit_data`` and no
+    training split to fit on (a folder, an ``.npz`` file, a named set with a test split only)."""
+    if spec.fit_data:
+        return False
+    named = dataset_spec(spec.in_data)
+    return not (named is not None and "train" in named.splits)
+
+
+def fit_source(spec: EvalSpec) -> str:
+    """Where detectors are fitted: ``--fit-data``, else the training split of the in-distribution set."""
+    if spec.fit_data:
+        return spec.fit_data
+    named = dataset_spec(spec.in_data)
+    if named is None or splits_in_data(spec):
+        raise DataError(
+            f"{spec.in_data!r} has no training split to draw fit images from: name them with --fit-data"
+        )
+    return f"{named.name}:train"
+
+
+def model_preprocessing(model: RoseModel) -> Preprocessing:
+    """The preprocessing images get for ``model``: the one its checkpoint recorded (channels and size
+    from its input shape, the resize method from ``model.preprocessing``; 1, 32, "crop" for a model that
+    declares none). Models whose inputs are not images (named sets, folders) need the Python API."""
+    shape = model.input_shape
+    if model.input_kind != "image":
+        raise DataError(
+            f"this model takes {model.input_kind} inputs, not images: datasets and image files cannot "
+            "feed it; fit and score it from Python (detector.fit(tensor), detector.score(tensor))"
+        )
+    recorded = model.preprocessing if isinstance(model, Preprocessed) else None
+    resize = recorded.resize if isinstance(recorded, Preprocessing) else "crop"
+    if shape is None:
+        return Preprocessing(1, 32, resize)
+    if len(shape) != 3 or shape[1] != shape[2] or shape[0] not in (1, 3):
+        raise DataError(
+            f"image sets are loaded as square (C, S, S) images with 1 or 3 channels; the model takes {shape}"
+        )
+    return Preprocessing(shape[0], shape[1], resize)
+
+
+def _load(
+    source: str, n: int | None, seed: int, model: RoseModel, spec: EvalSpec, brightness: float = 1.0
+) -> ImageSet:
+    """Load ``source`` with the model's preprocessing and state any conversion on stderr."""
+    prep = model_preprocessing(model)
+    images = load_images(
+        source,
+        n=n,
+        seed=seed,
+        channels=prep.channels,
+        size=prep.size,
+        resize=prep.resize,
+        data_dir=spec.data_dir,
+        brightness=brightness,
+    )
+    images.state_preprocessing()
+    return images
+
+
+def derived_seed(spec: EvalSpec, name: str) -> int:
+    """The one seed policy: a seed for the named draw (an OOD set, a Fisher draw) from ``spec.seed`` and
+    the name, not a position, so the same set gets the same images in every run and experiment (and
+    cached scores are reused). A folder name that is not UTF-8 is hashed as its bytes."""
+    return spec.seed + 1 + zlib.crc32(name.encode("utf-8", "surrogateescape")) % 100_000
+
+
+def split_in_data(spec: EvalSpec, model: RoseModel, test: bool) -> tuple[ImageSet | None, ImageSet]:
+    """The in-distribution set split at random (``derived_seed(spec, "split")``) into test images (with
+    ``test``; ``test_samples``, at most a fifth) and fit images: Fisher images followed by the held-out
+    statistics images, as ``fisher_count`` splits them. States the split in one line; each part keeps
+    the set's file order."""
+    n_test = spec.test_samples if test else 0
+    pool = _load(spec.in_data, n_test + spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+    n = len(pool)
+    if test:
+        n_test = min(n_test, n // 5)
+        if n_test < 2:
+            raise DataError(f"{pool.name} has {n} images: too few to split into fit and test images")
+    order = np.random.default_rng(derived_seed(spec, "split")).permutation(n)
+    n_fit = n - n_test
+    n_stats = held_out_count(n_fit, spec.stats_samples)
+    n_fisher = n_fit - n_stats
+    parts = np.split(order, [n_test, n_test + n_fisher])
+    test_set = select(pool, np.sort(parts[0]), f"{n_test} of {pool.source}") if test else None
+    keep = np.concatenate([np.sort(parts[1]), np.sort(parts[2])])
+    fit = select(pool, keep, f"{n_fit} of {pool.source}")
+    tested = f", {n_test} to test" if test else ""
+    state(
+        f"{pool.name}: {n} images split at random (seed {spec.seed}): {n_fisher} to fit, {n_stats} held "
+        f"out for statistics and the threshold{tested}"
+    )
+    return test_set, fit
+
+
+def load_test_and_fit(spec: EvalSpec, model: RoseModel) -> tuple[ImageSet, ImageSet]:
+    """The in-distribution test images and the fit images of an evaluation (see ``load_fit_images``)."""
+    if splits_in_data(spec) and spec.fit_draw is None:
+        test, fit = split_in_data(spec, model, test=True)
+        assert test is not None
+        return test, fit
+    return _load(spec.in_data, spec.test_samples, spec.seed, model, spec), load_fit_images(spec, model)
+
+
+def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
+    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples): from
+    ``fit_data``, the in-distribution set's training split, or else all of the set, split at random."""
+    if splits_in_data(spec) and spec.fit_draw is None:
+        return split_in_data(spec, model, test=False)[1]
+    if spec.fit_draw is None:
+        return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+    pool = _load(fit_source(spec), None, spec.seed, model, spec)
+    order = np.random.default_rng(derived_seed(spec, "statistics")).permutation(len(pool))
+    stats, rest = order[: spec.stats_samples], order[spec.stats_samples :]
+    if spec.fit_samples > len(rest):
+        raise DataError(f"{pool.name} has {len(rest)} images beside the statistics, not {spec.fit_samples}")
+    draw = np.random.default_rng(derived_seed(spec, f"fit_draw:{spec.fit_draw}"))
+    keep = np.concatenate([rest[draw.choice(len(rest), spec.fit_samples, replace=False)], stats])
+    source = f"draw {spec.fit_draw} of {spec.fit_samples} (+ {spec.stats_samples} fixed) of {pool.source}"
+    return replace(pool, images=pool.images[keep], labels=pool.labels[keep], source=source, files=None)
+
+
+OVERALL = "overall"
+
+
+def load_ood_sets(
+    spec: EvalSpec, model: RoseModel, in_set: ImageSet | None = None
+) -> tuple[dict[str, ImageSet], dict[str, str]]:
+    """Load every OOD set but ``overall``, each through ``spec.match_jpeg``'s round-trip where one is
+    asked for ("auto": the history of ``in_set``, the in-distribution test images); named sets whose files
+    are absent become 'no data' entries."""
+    sets: dict[str, ImageSet] = {}
+    missing: dict[str, str] = {}
+    if spec.match_jpeg is not None and in_set is None:
+        raise RoseError("match_jpeg needs the in-distribution images to match the OOD sets to")
+    sources = [s for s in spec.ood if s != OVERALL]
+    if in_set is not None:
+        sources = matched_sources(sources, spec.match_jpeg, in_set)
+    for source in sources:
+        base = split_suffix(source)[0]  # a matched set draws the images of the set as stored
+        named = named_set(source) is not None
+        try:
+            sets[source] = _load(
+                source, spec.test_samples, derived_seed(spec, base), model, spec, spec.brightness
+            )
+        except DataError as exc:
+            if not named:
+                raise
+            missing[source] = str(exc)
+            warnings.warn(f"{source}: no data ({exc})", stacklevel=3)  # shown once per message
+    if not sets:
+        raise DataError("none of the OOD sets could be loaded: " + "; ".join(missing.values()))
+    return sets, missing
+
+
+def overall_scores(
+    scores: dict[str, np.ndarray], members: Sequence[str], per_set: int, seed: int
+) -> np.ndarray:
+    """The paper's "overall" OOD set (Section 5.1), scored without rescoring: ``per_set`` random images'
+    scores of each member set, concatenated."""
+    rng = np.random.default_rng(seed)
+    parts = [scores[m][rng.permutation(len(scores[m]))[:per_set]] for m in members]
+    return np.concatenate(parts)
+
+
+def fisher_count(spec: EvalSpec, n_fit: int) -> int:
+    """How many of the ``n_fit`` fit images every detector fits on; the rest (``stats_samples``, at most
+    half, by the one split policy ``held_out_count``) are passed as ``held_out``. A ``fit_draw`` holds
+    exactly ``fit_samples`` fit images followed by the statistics images."""
+    if spec.fit_draw is not None:
+        return spec.fit_samples
+    return n_fit - held_out_count(n_fit, spec.stats_samples)

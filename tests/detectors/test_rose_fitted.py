@@ -1,0 +1,106 @@
+"""ROSE's settings as typed arguments and its fitted Fishers as an artifact of their own
+(``roseood.detectors.rose``): ``__init__`` stores and checks, ``fit`` builds, and the Fishers a fit made
+can be saved, loaded and taken by any ROSE with the same Fisher settings, weights and images."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from roseood.detectors.rose import ROSE, FisherArguments, FittedFishers, ScoreArguments
+from roseood.errors import CheckpointError, RoseError
+from roseood.models.vae import VAE
+
+
+def test_init_stores_the_settings_and_builds_nothing(tiny_vae: VAE) -> None:
+    """Nothing that ``fit`` makes exists before it: no layer gradients, aggregation or Fishers."""
+    det = ROSE(tiny_vae, fisher="diag", aggregate="gmm:k=2", progress=False)
+    assert "_grads" not in vars(det) and det.aggregation_ is None and det.fishers_ is None
+    assert det.get_params()["aggregate"] == "gmm:k=2"
+    args = det.fisher_arguments
+    assert args == FisherArguments("diag", tuple(det.layers), rows="sum")
+    assert det.score_arguments == ScoreArguments(aggregate="gmm:k=2")
+    hash(args)  # a key: ROSEs with equal ones share a fit
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"fisher": "full"}, r"^unknown Fisher approximation 'full'"),
+        ({"damping": -1.0}, r"^damping must be"),
+        ({"rcond": 2.0}, r"^rcond must be"),
+        ({"p": 0.5}, r"^p must be"),
+        ({"stats_fraction": 1.0}, r"^stats_fraction must lie in \(0, 1\)"),
+        ({"aggregate": "gmm:q=3"}, r"^aggregation 'gmm' does not take q"),
+        ({"rows": "pairs"}, r"^rows must be one of sum, each, bands, got 'pairs'$"),
+        ({"max_size": "lots"}, r"max_size"),
+        ({"adjust": "sideways"}, r"^unknown ROSE adjustment 'sideways'"),
+    ],
+)
+def test_a_bad_setting_is_refused_at_construction(tiny_vae: VAE, settings: dict, message: str) -> None:
+    with pytest.raises(RoseError, match=message):
+        ROSE(tiny_vae, **settings)
+
+
+def test_the_arguments_check_themselves() -> None:
+    assert FisherArguments(max_size="NONE").max_size is None and FisherArguments(memory="1K").memory == 1024
+    assert ScoreArguments(beta=(0.0, 1.0), p=2.0).aggregation().params()["p"] == 2.0
+    assert ScoreArguments().aggregation().params()["p"] == math.inf
+    with pytest.raises(RoseError, match=r"^a Fisher is fitted on rows 'sum' or 'each', got 'bands'$"):
+        FisherArguments(rows="bands")
+
+
+def _fitted(model: VAE, images: torch.Tensor) -> ROSE:
+    return ROSE(model, fisher="kfac", progress=False).fit(images[:16], held_out=images[16:])
+
+
+def test_fishers_saved_and_loaded_give_the_same_scores(
+    tiny_vae: VAE, images: torch.Tensor, tmp_path: Path
+) -> None:
+    """A ROSE of another aggregation takes the loaded Fishers and scores as if it had fitted them."""
+    first = _fitted(tiny_vae, images)
+    assert first.fishers_ is not None
+    first.fishers_.save(tmp_path / "f.pt")
+    loaded = FittedFishers.load(tmp_path / "f.pt", tiny_vae)
+    assert loaded.arguments == first.fisher_arguments and loaded.kinds == first.fishers_.kinds
+    assert loaded.images == first.fishers_.images is not None
+    taker = ROSE(tiny_vae, fisher="kfac", aggregate="max-z", progress=False)
+    taker.fit(images[:16], held_out=images[16:], fishers=loaded)
+    own = ROSE(tiny_vae, fisher="kfac", aggregate="max-z", progress=False).fit(
+        images[:16], held_out=images[16:]
+    )
+    # the same float operations on the same Fisher values (saved float32 eigenvalues as fitted): equal
+    # up to the eigenbases' compact storage (Householder vectors), rounding at 1e-6 relative
+    np.testing.assert_allclose(taker.score(images[:6]), own.score(images[:6]), rtol=1e-5)
+
+
+def test_loading_fishers_refuses_other_weights_and_damaged_files(
+    tiny_vae: VAE, images: torch.Tensor, tmp_path: Path
+) -> None:
+    first = _fitted(tiny_vae, images)
+    assert first.fishers_ is not None
+    path = tmp_path / "f.pt"
+    first.fishers_.save(path)
+    other = VAE(in_channels=1, ngf=4, nz=4).eval()
+    with pytest.raises(CheckpointError, match=r"f\.pt: Fishers fitted on model \w+, the given one is \w+$"):
+        FittedFishers.load(path, other)
+    (tmp_path / "bad.pt").write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(CheckpointError, match=r"bad\.pt"):
+        FittedFishers.load(tmp_path / "bad.pt", tiny_vae)
+    first.save(tmp_path / "det.pt")
+    with pytest.raises(
+        CheckpointError, match=r"det\.pt: expected a roseood-fishers file, found 'roseood-detector'$"
+    ):
+        FittedFishers.load(tmp_path / "det.pt", tiny_vae)
+
+
+def test_a_state_for_other_layers_is_refused(tiny_vae: VAE, images: torch.Tensor) -> None:
+    first = _fitted(tiny_vae, images)
+    assert first.fishers_ is not None
+    fewer = FisherArguments("kfac", tuple(first.layers[:1]))
+    with pytest.raises(CheckpointError, match=r"^field 'state.fishers' must hold one Fisher per layer"):
+        FittedFishers.from_state(first.fishers_.state(), fewer, model="m")
