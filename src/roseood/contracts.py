@@ -181,6 +181,17 @@ class SharesFishers(Protocol):
 
 
 @runtime_checkable
+class MaskedWeight(Protocol):
+    """A layer whose forward uses ``weight * weight_mask()``: only the mask's nonzero entries are its
+    parameters, which ROSE's Fishers keep to (a PixelCNN's causal convolutions). Third-party modules
+    without it are read by ``roseood.curvature.declare_mask`` or a ``mask`` buffer of the weight's shape."""
+
+    def weight_mask(self) -> Tensor:
+        """The 0/1 mask, of the weight's shape."""
+        ...
+
+
+@runtime_checkable
 class InvertibleMap(Protocol):
     """A layer whose forward is ``conv2d(x, weight_matrix())`` at every pixel and whose flow adds
     ``H·W·log|det W|`` (Glow's invertible 1×1 convolution): its weight is a function of its parameters,

@@ -460,3 +460,22 @@ def test_the_invertible_handler_on_a_layer_without_a_weight_matrix_says_why():
     found = resolve(NotInvertible(2, 2, 1))
     assert not found.usable and found.note == "NotInvertible has no weight_matrix()"
     assert isinstance(InvConv2d(2, lu=True), InvertibleMap) and resolve(InvConv2d(2, lu=True)).usable
+
+
+def test_a_layer_states_its_own_mask_by_the_masked_weight_contract():
+    """A layer's ``weight_mask()`` (``roseood.contracts.MaskedWeight``) decides its free entries, ahead of
+    any attribute name: the PixelCNN's causal convolutions say theirs; a mask of another shape is refused
+    in one line."""
+    from roseood.contracts import MaskedWeight
+    from roseood.curvature.handlers import attribute_mask
+    from roseood.models.pixelcnn import MaskedConv2d
+
+    conv = MaskedConv2d("A", 2, 4, 3, 1)
+    assert isinstance(conv, MaskedWeight) and attribute_mask(conv) is conv.mask
+
+    class Lying(nn.Conv2d):
+        def weight_mask(self) -> Tensor:
+            return torch.ones(3)
+
+    with pytest.raises(RoseError, match=r"^Lying.weight_mask\(\) must have its weight's shape$"):
+        attribute_mask(Lying(2, 2, 3))

@@ -3,9 +3,10 @@
 A handler turns a module, its input and the gradient w.r.t. its output into a :class:`LayerGrad`.
 ``register_layer(module_type, handler)`` adds a type (subclasses inherit it unless they override
 ``forward``); :func:`resolve` picks the handler for a module, or the ``torch.func`` fallback for any
-other module with parameters. Masked weights — a ``mask`` buffer of the weight's shape used as
-``weight * mask``, a masking ``torch.nn.utils.parametrize`` parametrization, or :func:`declare_mask` —
-reach the handlers as one weight-shaped mask.
+other module with parameters. Masked weights — a layer's own ``weight_mask()``
+(``roseood.contracts.MaskedWeight``), :func:`declare_mask`, a masking ``torch.nn.utils.parametrize``
+parametrization, or a third-party module's ``mask`` buffer of the weight's shape used as ``weight * mask``
+— reach the handlers as one weight-shaped mask.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.utils import parametrize
 
-from roseood.contracts import InvertibleMap
+from roseood.contracts import InvertibleMap, MaskedWeight
 from roseood.curvature.layergrad import FactoredGrad, LayerGrad
 from roseood.curvature.rowsgrad import RowsGrad
 from roseood.errors import RoseError
@@ -84,7 +85,13 @@ def _weight_shaped(module: nn.Module, name: str) -> Tensor | None:
 
 
 def attribute_mask(module: nn.Module) -> Tensor | None:
-    """A declared mask, or a ``mask`` buffer/attribute with the weight's shape (forward: weight·mask)."""
+    """The layer's own mask (``MaskedWeight``), else a declared one (``declare_mask``), else a third-party
+    module's ``mask`` buffer/attribute of the weight's shape (forward: weight·mask; zuko's MaskedLinear)."""
+    if isinstance(module, MaskedWeight):
+        mask, weight = module.weight_mask(), getattr(module, "weight", None)
+        if not isinstance(weight, Tensor) or mask.shape != weight.shape:
+            raise RoseError(f"{type(module).__name__}.weight_mask() must have its weight's shape")
+        return mask
     return (
         _weight_shaped(module, "rose_mask")
         if hasattr(module, "rose_mask")

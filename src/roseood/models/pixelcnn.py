@@ -66,6 +66,10 @@ class MaskedConv2d(nn.Conv2d):
         mask[:, :, row, col] = centre.float()
         self.register_buffer("mask", mask)
 
+    def weight_mask(self) -> Tensor:
+        """The causal mask (``roseood.contracts.MaskedWeight``): what ROSE's Fishers keep to."""
+        return self.mask
+
     def forward(self, x: Tensor) -> Tensor:
         return self._conv_forward(x, self.weight * self.mask, self.bias)
 
