@@ -153,3 +153,38 @@ def test_a_tight_memory_budget_counts_every_class_row_and_keeps_the_scores(
     det = ROSE(model, fisher="diag", memory=tight, progress=True).fit(x[:8], held_out=x[8:])
     assert "1 image (2 rows) per batch" in capsys.readouterr().err
     np.testing.assert_allclose(det.score(x), free.score(x), rtol=1e-4, atol=1e-6)
+
+
+def test_the_condition_is_a_loss_setting_the_detector_file_records(tmp_path: Path) -> None:
+    """``--condition`` (``set_loss_settings(condition=...)``) judges the model as a folder's roseood.json
+    would; a detector fitted so records it and sets it back on the model it is loaded with."""
+    from roseood.detectors import ROSE, Detector
+
+    folder = pipeline(tmp_path / "p")
+    model, labelled = load_model(folder), load_model(pipeline(tmp_path / "l", condition="label:1"))
+    model.set_loss_settings(condition="label:1")
+    assert model.loss_settings()["condition"] == "label:1" and model.rows_per_input == 2
+    assert model_fingerprint(model) == model_fingerprint(labelled)
+    x = torch.rand(3, 1, 8, 8)
+    torch.testing.assert_close(model.nll(x), labelled.nll(x))
+    images = torch.rand(24, 1, 8, 8)
+    det = ROSE(model, fisher="diag", layers="mid", progress=False).fit(images[:12], held_out=images[12:])
+    det.save(tmp_path / "d.pt")
+    fresh = load_model(folder)  # the marginal, as the folder says
+    loaded = Detector.load(tmp_path / "d.pt", fresh)
+    assert fresh.condition.spec == "label:1"
+    np.testing.assert_allclose(loaded.score(x), det.score(x), rtol=1e-6)
+    with pytest.raises(RoseError, match=r"^condition 'label:1': the model is unconditional"):
+        load_model(pipeline_unconditional(tmp_path / "u")).set_loss_settings(condition="label:1")
+
+
+def pipeline_unconditional(folder: Path) -> Path:
+    """The same tiny UNet without class labels."""
+    d = diffusers_module()
+    torch.manual_seed(0)
+    unet = d.UNet2DModel(
+        sample_size=8, in_channels=1, out_channels=1, block_out_channels=(8, 16), norm_num_groups=4,
+        layers_per_block=1, down_block_types=("DownBlock2D",) * 2, up_block_types=("UpBlock2D",) * 2,
+    )  # fmt: skip
+    d.DDPMPipeline(unet=unet, scheduler=d.DDPMScheduler()).save_pretrained(folder)
+    return folder

@@ -252,8 +252,9 @@ def load_model_arg(args: argparse.Namespace, path: str | None = None) -> RoseMod
 
 
 def set_loss_args(args: argparse.Namespace, model: RoseModel) -> None:
-    """``--rose-k`` / ``--rose-t-range``: set a diffusion model's (timestep, noise) pairs before anything is
-    fitted (a detector file then records them); refused in one line for a model whose loss has none."""
+    """``--rose-k`` / ``--rose-t-range`` / ``--condition``: set a diffusion model's (timestep, noise) pairs
+    and how a class-conditional one is judged before anything is fitted (a detector file then records
+    them); refused in one line for a model whose loss has none."""
     from roseood.contracts import SettableLoss
     from roseood.progress import state
 
@@ -262,17 +263,19 @@ def set_loss_args(args: argparse.Namespace, model: RoseModel) -> None:
         options["k"] = args.rose_k
     if getattr(args, "rose_t_range", None) is not None:
         options["t_min"], options["t_max"] = args.rose_t_range
+    if getattr(args, "condition", None) is not None:
+        options["condition"] = args.condition
     if not options:
         return
     if not isinstance(model, SettableLoss):
         raise RoseError(
-            "--rose-k and --rose-t-range set a diffusion model's (timestep, noise) pairs; this model's "
-            "loss has none"
+            "--rose-k, --rose-t-range and --condition set a diffusion model's per-image loss; this model's "
+            "loss has no such settings"
         )
     model.set_loss_settings(**options)
     pairs = model.loss_settings()
-    shown = ", ".join(f"{k} = {pairs[k]}" for k in ("k", "t_min", "t_max") if k in pairs)
-    state(f"the model's per-image loss pairs: {shown}")
+    shown = ", ".join(f"{k} = {pairs[k]}" for k in ("k", "t_min", "t_max", "condition") if k in pairs)
+    state(f"the model's per-image loss: {shown}")
 
 
 def load_background_arg(args: argparse.Namespace) -> RoseModel | None:
@@ -358,6 +361,14 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
         metavar="LO,HI",
         help="diffusion models: the pairs' timestep range, fractions of the train timesteps (e.g. 0,0.5: "
         "the less noisy half; unset: the model's own); the K timesteps are the midpoints of K equal strata",
+    )
+    p.add_argument(
+        "--condition",
+        metavar="SPEC",
+        help="class-conditional diffusion models: how p(x) is judged: marginal (the mean over the "
+        "classes, C× the cost), null (the condition-dropout label, where the model has one) or label:N "
+        "(p(x | y = N)); unset: the folder's roseood.json, else null where there is one, else marginal; "
+        "recorded in the detector file",
     )
     p.add_argument(
         "--rows",

@@ -172,12 +172,26 @@ class DiffusionModel(GenerativeModel):
         )
 
     def loss_settings(self) -> dict[str, Any]:
-        """The per-image loss's pairs (``denoising``: k, t_min, t_max, weighting, seed)."""
-        return dict(self.denoising)
+        """The per-image loss's pairs (``denoising``: k, t_min, t_max, weighting, seed) and, for a
+        class-conditional model, how p(x) is judged (``condition``)."""
+        judged = {"condition": self.condition.spec} if self.condition.classes is not None else {}
+        return dict(self.denoising) | judged
 
-    def set_loss_settings(self, **options: Any) -> None:
-        """``set_denoising``: what a detector file or ``--rose-k`` / ``--rose-t-range`` set."""
-        self.set_denoising(**options)
+    def set_loss_settings(self, condition: str | None = None, **options: Any) -> None:
+        """``set_condition`` and ``set_denoising``: what a detector file or ``--condition``, ``--rose-k``
+        and ``--rose-t-range`` set."""
+        if condition is not None:
+            self.set_condition(condition)
+        if options or condition is None:
+            self.set_denoising(**options)
+
+    def set_condition(self, spec: str) -> None:
+        """Judge a class-conditional model by ``spec``: "marginal", "null" or "label:N" (see
+        ``Condition``); refused in one line for an unconditional one. Changes the model's fingerprint."""
+        self.condition = Condition(self.condition.classes, spec, self.condition.null)
+        if self.condition.classes is not None:
+            label = -1 if self.condition.label is None else self.condition.label
+            self.register_buffer("condition_label", torch.tensor(label, device=self.ema_steps.device))
 
     @property
     def train_timesteps(self) -> int:
