@@ -54,7 +54,7 @@ def test_train_export_and_evaluate_a_diffusers_folder(workdir, capsys):  # noqa:
         "--quiet",
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    assert "pairs: k = 3, t_min = 0.0, t_max = 0.5" in capsys.readouterr().err
+    assert "per-image loss: k = 3, t_min = 0.0, t_max = 0.5" in capsys.readouterr().err
     model = load_model("diff-folder")
     det = Detector.load(workdir / "pairs.pt", model)
     assert isinstance(model, DiffusionModel) and model.k == 3 and model.denoising["t_max"] == 0.5

@@ -270,7 +270,7 @@ def set_loss_args(args: argparse.Namespace, model: RoseModel) -> None:
     if not isinstance(model, SettableLoss):
         raise RoseError(
             "--rose-k, --rose-t-range and --condition set a diffusion model's per-image loss; this model's "
-            "loss has no such settings"
+            "loss has none"
         )
     model.set_loss_settings(**options)
     pairs = model.loss_settings()
