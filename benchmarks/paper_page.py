@@ -42,8 +42,9 @@ def _cell(x: float | None) -> str:
     return "—" if x is None else f"{x:.3f}"
 
 
-def section(run: dict[str, Any]) -> str:
-    """One experiment's section: its settings line and its paper | ours | Δ table."""
+def section(run: dict[str, Any], selection: str = "") -> str:
+    """One experiment's section: its settings line and its paper | ours | Δ table; ``selection``: the
+    models and data sets of a run that had only some of them (``cifar10-vae``), named in the title."""
     profile, machine = run["profile"], run["machine"]
     rows = []
     for r in run["comparison"]:
@@ -63,7 +64,7 @@ def section(run: dict[str, Any]) -> str:
     note = f" {run['note']}" if run.get("note") else ""
     return "\n".join(
         [
-            f"## {run['title']}",
+            f"## {run['title']}" + (f" ({selection.replace('-', ', ')})" if selection else ""),
             "",
             f"`rose bench {run['experiment']} --profile {profile['name']}`, {run.get('date', 'no date')}: "
             f"{minutes:.1f} min{reuse} on {where}.{note} Profile cuts: {profile['cuts']}.",
@@ -77,9 +78,13 @@ def section(run: dict[str, Any]) -> str:
 
 def render() -> str:
     """The whole page from every committed results file, in file-name order."""
-    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
     parts = [INTRO.format(flag=FLAG)]
-    parts += [section(run) for run in runs] or ["No experiment has been committed yet."]
+    for path in sorted(RESULTS.glob("*.json")):
+        run = json.loads(path.read_text())
+        name = path.stem.removesuffix(f"-{run['profile']['name']}")
+        parts.append(section(run, name.removeprefix(run["experiment"]).lstrip("-")))
+    if len(parts) == 1:
+        parts.append("No experiment has been committed yet.")
     return "\n\n".join(parts).rstrip() + "\n"
 
 
