@@ -46,7 +46,7 @@ def section(run: dict[str, Any], selection: str = "") -> str:
     """One experiment's section: its settings line and its paper | ours | Δ table; ``selection``: the
     models and data sets of a run that had only some of them (``cifar10-vae``), named in the title."""
     profile, machine = run["profile"], run["machine"]
-    rows = []
+    tables: dict[str, list[str]] = {}
     for r in run["comparison"]:
         ours, paper, interval = r["ours"], r["paper"], r["interval"]
         delta = "—"
@@ -56,7 +56,12 @@ def section(run: dict[str, Any], selection: str = "") -> str:
                 delta = f"**{delta}**"
         outside = interval is not None and paper is not None and not interval[0] <= paper <= interval[1]
         shown = _cell(ours) + (" †" if outside else "")
-        rows.append(f"| {' / '.join(r['labels'])} | {_cell(paper)} | {shown} | {delta} | {r['why'] or ''} |")
+        row = f"| {' / '.join(r['labels'])} | {_cell(paper)} | {shown} | {delta} | {r['why'] or ''} |"
+        tables.setdefault(r.get("table", ""), []).append(row)
+    blocks = []
+    for table, rows in tables.items():
+        heading = [f"### {table}", ""] if table else []
+        blocks += [*heading, "| row | paper | ours | Δ | note |", "|---|---|---|---|---|", *rows, ""]
     where = ", ".join(f"{k} {v}" for k, v in machine.items())
     minutes = run["wall_seconds"] / 60
     cached = [m for m, how in run.get("models", {}).items() if isinstance(how, dict) and how.get("reused")]
@@ -69,11 +74,9 @@ def section(run: dict[str, Any], selection: str = "") -> str:
             f"`rose bench {run['experiment']} --profile {profile['name']}`, {run.get('date', 'no date')}: "
             f"{minutes:.1f} min{reuse} on {where}.{note} Profile cuts: {profile['cuts']}.",
             "",
-            "| row | paper | ours | Δ | note |",
-            "|---|---|---|---|---|",
-            *rows,
+            *blocks,
         ]
-    )
+    ).rstrip()
 
 
 def render() -> str:

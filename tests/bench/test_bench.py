@@ -60,6 +60,10 @@ def test_missing_sets_say_no_data(smoke_run: Smoke) -> None:
         if not (SHARED_DATA / f"{ood}_test.npz").exists():
             assert row["ours"] is None and row["why"] == "no data"
     assert rows[("overall", "rose-ekfac")]["ours"] is not None
+    # each number names the report's table it sits in (the paper page groups rows by it)
+    headings = {line[3:] for line in reports["table2"].read_text().splitlines() if line.startswith("## ")}
+    assert {r["table"] for r in payload["comparison"]} <= headings
+    assert len({r["table"] for r in payload["comparison"]}) > 1
     low, high = rows[("mnist", "rose-ekfac")]["interval"]  # the smoke profile's 5 resamples
     assert low <= rows[("mnist", "rose-ekfac")]["ours"] <= high
     assert "† marks a paper number outside it" in reports["table2"].read_text()

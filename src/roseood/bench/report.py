@@ -95,6 +95,7 @@ class BenchReport:
     parts: list[str] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)  # the heading of each row's table
 
     def section(self, heading: str, *body: str) -> None:
         self.parts += [f"## {heading}", *body]
@@ -103,6 +104,7 @@ class BenchReport:
         """A paper | ours | Δ table (preceded, for two-label rows, by a compact grid in the paper's
         layout); the rows also go to ``results.json``."""
         self.rows += rows
+        self.tables += [heading] * len(rows)
         body = [caption] if caption else []
         if len(headers) == 2 and rows:
             body.append(overview_grid(headers, rows))
@@ -201,13 +203,14 @@ class BenchReport:
             "results": self.results,
             "comparison": [
                 {
+                    "table": table,
                     "labels": list(r.labels),
                     "ours": r.ours,
                     "paper": r.paper,
                     "why": r.why,
                     "interval": list(r.interval) if r.interval else None,
                 }
-                for r in self.rows
+                for r, table in zip(self.rows, self.tables, strict=True)
             ],
         }
         write_json(out / "results.json", payload, indent=1)
