@@ -69,10 +69,10 @@ def fit_detector(
     if fishers is None or not isinstance(det, SharesFishers) or held_out is None:
         return det.fit(images, held_out=held_out)
     key = det.fisher_arguments
-    if key in fishers and det.progress:
-        note(f"{det.name}: the Fishers fitted for {fishers[key][0]} (the same settings and images)")
-    elif key not in fishers:
+    if key not in fishers:
         fishers[key] = det.name, det.fit_fisher(images)
+    elif det.progress:
+        note(f"{det.name}: the Fishers fitted for {fishers[key][0]} (the same settings and images)")
     return det.fit(images, held_out=held_out, fishers=fishers[key][1])
 
 

@@ -102,11 +102,9 @@ class DiffusionModel(GenerativeModel):
         self.register_buffer("ema_steps", torch.zeros((), dtype=torch.long))
         self.register_buffer("alphas_cumprod", alphas.clone())
         classes, null = kind.classes(unet)
-        self.condition = Condition(classes, condition, null)
+        self.condition = Condition(classes, None, null)  # the default; then the one asked for
+        self.set_condition(condition)
         self.width = kind.width(unet)  # elements per row of the denoiser's largest early activation
-        if self.condition.classes is not None:  # the judged label (−1: the marginal) in the fingerprint
-            label = -1 if self.condition.label is None else self.condition.label
-            self.register_buffer("condition_label", torch.tensor(label))
         self.set_denoising(**denoising)
 
     # -- the fixed (timestep, noise) pairs ---------------------------------------------------------
@@ -185,9 +183,10 @@ class DiffusionModel(GenerativeModel):
         if options or condition is None:
             self.set_denoising(**options)
 
-    def set_condition(self, spec: str) -> None:
-        """Judge a class-conditional model by ``spec``: "marginal", "null" or "label:N" (see
-        ``Condition``); refused in one line for an unconditional one. Changes the model's fingerprint."""
+    def set_condition(self, spec: str | None) -> None:
+        """Judge a class-conditional model by ``spec``: "marginal", "null" or "label:N" (None: the
+        default, see ``Condition``); refused in one line for an unconditional one. Changes the model's
+        fingerprint: the judged label (−1: the marginal) is a buffer."""
         self.condition = Condition(self.condition.classes, spec, self.condition.null)
         if self.condition.classes is not None:
             label = -1 if self.condition.label is None else self.condition.label
