@@ -14,6 +14,7 @@ from roseood.errors import RoseError
 from roseood.validation import count, t_range
 
 PAPER_METHOD = "rose-ekfac"  # a family's detection method unless the near-OOD bench's rule chose another
+CLASSES_OF_DATA = "data"  # a family config's ``classes``: as many as the training images have
 
 # roseood.detectors.METHODS, in registration order
 METHODS = (
@@ -102,10 +103,32 @@ def _pixelcnn_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gated", action="store_true", help="gated two-stack PixelCNN (no blind spot)")
 
 
+# a UNet's and a DiT's shape options: each refused for the other denoiser (none is ignored in silence)
+UNET_SHAPE: dict[str, Any] = {"widths": "32,64,64", "layers_per_block": 1}
+DIT_SHAPE = {"dit_layers": 4, "dit_heads": 4, "dit_head_dim": 16, "patch_size": 2}
+
+
 def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--widths", type=str, default="32,64,64", help="UNet block widths, one per resolution")
-    p.add_argument("--layers-per-block", type=count, default=1, help="ResNet layers per UNet block")
-    p.add_argument("--no-attention", action="store_true", help="no mid-block self-attention")
+    p.add_argument(
+        "--denoiser",
+        choices=("unet", "dit"),
+        default="unet",
+        help="a UNet2DModel, or a DiTTransformer2DModel (patches, adaLN-zero transformer blocks)",
+    )
+    p.add_argument("--widths", type=str, help="UNet block widths, one per resolution (default: 32,64,64)")
+    p.add_argument("--layers-per-block", type=count, help="ResNet layers per UNet block (default: 1)")
+    p.add_argument("--no-attention", action="store_true", help="no UNet mid-block self-attention")
+    p.add_argument("--dit-layers", type=count, help="DiT: transformer blocks (default: 4)")
+    p.add_argument("--dit-heads", type=count, help="DiT: attention heads (default: 4)")
+    p.add_argument("--dit-head-dim", type=count, help="DiT: channels per head (default: 16)")
+    p.add_argument("--patch-size", type=count, help="DiT: patch side in pixels (default: 2)")
+    p.add_argument(
+        "--conditional",
+        action="store_true",
+        help="class-conditional on the data's labels (a UNet: judged by the marginal over the classes, "
+        "C× the cost; a DiT: at its null label, which diffusers' 10 %% label dropout trains); unset: a "
+        "model of p(x) (a DiT of one label)",
+    )
     p.add_argument("--timesteps", type=count, default=1000, help="train timesteps T")
     p.add_argument(
         "--objective",
@@ -134,21 +157,35 @@ def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rose-seed", type=int, default=0, help="seed of the pairs' noise")
 
 
-def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
+def _denoiser_shape(a: argparse.Namespace) -> dict[str, Any]:
+    """The UNet's or the DiT's shape options (defaults where unset); the other's, given, refused."""
+    dit = a.denoiser == "dit"
+    own, other = (DIT_SHAPE, {**UNET_SHAPE, "no_attention": False}) if dit else (UNET_SHAPE, DIT_SHAPE)
+    given = [k for k in other if getattr(a, k) not in (None, False)]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise RoseError(f"{flag} shapes a {'UNet' if dit else 'DiT'}; this is a --denoiser {a.denoiser}")
+    shape = {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in own.items()}
+    if dit:
+        names = dict(zip(DIT_SHAPE, ("layers", "heads", "head_dim", "patch"), strict=True))
+        return {"dit": {names[k]: v for k, v in shape.items()}}
     try:
-        widths = [int(w) for w in a.widths.split(",")]
+        widths = [int(w) for w in str(shape["widths"]).split(",")]
     except ValueError:
         raise RoseError(f"--widths takes comma-separated numbers, got {a.widths!r}") from None
+    return {"widths": widths, "layers_per_block": shape["layers_per_block"], "attention": not a.no_attention}
+
+
+def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
     lo, hi = a.rose_t_range
     denoising = {"k": a.rose_k, "t_min": lo, "t_max": hi, "weighting": a.rose_weighting, "seed": a.rose_seed}
-    config = {
-        "widths": widths,
-        "layers_per_block": a.layers_per_block,
-        "attention": not a.no_attention,
+    config = _denoiser_shape(a) | {
         "train_timesteps": a.timesteps,
         "ema_decay": a.ema_decay,
         "denoising": denoising,
     }
+    if a.conditional:  # the count of the data's classes, filled in when the model is built for them
+        config["classes"] = CLASSES_OF_DATA
     if a.objective == "flow":  # the scheduler's class is what makes the model a flow-matching one
         config["scheduler"] = {
             "_class_name": "FlowMatchEulerDiscreteScheduler",
@@ -184,8 +221,8 @@ TRAIN_OPTIONS = {
         "rose-gmm-all",
     ),
     "diffusion": TrainOptions(
-        "DDPM or flow matching on a diffusers UNet2DModel (needs roseood[diffusion]; Adam 1e-3, 100 warm-up "
-        "steps, clip 1, EMA weights evaluated)",
+        "DDPM or flow matching on a diffusers UNet2DModel or DiT, unconditional or class-conditional (needs "
+        "roseood[diffusion]; Adam 1e-3, 100 warm-up steps, clip 1, EMA weights evaluated)",
         _diffusion_arguments,
         _diffusion_config,
         # ROSE per timestep band with the ε-MSE per timestep under one density: no method passed the rule

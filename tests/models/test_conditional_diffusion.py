@@ -121,12 +121,12 @@ def test_a_bad_condition_is_one_line(tmp_path: Path, condition: object, phrase: 
     assert phrase in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_vector_condition_and_training_are_refused(tmp_path: Path) -> None:
+def test_a_vector_condition_and_training_without_labels_are_refused(tmp_path: Path) -> None:
     folder = pipeline(tmp_path / "p")
     config = json.loads((folder / "unet" / "config.json").read_text())
     model = load_model(folder)
-    with pytest.raises(RoseError, match="unconditional models; a class-conditional one is read"):
-        model.train_loss(torch.rand(2, 1, 8, 8))
+    with pytest.raises(RoseError, match="needs one class label per image; this model judges the marginal"):
+        model.train_loss(torch.rand(2, 1, 8, 8))  # trained at each image's label, not the marginal
     (folder / "unet" / "config.json").write_text(json.dumps(config | {"class_embed_type": "timestep"}))
     with pytest.raises(RoseError, match="class_embed_type 'timestep' conditions on a vector"):
         load_model(folder)

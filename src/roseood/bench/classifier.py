@@ -13,7 +13,8 @@ from torch import Tensor
 from roseood.data.tensors import as_image_tensor
 from roseood.errors import DataError
 from roseood.models.classifier import ARCHS, Classifier
-from roseood.models.train import TrainingRun, start_run
+from roseood.models.resume import start_run
+from roseood.models.train import TrainingRun
 
 __all__ = ["ARCHS", "Classifier", "train_classifier"]
 

@@ -52,7 +52,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     from roseood.evaluation.splits import model_preprocessing
     from roseood.models import get_family, load_factory
     from roseood.models.base import RoseModel
-    from roseood.models.train import TrainConfig, seeded, train
+    from roseood.models.resume import seeded
+    from roseood.models.train import TrainConfig, train
 
     checked_output(args, args.out)
     with seeded(args.seed):  # model initialisation and training repeat bit for bit
@@ -61,8 +62,10 @@ def cmd_train(args: argparse.Namespace) -> None:
             model, kind = load_factory(args.model_module), None
             prep = model_preprocessing(model)
             channels, size, resize = prep.channels, prep.size, prep.resize
-        else:  # unset --size/--channels: from the data
+        else:  # unset --size/--channels: from the data; the options checked before any image is read
             kind, channels, size, resize = args.kind, args.channels, args.size, args.resize
+            family = get_family(args.kind)
+            config = family.from_cli_arguments(args)
         data = load_images(
             args.data,
             split="train",
@@ -75,9 +78,10 @@ def cmd_train(args: argparse.Namespace) -> None:
         )
         data.state_preprocessing(always=True)
         held_out = _held_out(args, data.images.shape, resize) if args.held_out else None
+        labels = None
         if model is None:
-            family = get_family(args.kind)
-            model = family.build_for(data, **family.from_cli_arguments(args))
+            model = family.build_for(data, **config)
+            labels = data.labels if "classes" in config else None  # a class-conditional model's
         cfg = TrainConfig.for_model(
             kind,
             epochs=args.epochs,
@@ -104,6 +108,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             budget=args.budget * 60 if args.budget else None,
             held_out=held_out,
             curve=args.curve,
+            labels=labels,
         )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
 

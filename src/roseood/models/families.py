@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from roseood.catalogue import PAPER_METHOD, TRAIN_OPTIONS
+from roseood.catalogue import CLASSES_OF_DATA, PAPER_METHOD, TRAIN_OPTIONS
 from roseood.contracts import Described
 from roseood.data.loading import ImageSet, ImageStream
 from roseood.data.preprocess import Preprocessing
@@ -66,12 +66,26 @@ class ModelFamily:
         return self.cls(in_channels=in_channels, **config)
 
     def build_for(self, images: ImageSet | ImageStream, **config: Any) -> GenerativeModel:
-        """A fresh model for loaded images: their channels and size, and their preprocessing recorded
-        (``model.preprocessing``, saved in its checkpoints and applied again when scoring)."""
+        """A fresh model for loaded images: their channels and size (and, where ``classes`` asks for the
+        data's, their class count), and their preprocessing recorded (``model.preprocessing``, saved in its
+        checkpoints and applied again when scoring)."""
         prep = images.preprocessing or Preprocessing()
+        if config.get("classes") == CLASSES_OF_DATA:
+            config["classes"] = class_count(images)
         model = self.build(prep.channels, prep.size, **config)
         cast(Any, model).preprocessing = prep  # an attribute of the instance, saved by save_model
         return model
+
+
+def class_count(images: ImageSet | ImageStream) -> int:
+    """How many classes labelled images have (a folder's class subfolders, else the largest label + 1);
+    a one-line error where an image has none."""
+    if len(images.labels) == 0 or int(images.labels.min()) < 0:
+        raise RoseError(
+            f"{images.name} has images without a class label (an .npz without 'labels', a folder without "
+            "class subfolders): a class-conditional model trains on labelled images"
+        )
+    return len(images.classes) if images.classes else int(images.labels.max()) + 1
 
 
 FAMILIES: Registry[str, ModelFamily] = Registry("model kind")

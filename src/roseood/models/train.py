@@ -9,10 +9,8 @@ Glow — Adamax 5e-4, batch 64, optional weight decay, warm-up and gradient clip
 from __future__ import annotations
 
 import math
-import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +22,13 @@ from torch import Tensor
 from roseood import distributed
 from roseood.contracts import HeldOutMetrics, Trainable
 from roseood.data.tensors import check_model_input
-from roseood.errors import CheckpointError, RoseError
-from roseood.integrity import same
-from roseood.models.base import RoseModel, input_dims, model_config, model_name
-from roseood.models.checkpoint import MODEL_FORMAT, save_model
+from roseood.errors import RoseError
+from roseood.models.base import RoseModel, input_dims, model_name
+from roseood.models.checkpoint import save_model
+from roseood.models.resume import start_run
 from roseood.progress import duration, eta, forecast, note, resolve
 from roseood.progress import progress as progress_bar
-from roseood.serialization import array_digest, safe_load
+from roseood.serialization import array_digest
 from roseood.validation import check_float, check_int, check_seed
 
 
@@ -83,105 +81,7 @@ def _lr(cfg: TrainConfig, epoch: int, step: int) -> float:
     return lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else lr
 
 
-@contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Seed Python's, numpy's and torch's global generators and use torch's deterministic algorithms
-    inside the block (restoring the previous algorithm setting after it), so that model initialisation
-    and training repeat bit for bit on a CPU."""
-    check_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    before = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.is_deterministic_algorithms_warn_only_enabled(),
-    )
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-
-
-def restore_training(
-    checkpoint: Path,
-    model: Any,
-    opt: torch.optim.Optimizer,
-    gen: torch.Generator,
-    key: str,
-    settings: dict[str, Any],
-    data_digest: str | None = None,
-) -> dict[str, Any]:
-    """Load weights, optimiser and RNG states of a run to resume into ``model``, ``opt``, ``gen`` and
-    torch's global generator; return the stored training state. Refuses a checkpoint of another
-    architecture, whose ``train_state[key]`` differs from ``settings`` in anything but ``epochs``, or
-    (given ``data_digest``) that was trained on other data."""
-    obj = safe_load(checkpoint, MODEL_FORMAT)
-    ts = obj.get("train_state")
-    if ts is None:
-        raise CheckpointError(f"{checkpoint}: has no training state to resume from")
-    stored = ts.get(key, {})
-    arch = (obj.get("kind"), obj.get("config"))
-    if (
-        not isinstance(stored, dict)
-        or not same(stored | {"epochs": None}, settings | {"epochs": None})
-        or not same(arch, (model_name(model), model_config(model)))
-    ):
-        raise CheckpointError(f"{checkpoint}: was trained with other settings (only the epochs may change)")
-    if data_digest is not None and ts.get("data_digest") is None:
-        raise CheckpointError(
-            f"{checkpoint}: records no digest of its training data (written before roseood checked it), "
-            f"so resuming cannot confirm the data is the same; the data now has digest {data_digest}"
-        )
-    if data_digest is not None and not same(ts.get("data_digest"), data_digest):
-        raise CheckpointError(
-            f"{checkpoint}: was trained on other data (digest {ts.get('data_digest')}, now {data_digest}); "
-            "resume with the same data, subset and seed"
-        )
-    try:
-        model.load_state_dict(obj["state_dict"])
-    except (KeyError, RuntimeError) as exc:
-        raise CheckpointError(
-            f"{checkpoint}: weights do not match the model ({type(exc).__name__})"
-        ) from None
-    try:  # a hand-edited training state is the file's fault: one line, not a torch traceback
-        opt.load_state_dict(ts["optimizer"])
-        gen.set_state(ts["generator"])
-        if "torch_rng" in ts:
-            torch.set_rng_state(ts["torch_rng"])
-    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
-        raise CheckpointError(
-            f"{checkpoint}: damaged training state ({type(exc).__name__}); train afresh with --overwrite"
-        ) from None
-    return ts
-
-
 StepFn = Callable[[Tensor, int, int], tuple[Tensor, dict[str, float]]]
-
-
-def start_run(
-    checkpoint: Path,
-    model: Any,
-    opt: torch.optim.Optimizer,
-    gen: torch.Generator,
-    resume: bool,
-    key: str,
-    settings: dict[str, Any],
-    data_digest: str | None = None,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """The training state a run starts from: fresh, or restored from ``checkpoint`` with ``resume``
-    (same settings and, given ``data_digest``, same data); an existing checkpoint is otherwise replaced
-    only with ``overwrite``."""
-    state: dict[str, Any] = {key: settings, "epoch": 0, "step": 0, "history": []}
-    if data_digest is not None:
-        state["data_digest"] = data_digest
-    if resume and checkpoint.exists():
-        ts = restore_training(checkpoint, model, opt, gen, key, settings, data_digest)
-        state.update(epoch=ts["epoch"], step=ts.get("step", 0), history=ts["history"])
-    elif checkpoint.exists() and not overwrite:
-        raise RoseError(f"{checkpoint} exists; resume it (--resume / resume=True) or choose another output")
-    return state
 
 
 class _Warmup:
@@ -400,15 +300,17 @@ class _Recorder:
 
 def _batch_step(
     kind: str,
-    loss: Callable[[Tensor], Tensor],
+    loss: Callable[..., Tensor],
     x: Tensor,
     cfg: TrainConfig,
     opt: torch.optim.Optimizer,
     gen: torch.Generator,
     device: str | torch.device,
+    labels: Tensor | None = None,
 ) -> Callable[[Tensor, int, int], tuple[Tensor, dict[str, float]]]:
-    """One training step's loss (``loss``, of a model taking ``kind`` inputs) on ``x[idx]``: flipped
-    (images, ``cfg.hflip``) and perturbed (``cfg.perturb``) by ``gen``, the step's learning rate set."""
+    """One training step's loss (``loss``, of a model taking ``kind`` inputs) on ``x[idx]`` (and their
+    class ``labels``): flipped (images, ``cfg.hflip``) and perturbed (``cfg.perturb``) by ``gen``, the
+    step's learning rate set."""
     flips = cfg.hflip and kind == "image"
     if cfg.perturb and kind != "image":
         raise RoseError(f"perturb={cfg.perturb!r} perturbs images; this model takes {kind} inputs")
@@ -425,7 +327,9 @@ def _batch_step(
             batch = perturb(batch, gen)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, epoch, n_step)
-        return loss(batch.to(device)).mean(), {}
+        if labels is None:
+            return loss(batch.to(device)).mean(), {}
+        return loss(batch.to(device), labels=labels[idx].to(device)).mean(), {}
 
     return step
 
@@ -450,6 +354,7 @@ def train(
     budget: float | None = None,
     held_out: Tensor | np.ndarray | None = None,
     curve: str | Path | None = None,
+    labels: Tensor | np.ndarray | None = None,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
     """Train ``model`` on its inputs (uint8/float images, tensors, tokens), writing ``checkpoint`` after
     every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
@@ -464,7 +369,8 @@ def train(
     ``held_out``: inputs scored after every epoch under the evaluated weights (the model's own
     ``held_out_metrics`` where it has them, else the NLL in bits/dim), recorded in the history as
     ``held_out_*``; ``curve``: a CSV the same rows go to with the training seconds so far (appended on
-    resume), for a learning curve against time. Returns the model (eval mode) and the per-epoch history.
+    resume), for a learning curve against time; ``labels``: each input's class, for a class-conditional
+    model (``train_loss(x, labels=...)``). Returns the model (eval mode) and the per-epoch history.
     """
     if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
@@ -473,11 +379,14 @@ def train(
     gen = torch.Generator().manual_seed(cfg.seed)
     model.to(device)
     opt = _optimizer(model, cfg)
-    digest = array_digest(x.cpu().numpy())
+    y = None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.long)
+    if y is not None and y.shape != (x.shape[0],):
+        raise RoseError(f"labels: one class per input ({x.shape[0]}), got shape {tuple(y.shape)}")
+    digest = array_digest(x.cpu().numpy()) + ("" if y is None else array_digest(y.numpy()))
     state = start_run(Path(checkpoint), model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
     if state["epoch"] == 0:
         torch.manual_seed(cfg.seed)
-    step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device)
+    step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device, y)
     held = None if held_out is None else check_model_input(held_out, model)
     log = _Curve(Path(curve), state["step"]) if curve is not None and distributed.is_main() else None
     record = _Recorder(model, model.train_objective, per_dim, state, device, held, log)

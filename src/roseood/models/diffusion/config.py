@@ -31,11 +31,14 @@ def unet_config(
     widths: tuple[int, ...],
     layers_per_block: int,
     attention: bool,
+    classes: int | None = None,
 ) -> dict[str, Any]:
     """A ``UNet2DModel`` config: one down/up block per width (resolution halves between them), plain
-    ResNet blocks, and (``attention``) one self-attention block in the middle, at the lowest resolution."""
+    ResNet blocks, and (``attention``) one self-attention block in the middle, at the lowest resolution;
+    ``classes``: a class-conditional UNet of that many labels (an embedding added to the timestep's)."""
     groups = math.gcd(*widths, 8)
-    return {
+    labels = {} if classes is None else {"num_class_embeds": check_int(classes, "classes", high=MAX_CLASSES)}
+    return labels | {
         "sample_size": image_size,
         "in_channels": in_channels,
         "out_channels": in_channels,
@@ -46,6 +49,25 @@ def unet_config(
         "add_attention": attention,
         "norm_num_groups": groups,
         "attention_head_dim": widths[-1],
+    }
+
+
+def dit_config(
+    in_channels: int, image_size: int, layers: int, heads: int, head_dim: int, patch: int, classes: int
+) -> dict[str, Any]:
+    """A ``DiTTransformer2DModel`` config: ``layers`` adaLN-zero blocks of ``heads`` × ``head_dim``
+    attention on ``patch``² patches, embedding ``classes`` labels and diffusers' null label (its label
+    dropout, 10 % in training, is what lets a DiT judge p(x) at the null label)."""
+    return {
+        "_class_name": "DiTTransformer2DModel",
+        "sample_size": image_size,
+        "in_channels": in_channels,
+        "out_channels": in_channels,
+        "num_layers": check_int(layers, "DiT layers", high=4 * MAX_LAYERS),
+        "num_attention_heads": check_int(heads, "DiT heads", high=1024),
+        "attention_head_dim": check_int(head_dim, "DiT head width", high=MAX_CHANNELS),
+        "patch_size": check_int(patch, "DiT patch size", high=64),
+        "num_embeds_ada_norm": check_int(classes, "classes", high=MAX_CLASSES),
     }
 
 

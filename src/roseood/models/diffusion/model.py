@@ -20,6 +20,7 @@ from roseood.models.diffusion.config import (
     check_denoising,
     check_ema_decay,
     check_scheduler_config,
+    dit_config,
     is_flow_matching,
     unet_config,
 )
@@ -34,8 +35,10 @@ class DiffusionModel(GenerativeModel):
     """A DDPM, or a flow-matching model, on images in [0, 1] (seen by the UNet in [-1, 1]).
 
     Architecture: ``widths`` (block_out_channels), ``layers_per_block``, ``attention`` (a mid-block
-    self-attention), ``image_size``, ``in_channels``, ``train_timesteps``; or a full diffusers
-    ``unet`` config (and ``scheduler`` config) for a model brought from a diffusers folder.
+    self-attention), ``image_size``, ``in_channels``, ``train_timesteps``, ``classes`` (a
+    class-conditional UNet); or ``dit`` (``layers``, ``heads``, ``head_dim``, ``patch``: a DiT of
+    ``classes`` labels, one where unset); or a full diffusers ``unet`` config (a UNet's or a DiT's) and
+    ``scheduler`` config for a model brought from a diffusers folder.
     ``denoising``: the K (timestep, noise) pairs of the per-image loss — ``k``, the timestep range
     ``t_min``..``t_max`` (fractions of the train timesteps; the K timesteps are the midpoints of K
     equal strata of it), ``weighting`` ("simple": ε-MSE; "elbo": each term weighted as in the DDPM
@@ -70,13 +73,19 @@ class DiffusionModel(GenerativeModel):
         scheduler: dict[str, Any] | None = None,
         autoencoder: dict[str, Any] | None = None,
         condition: str | None = None,
+        classes: int | None = None,
+        dit: dict[str, int] | None = None,
     ) -> None:
         d = diffusers_module()
-        if unet is None:
+        if unet is None and dit is not None:
+            unet = dit_config(in_channels, image_size, classes=classes or 1, **_dit_shape(dit))
+            if classes is None and condition is None:  # one label: p(x) itself, as trained 90 % of steps
+                condition = "marginal"
+        elif unet is None:
             if isinstance(widths, int) or not widths:
                 raise RoseError(f"diffusion widths must be a list of channel counts, got {widths}")
             widths = [check_int(w, "diffusion width", high=MAX_CHANNELS) for w in widths]
-            unet = unet_config(in_channels, image_size, tuple(widths), layers_per_block, attention)
+            unet = unet_config(in_channels, image_size, tuple(widths), layers_per_block, attention, classes)
         unet = check_denoiser_config(unet)
         kind = denoiser_kind(unet)
         scheduler = check_scheduler_config(
@@ -383,14 +392,17 @@ class DiffusionModel(GenerativeModel):
         with torch.no_grad():
             return self.denoising_loss(x)
 
-    def train_loss(self, x: Tensor, draws: int = 1) -> Tensor:
+    def train_loss(self, x: Tensor, draws: int = 1, labels: Tensor | None = None) -> Tensor:
         """The training loss at a random timestep and noise (``draws`` of them per image, summed): DDPM's
         ε-MSE at t uniform over the T steps, or the velocity's MSE at σ of s uniform in [0, 1) (flow
-        matching); in train mode with gradients it first moves the EMA weights towards the optimised ones."""
-        if self.condition.classes is not None:
-            raise RoseError(
-                "rose train trains unconditional models; a class-conditional one is read from a folder"
-            )
+        matching); in train mode with gradients it first moves the EMA weights towards the optimised ones.
+        A class-conditional model trains at each image's class ``labels`` (a DiT of one label: label 0;
+        without them, at its judged label: ROSE's stochastic loss); a DiT drops them to its null label
+        itself, 10 % of the time in train mode."""
+        if labels is None and self.condition.classes == 1:
+            labels = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        if labels is not None:
+            labels = self._checked_labels(labels, x.shape[0]).repeat_interleave(draws)
         if self.training and torch.is_grad_enabled():
             self._update_ema()
         n = x.shape[0]
@@ -400,14 +412,30 @@ class DiffusionModel(GenerativeModel):
             t = self.timesteps_of(torch.rand(n * draws, device=x.device))
         else:  # randint, not ⌊u·T⌋: the draws of DDPM checkpoints trained before stay the same
             t = torch.randint(0, self.train_timesteps, (n * draws,), device=x.device)
-        return self.squared_error(x0, t, torch.randn_like(x0)).view(n, draws).sum(1)
+        return self.squared_error(x0, t, torch.randn_like(x0), labels).view(n, draws).sum(1)
+
+    def _checked_labels(self, labels: Tensor, n: int) -> Tensor:
+        """``n`` class labels in 0..C − 1 as a long tensor on the model's device; a one-line error for an
+        unconditional model, another count or a label out of range."""
+        classes = self.condition.classes
+        if classes is None:
+            raise RoseError("class labels given to an unconditional diffusion model (train it with classes)")
+        labels = torch.as_tensor(labels).to(self.ema_steps.device)
+        if (
+            labels.shape != (n,)
+            or labels.is_floating_point()
+            or not bool(((labels >= 0) & (labels < classes)).all())
+        ):
+            raise RoseError(f"class labels must be {n} integers in 0..{classes - 1}")
+        return labels.long()
 
     def held_out_metrics(self, x: Tensor) -> dict[str, float]:
         """Held-out ε-MSE and variational bound in bits/dim; a flow-matching model's held-out velocity MSE,
-        a latent model's ε-MSE (its bound would be of latents, not images) (``...diffusion.quality``)."""
+        a latent model's ε-MSE (its bound would be of latents, not images), a model judged by the marginal
+        over its classes its marginal loss (``...diffusion.quality``)."""
         from roseood.models.diffusion import quality
 
-        if self.objective == "ddpm" and self.autoencoder is None:
+        if self.objective == "ddpm" and self.autoencoder is None and self.condition.copies == 1:
             return quality.held_out_metrics(self, x)
         return quality.loss_metrics(self, x)
 
@@ -469,6 +497,14 @@ def _schedule(d: Any, config: dict[str, Any], flow: bool) -> tuple[Any, Tensor]:
     ):
         raise RoseError("the scheduler config gives no valid noise schedule (ᾱ_t outside [0, 1])")
     return sched, alphas
+
+
+def _dit_shape(dit: dict[str, int]) -> dict[str, int]:
+    """A DiT's shape (``layers``, ``heads``, ``head_dim``, ``patch``), unknown or missing keys refused."""
+    keys = ("layers", "heads", "head_dim", "patch")
+    if not isinstance(dit, dict) or set(dit) != set(keys):
+        raise RoseError(f"dit must give {', '.join(keys)}, got {dit!r}")
+    return {k: dit[k] for k in keys}
 
 
 def as_diffusion_model(model: Any, what: str) -> DiffusionModel:

@@ -35,6 +35,7 @@ class Denoiser(Protocol):
     objective: str
     train_objective: str
     space_shape: tuple[int, int, int]
+    condition: Any
 
     @property
     def train_timesteps(self) -> int: ...
@@ -50,7 +51,7 @@ class Denoiser(Protocol):
 
     def from_model_space(self, z: Tensor) -> Tensor: ...
 
-    def squared_error(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor: ...
+    def squared_error(self, x0: Tensor, t: Tensor, noise: Tensor, labels: Tensor | None = None) -> Tensor: ...
 
     def to_model_space(self, x: Tensor) -> Tensor: ...
 
@@ -155,7 +156,8 @@ def loss_metrics(
 ) -> dict[str, float]:
     """The held-out training loss per model-space dimension, named by the model's objective (``eps_mse``,
     ``v_mse``), at s = t / T uniform in [0, 1) as it trains, from K stratified s per image and fixed noise
-    (``seed``), so that successive checkpoints are compared on the same draws."""
+    (``seed``), so that successive checkpoints are compared on the same draws; a class-conditional model's
+    at its judged condition (the marginal over its classes: −log mean_y exp(−L_y))."""
     if k < 1:
         raise RoseError(f"k must be at least 1, got {k}")
     was_training = model.training
@@ -169,9 +171,12 @@ def loss_metrics(
     t = model.timesteps_of(s).flatten().to(device)
     noise = torch.randn(n * k, *x0.shape[1:], generator=gen).to(device)
     err = torch.empty(n * k, dtype=torch.float64)
+    c = model.condition.copies
     for a in range(0, n * k, batch_rows):
-        rows = torch.arange(a, min(a + batch_rows, n * k), device=device)
-        err[a : a + len(rows)] = model.squared_error(x0[rows // k], t[rows], noise[rows]).double().cpu()
+        rows = torch.arange(a, min(a + batch_rows, n * k), device=device).repeat_interleave(c)
+        labels = model.condition.labels(len(rows), device)
+        e = model.squared_error(x0[rows // k], t[rows], noise[rows], labels).view(-1, c)
+        err[a : a + len(rows) // c] = model.condition.combine(e).double().cpu()
     model.train(was_training)
     return {model.train_objective: float(err.mean() / dims)}
 
