@@ -12,7 +12,19 @@ case "$name" in
   ddpm-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --widths 32,64,64 --layers-per-block 1 --batch-size 128) ;;
   ddpm-cifar10-s[0-9]*) arch=(diffusion --data cifar10 --size 32 --widths 48,96,96 --layers-per-block 2 --batch-size 128) ;;
   vae-cifar10-s[0-9]*) arch=(vae --data cifar10 --size 32 --ngf 32 --nz 200 --batch-size 64) ;;
-  *) echo "zoo/build.sh: unknown zoo model $name (ddpm-fmnist-sN, ddpm-cifar10-sN or vae-cifar10-sN)" >&2; exit 2 ;;
+  # the kinds beyond the pixel DDPM, CPU-sized: 2 epochs of a 30 000-image subset
+  fm-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --widths 32,64,64 --layers-per-block 1
+                           --batch-size 128 --objective flow --subset 30000 --epochs 2) ;;
+  cddpm-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --widths 32,64,64 --layers-per-block 1
+                              --batch-size 128 --conditional --subset 30000 --epochs 2) ;;
+  dit-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --denoiser dit --dit-layers 6 --dit-heads 4
+                            --dit-head-dim 32 --patch-size 4 --batch-size 128 --conditional --subset 30000
+                            --epochs 2) ;;
+  ldm-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --autoencoder vq --autoencoder-widths 32,64
+                            --latent-channels 3 --codebook 256 --autoencoder-epochs 2 --widths 32,64,64
+                            --layers-per-block 1 --batch-size 128 --subset 30000 --epochs 2) ;;
+  *) echo "zoo/build.sh: unknown zoo model $name (ddpm-fmnist-sN, ddpm-cifar10-sN, vae-cifar10-sN, fm-fmnist-sN," \
+          "cddpm-fmnist-sN, dit-fmnist-sN or ldm-fmnist-sN)" >&2; exit 2 ;;
 esac
 seed=${name##*-s}
 work=${ZOO_WORK:-runs/zoo}
@@ -20,7 +32,7 @@ here=${ZOO_OUT:-$(cd "$(dirname "$0")" && pwd)}
 mkdir -p "$work"
 rose train "${arch[@]}" --seed "$seed" --held-out 500 \
   --curve "$work/$name.curve.csv" --out "$work/$name.pt" "$@"
-if [[ $name == ddpm-* ]]; then
+if [[ $name != vae-* ]]; then
   rose export-diffusers --model "$work/$name.pt" --out "$here/$name" --overwrite
 else
   mkdir -p "$here/$name"

@@ -106,6 +106,12 @@ def _pixelcnn_arguments(p: argparse.ArgumentParser) -> None:
 # a UNet's and a DiT's shape options: each refused for the other denoiser (none is ignored in silence)
 UNET_SHAPE: dict[str, Any] = {"widths": "32,64,64", "layers_per_block": 1}
 DIT_SHAPE = {"dit_layers": 4, "dit_heads": 4, "dit_head_dim": 16, "patch_size": 2}
+VQ_SHAPE: dict[str, Any] = {
+    "autoencoder_widths": "32,64",
+    "latent_channels": 3,
+    "codebook": 256,
+    "autoencoder_epochs": 2,
+}
 
 
 def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
@@ -122,6 +128,19 @@ def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dit-heads", type=count, help="DiT: attention heads (default: 4)")
     p.add_argument("--dit-head-dim", type=count, help="DiT: channels per head (default: 16)")
     p.add_argument("--patch-size", type=count, help="DiT: patch side in pixels (default: 2)")
+    p.add_argument(
+        "--autoencoder",
+        choices=("vq",),
+        help="a latent model, trained in LDM's two stages: a VQ-VAE on the images first (its checkpoint "
+        "OUT.autoencoder.pt), then the denoiser on its frozen encoder's latents",
+    )
+    p.add_argument(
+        "--autoencoder-widths",
+        help="VQ-VAE block widths; each after the first halves the side (default: 32,64)",
+    )
+    p.add_argument("--latent-channels", type=count, help="VQ-VAE latent channels (default: 3)")
+    p.add_argument("--codebook", type=count, help="VQ-VAE codebook vectors (default: 256)")
+    p.add_argument("--autoencoder-epochs", type=count, help="VQ-VAE training epochs (default: 2)")
     p.add_argument(
         "--conditional",
         action="store_true",
@@ -157,6 +176,13 @@ def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rose-seed", type=int, default=0, help="seed of the pairs' noise")
 
 
+def _numbers(text: str, flag: str) -> list[int]:
+    try:
+        return [int(w) for w in text.split(",")]
+    except ValueError:
+        raise RoseError(f"{flag} takes comma-separated numbers, got {text!r}") from None
+
+
 def _denoiser_shape(a: argparse.Namespace) -> dict[str, Any]:
     """The UNet's or the DiT's shape options (defaults where unset); the other's, given, refused."""
     dit = a.denoiser == "dit"
@@ -169,10 +195,7 @@ def _denoiser_shape(a: argparse.Namespace) -> dict[str, Any]:
     if dit:
         names = dict(zip(DIT_SHAPE, ("layers", "heads", "head_dim", "patch"), strict=True))
         return {"dit": {names[k]: v for k, v in shape.items()}}
-    try:
-        widths = [int(w) for w in str(shape["widths"]).split(",")]
-    except ValueError:
-        raise RoseError(f"--widths takes comma-separated numbers, got {a.widths!r}") from None
+    widths = _numbers(str(shape["widths"]), "--widths")
     return {"widths": widths, "layers_per_block": shape["layers_per_block"], "attention": not a.no_attention}
 
 
@@ -186,6 +209,16 @@ def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
     }
     if a.conditional:  # the count of the data's classes, filled in when the model is built for them
         config["classes"] = CLASSES_OF_DATA
+    given = [k for k in VQ_SHAPE if getattr(a, k) is not None]
+    if a.autoencoder is None and given:
+        raise RoseError(f"--{given[0].replace('_', '-')} shapes a VQ-VAE: give --autoencoder vq")
+    if a.autoencoder is not None:  # trained first, then frozen: roseood.models.diffusion.stages
+        stage = {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in VQ_SHAPE.items()}
+        config["first_stage"] = {
+            "widths": _numbers(stage.pop("autoencoder_widths"), "--autoencoder-widths"),
+            "epochs": stage.pop("autoencoder_epochs"),
+            **stage,
+        }
     if a.objective == "flow":  # the scheduler's class is what makes the model a flow-matching one
         config["scheduler"] = {
             "_class_name": "FlowMatchEulerDiscreteScheduler",

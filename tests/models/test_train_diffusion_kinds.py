@@ -1,7 +1,8 @@
 """``rose train diffusion`` learns the kinds beyond the pixel UNet: a class-conditional UNet (trained at
 each image's label, judged by the marginal), a DiT (one label, or the data's classes with diffusers'
-label dropout, judged at its null label); each saves, exports to a diffusers folder and reads back the
-same; what does not fit is refused in one line."""
+label dropout, judged at its null label), a latent model (a VQ-VAE first, then the denoiser on its
+latents); each saves, exports to a diffusers folder and reads back the same; what does not fit is
+refused in one line."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from roseood.cli import main
 from roseood.errors import RoseError
 from roseood.models import load_model
 from roseood.models.diffusion import export_diffusers
+from roseood.models.diffusion.stages import first_stage_path
+from roseood.serialization import safe_load
 
 TINY = [
     "--data",
@@ -75,12 +78,48 @@ def test_a_dit_trains_exports_and_reads_back_the_same(tmp_path: Path) -> None:
     assert conditional.condition.classes == 10 and conditional.condition.spec == "null"
 
 
+def test_a_latent_model_trains_its_vq_vae_first_then_the_denoiser_on_its_latents(tmp_path: Path) -> None:
+    vq = ["--autoencoder", "vq", "--autoencoder-widths", "8,8", "--latent-channels", "2", "--codebook", "16"]
+    vq += ["--autoencoder-epochs", "1", "--widths", "8,8", "--no-attention"]
+    out = trained(tmp_path, "ldm", *vq)
+    model = load_model(out)
+    assert model.autoencoder.kind == "VQModel" and model.space_shape == (2, 4, 4)
+    stage = safe_load(first_stage_path(out), "roseood-model")["state_dict"]
+    for name, weight in model.autoencoder.net.state_dict().items():  # the first stage's, frozen
+        torch.testing.assert_close(weight, stage[f"codec.net.{name}"])
+    assert not any(p.requires_grad for p in model.autoencoder.parameters())
+    from roseood.data import load_images
+
+    images = load_images("fashion_mnist", split="train", n=48, seed=0, size=8).images
+    z = model.to_model_space(torch.as_tensor(images).float() / 255)
+    assert abs(float(z.std()) - 1) < 0.01  # the scaling factor: one over the training latents' spread
+    export_diffusers(model, tmp_path / "ldm")
+    again = load_model(tmp_path / "ldm")
+    x = torch.rand(3, 1, 8, 8)
+    torch.testing.assert_close(again.nll(x), model.nll(x))
+    before = out.read_bytes()
+    args = [
+        "train",
+        "diffusion",
+        *TINY,
+        *vq,
+        "--autoencoder-epochs",
+        "1",
+        "--widths",
+        "8,8",
+        "--no-attention",
+    ]
+    assert main([*args, "--out", str(out), "--resume"]) == 0  # both stages done: nothing changes
+    assert out.read_bytes() == before
+
+
 @pytest.mark.parametrize(
     ("options", "phrase"),
     [
         (["--denoiser", "dit", "--widths", "8,16"], "--widths shapes a UNet; this is a --denoiser dit"),
         (["--denoiser", "dit", "--no-attention"], "--no-attention shapes a UNet"),
         (["--patch-size", "2"], "--patch-size shapes a DiT; this is a --denoiser unet"),
+        (["--codebook", "64"], "--codebook shapes a VQ-VAE: give --autoencoder vq"),
     ],
 )
 def test_the_other_denoisers_shape_is_refused(

@@ -47,13 +47,12 @@ def cmd_import_vae(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from roseood import distributed
     from roseood.data import load_images
     from roseood.evaluation.splits import model_preprocessing
     from roseood.models import get_family, load_factory
     from roseood.models.base import RoseModel
     from roseood.models.resume import seeded
-    from roseood.models.train import TrainConfig, train
+    from roseood.models.train import train
 
     checked_output(args, args.out)
     with seeded(args.seed):  # model initialisation and training repeat bit for bit
@@ -78,39 +77,64 @@ def cmd_train(args: argparse.Namespace) -> None:
         )
         data.state_preprocessing(always=True)
         held_out = _held_out(args, data.images.shape, resize) if args.held_out else None
+        cfg, options = _train_settings(args, kind)
         labels = None
         if model is None:
-            model = family.build_for(data, **config)
+            model = _built(family, config, data, args.out, cfg, options)
             labels = data.labels if "classes" in config else None  # a class-conditional model's
-        cfg = TrainConfig.for_model(
-            kind,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            weight_decay=args.weight_decay,
-            warmup_steps=args.warmup,
-            grad_clip=args.grad_clip,
-            perturb=args.perturb,
-            seed=args.seed,
-            hflip=not args.no_flip,
-        )
         print(f"training {args.kind} on {len(data)} images of {data.name} ({data.source}); {cfg}")
         t0 = time.time()
         train(
-            model,
-            data.images,
-            cfg,
-            args.out,
-            resume=args.resume,
-            device=distributed.device(args.device),
-            overwrite=args.overwrite,
-            progress=not args.quiet,
-            budget=args.budget * 60 if args.budget else None,
-            held_out=held_out,
-            curve=args.curve,
-            labels=labels,
+            model, data.images, cfg, args.out, held_out=held_out, curve=args.curve, labels=labels, **options
         )
     print(f"wrote {args.out} after {time.time() - t0:.0f} s in this run")
+
+
+def _train_settings(args: argparse.Namespace, kind: str | None) -> tuple[Any, dict[str, Any]]:
+    """The ``TrainConfig`` of ``rose train``'s options (the family's defaults where unset) and the
+    keywords of ``train`` every stage of a run shares (resume, device, progress, budget)."""
+    from roseood import distributed
+    from roseood.models.train import TrainConfig
+
+    cfg = TrainConfig.for_model(
+        kind,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup,
+        grad_clip=args.grad_clip,
+        perturb=args.perturb,
+        seed=args.seed,
+        hflip=not args.no_flip,
+    )
+    options = {
+        "resume": args.resume,
+        "device": distributed.device(args.device),
+        "overwrite": args.overwrite,
+        "progress": not args.quiet,
+        "budget": args.budget * 60 if args.budget else None,
+    }
+    return cfg, options
+
+
+def _built(
+    family: Any, config: dict[str, Any], data: Any, out: str, cfg: Any, options: dict[str, Any]
+) -> Any:
+    """A fresh model of ``family`` for the loaded images; a latent model's VQ-VAE trained first (its own
+    checkpoint beside ``out``) and frozen in it."""
+    stage = config.pop("first_stage", None)
+    if stage is None:
+        return family.build_for(data, **config)
+    from roseood.models.diffusion import as_diffusion_model
+    from roseood.models.diffusion.stages import first_stage_path, train_first_stage
+
+    print(f"first stage: a VQ-VAE on the images ({stage}), checkpoint {first_stage_path(out)}")
+    config["autoencoder"], weights = train_first_stage(data.images, stage, out, cfg, **options)
+    model = as_diffusion_model(family.build_for(data, **config), "--autoencoder")
+    assert model.autoencoder is not None  # built from the config just given
+    model.autoencoder.net.load_state_dict(weights)
+    return model
 
 
 def _held_out(args: argparse.Namespace, shape: tuple[int, ...], resize: str) -> Any:

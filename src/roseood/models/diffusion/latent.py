@@ -3,10 +3,17 @@ so that the model is one of pixel images. An image in [-1, 1] is encoded without
 unquantised latent, as LDM was trained on and as ``LDMPipeline`` decodes; the KL autoencoder's posterior
 mean), times the config's ``scaling_factor`` (``LDMPipeline`` divides by it before decoding, as diffusers'
 latent pipelines do); the denoiser's loss is then taken in latent space. ROSE's layers are the
-denoiser's: the encoder is a fixed map of the input, as the pixel scaling is for a pixel-space model."""
+denoiser's: the encoder is a fixed map of the input, as the pixel scaling is for a pixel-space model.
+
+``rose train diffusion --autoencoder vq`` trains such a model in LDM's two stages: a VQ-VAE on the images
+(``AutoencoderTraining``: reconstruction and commitment losses, its own resumable checkpoint), whose
+scaling factor is then set to one over its training latents' standard deviation, then the denoiser on
+the frozen encoder's latents."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -75,14 +82,19 @@ class Autoencoder(nn.Module):
         return f"{self.kind} ({parameters} parameters, frozen): {latent} × scaling_factor {self.scaling:g}"
 
 
+def latent_shape(autoencoder: Autoencoder, size: int) -> tuple[int, ...]:
+    """The (channels, side, side) of the latents of ``size``² images (computed on torch's meta device)."""
+    with quiet_diffusers(), torch.device("meta"), torch.no_grad():
+        meta = type(autoencoder.net).from_config(autoencoder.net.config)  # a copy without memory
+        z = meta.encode(torch.zeros(1, autoencoder.channels, size, size))
+    return tuple((z.latents if autoencoder.kind == "VQModel" else z.latent_dist.mode()).shape[1:])
+
+
 def check_latent_shapes(autoencoder: Autoencoder, unet: dict[str, Any]) -> tuple[int, int]:
     """The pixel images' (channels, size) whose latents the UNet of config ``unet`` takes; an encoder whose
     latents do not fit the UNet is a one-line ``RoseError`` (checked on torch's meta device)."""
     size = int(unet["sample_size"]) * autoencoder.factor
-    with quiet_diffusers(), torch.device("meta"), torch.no_grad():
-        meta = type(autoencoder.net).from_config(autoencoder.net.config)  # a copy without memory
-        z = meta.encode(torch.zeros(1, autoencoder.channels, size, size))
-    shape = tuple((z.latents if autoencoder.kind == "VQModel" else z.latent_dist.mode()).shape[1:])
+    shape = latent_shape(autoencoder, size)
     wanted = (unet.get("in_channels", 3), unet["sample_size"], unet["sample_size"])
     if shape != wanted:
         raise RoseError(
@@ -90,3 +102,64 @@ def check_latent_shapes(autoencoder: Autoencoder, unet: dict[str, Any]) -> tuple
             f"{'×'.join(map(str, shape))}, but the UNet takes {'×'.join(map(str, wanted))}"
         )
     return autoencoder.channels, size
+
+
+def vq_config(
+    channels: int, image_size: int, widths: Sequence[int], latent_channels: int, codebook: int
+) -> dict[str, Any]:
+    """A ``VQModel`` config: one encoder/decoder block per width (each after the first halves the side),
+    ``latent_channels`` latents quantised against a ``codebook`` of vectors."""
+    return check_autoencoder_config(
+        {
+            "_class_name": "VQModel",
+            "in_channels": channels,
+            "out_channels": channels,
+            "sample_size": image_size,
+            "block_out_channels": list(widths),
+            "down_block_types": ["DownEncoderBlock2D"] * len(widths),
+            "up_block_types": ["UpDecoderBlock2D"] * len(widths),
+            "layers_per_block": 1,
+            "latent_channels": latent_channels,
+            "num_vq_embeddings": codebook,
+            "norm_num_groups": math.gcd(*widths, 32),
+            "scaling_factor": 1.0,
+        }
+    )
+
+
+class AutoencoderTraining(nn.Module):
+    """A latent model's first stage as ``roseood.models.train`` trains it: a fresh ``VQModel`` of a checked
+    config on images in [0, 1] (seen in [-1, 1]); per image, the summed squared reconstruction error plus
+    diffusers' commitment loss times the latent's size (β = 0.25, the straight-through quantiser)."""
+
+    kind = "vq-autoencoder"
+    input_kind = "image"
+    train_objective = "recon_se"
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.codec = Autoencoder(config)
+        self.codec.net.requires_grad_(True)
+        size = int(self.codec.net.config.sample_size)
+        self.input_shape = (self.codec.channels, size, size)
+
+    def config(self) -> dict[str, Any]:
+        return {"autoencoder": self.codec.config()}
+
+    def train_loss(self, x: Tensor) -> Tensor:
+        out = self.codec.net(x * 2.0 - 1.0)
+        latent = self.codec.net.config.latent_channels * (x.shape[-1] // self.codec.factor) ** 2
+        return (out.sample - (x * 2.0 - 1.0)).pow(2).flatten(1).sum(1) + out.commit_loss * latent
+
+    def scaled_config(self, images: Tensor, batch: int = 256) -> dict[str, Any]:
+        """The trained config with ``scaling_factor`` one over the standard deviation of the unquantised
+        latents of ``images`` (at most the first 2 000), so that the denoiser sees latents of unit scale."""
+        with torch.no_grad():
+            x = images[:2000].float() / 255.0 if images.dtype == torch.uint8 else images[:2000].float()
+            z = torch.cat([self.codec.net.encode(b * 2.0 - 1.0).latents for b in x.split(batch)])
+        std = float(z.std())
+        if not math.isfinite(std) or std <= 0:
+            raise RoseError(
+                f"the trained autoencoder's latents have standard deviation {std}: train it again"
+            )
+        return self.codec.config() | {"scaling_factor": float(f"{1.0 / std:.4g}")}

@@ -25,7 +25,7 @@ from roseood.models.diffusion.config import (
     unet_config,
 )
 from roseood.models.diffusion.denoisers import build_denoiser, check_denoiser_config, denoiser_kind, predict
-from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes
+from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes, latent_shape
 from roseood.models.diffusion.library import diffusers_module, plain_config, quiet_diffusers
 from roseood.models.state import first_line
 from roseood.validation import check_int
@@ -77,6 +77,14 @@ class DiffusionModel(GenerativeModel):
         dit: dict[str, int] | None = None,
     ) -> None:
         d = diffusers_module()
+        codec = None if autoencoder is None else Autoencoder(autoencoder)
+        if unet is None and codec is not None:  # a denoiser built for the latents of these images
+            if codec.channels != in_channels or image_size % codec.factor:
+                raise RoseError(
+                    f"the {codec.kind} takes {codec.channels}-channel images of a side divisible by "
+                    f"{codec.factor}, not {in_channels}-channel {image_size}×{image_size} ones"
+                )
+            in_channels, image_size = latent_shape(codec, image_size)[:2]
         if unet is None and dit is not None:
             unet = dit_config(in_channels, image_size, classes=classes or 1, **_dit_shape(dit))
             if classes is None and condition is None:  # one label: p(x) itself, as trained 90 % of steps
@@ -99,7 +107,6 @@ class DiffusionModel(GenerativeModel):
         net = build_denoiser(unet, denoising["k"])
         sched, alphas = _schedule(d, scheduler, flow)
         space = (net.config.in_channels, unet["sample_size"], unet["sample_size"])
-        codec = None if autoencoder is None else Autoencoder(autoencoder)
         channels, size = space[:2] if codec is None else check_latent_shapes(codec, unet)
         super().__init__(channels, size)
         self.space_shape = space  # what the UNet models: the images, or their latents
