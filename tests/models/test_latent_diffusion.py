@@ -114,6 +114,25 @@ def test_the_baselines_run_in_latent_space(tmp_path: Path) -> None:
         assert scores.shape == (2,) and np.isfinite(scores).all()
 
 
+def test_reconstruction_denoises_latents_and_compares_them_decoded(tmp_path: Path) -> None:
+    """DDPM-OOD on a latent model: its seeded noise is a latent's, and each reconstruction is decoded and
+    compared with the decoded latent of the image (it drew pixel-shaped noise before: a torch error)."""
+    from roseood.detectors import Reconstruction
+    from roseood.detectors.reconstruction import plms
+
+    model = load_model(ldm(tmp_path / "ldm"))
+    x = torch.rand(4, 3, 16, 16)
+    detector = Reconstruction(model, steps=2, skip=1, seed=3)
+    (t0,) = detector.starts
+    noise = torch.randn(model.space_shape, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        z = model.to_model_space(x)
+        rec = plms(model, model.noised(z, torch.full((4,), t0), noise.expand_as(z)), [t0, 0])
+        decoded, ref = model.from_model_space(rec).clamp(-1, 1), model.from_model_space(z).clamp(-1, 1)
+    expected = ((decoded - ref) / 2).pow(2).flatten(1).mean(1).double()
+    torch.testing.assert_close(detector.reconstruction_errors(x)[:, 0], expected, rtol=1e-5, atol=1e-7)
+
+
 def _edit(path: Path, **fields: Any) -> None:
     path.write_text(json.dumps(json.loads(path.read_text()) | fields))
 

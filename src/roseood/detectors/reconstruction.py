@@ -13,7 +13,9 @@ z-normalised with the mean and standard deviation over in-distribution images, a
 mean of the z-scores, as the authors' code averages them.
 
 Not as the paper: LPIPS (the paper's second error) needs downloaded network weights and is not offered;
-the authors' evaluation script scores the MSE alone by default, which is ours.
+the authors' evaluation script scores the MSE alone by default, which is ours. A latent model noises and
+denoises its latents, and each reconstruction is decoded and compared with the decoded latent of the
+image (the autoencoder's own reconstruction, so that its error is not counted as the denoiser's).
 """
 
 from __future__ import annotations
@@ -121,17 +123,20 @@ class Reconstruction(DiffusionDetector):
         """(N, starts) reconstruction MSEs in [0, 1] pixel units (with ``mse+ssim``: then 1 − SSIM per
         start)."""
         g = torch.Generator().manual_seed(self.seed)
-        noises = [torch.randn(x.shape[1:], generator=g) for _ in self.starts]
+        noises = [torch.randn(self.model.space_shape, generator=g) for _ in self.starts]
         schedule = self.schedule
+        decode = self.model.from_model_space
 
         def errs(b: Tensor) -> Tensor:
             mse, dissim = [], []
+            # a latent model's reconstructions are compared decoded, with the decoded latent of the image
+            ref = b if self.model.autoencoder is None else decode(b).clamp(-1, 1)
             for t0, noise in zip(self.starts, noises, strict=True):
                 xt = self.model.noised(b, timestep_batch(b, t0), noise.to(b).expand_as(b))
-                rec = plms(self.model, xt, schedule[schedule.index(t0) :: -1]).clamp(-1, 1)
-                mse.append(((rec - b) / 2).pow(2).flatten(1).mean(1))
+                rec = decode(plms(self.model, xt, schedule[schedule.index(t0) :: -1])).clamp(-1, 1)
+                mse.append(((rec - ref) / 2).pow(2).flatten(1).mean(1))
                 if self.errors == "mse+ssim":
-                    dissim.append(1 - ssim(rec, b))
+                    dissim.append(1 - ssim(rec, ref))
             return torch.stack(mse + dissim, 1)
 
         return self._batched(x, errs, "reconstructions")
