@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bench.smoke import RUN, TABLES_WITH_SCORES, Smoke, run_group
+from tests.bench.smoke import FULL, RUN, TABLES_WITH_SCORES, Smoke, run_group
 
 
 @pytest.fixture(scope="module")
@@ -38,5 +38,36 @@ def tiny_zoo(tmp_path, monkeypatch):
         model = DiffusionModel(in_channels=1, image_size=32, widths=(8, 16), denoising={"k": 2})
         export_diffusers(model, tmp_path / "zoo" / f"ddpm-fmnist-s{seed}")
     write_checksums(tmp_path / "zoo")
+    monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path / "zoo"))
+    return tmp_path / "zoo"
+
+
+@pytest.fixture
+def tiny_kinds_zoo(tmp_path, monkeypatch):
+    """A zoo of tiny stand-ins for the Fashion-MNIST kinds (flow matching, class-conditional UNet, DiT,
+    latent) beside a DDPM of the same seed (same names, checksummed), as ROSEOOD_ZOO."""
+    import torch
+
+    from roseood.models import zoo
+    from roseood.models.diffusion import DiffusionModel, export_diffusers
+    from roseood.models.diffusion.latent import vq_config
+
+    small = {"in_channels": 1, "image_size": 32, "widths": (8, 16), "denoising": {"k": 2}}
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 1.0}
+    kinds = {
+        "ddpm": small,
+        "fm": small | {"scheduler": flow},
+        "cddpm": small | {"classes": 3},
+        "dit": small | {"dit": {"layers": 1, "heads": 2, "head_dim": 4, "patch": 4}, "classes": 3},
+        "ldm": small | {"autoencoder": vq_config(1, 32, (8, 8), 2, 16)},
+    }
+    if not FULL:  # reduced form (CI): a kind that takes every method, and two that refuse some
+        kinds = {k: kinds[k] for k in ("ddpm", "fm", "cddpm")}
+    for kind, config in kinds.items():
+        torch.manual_seed(0)
+        export_diffusers(DiffusionModel(**config), tmp_path / "zoo" / f"{kind}-fmnist-s0")
+    monkeypatch.setattr(zoo, "ZOO_FAMILIES", {k: ("fmnist",) for k in kinds})
+    monkeypatch.setattr(zoo, "ZOO_ONCE", frozenset(kinds))
+    zoo.write_checksums(tmp_path / "zoo")
     monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path / "zoo"))
     return tmp_path / "zoo"

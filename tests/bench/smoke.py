@@ -23,7 +23,7 @@ GROUPS = (
 )
 # own smoke runs: test_ablation.py (authors' VAE), test_diffusion.py (bench UNets and a zoo of tiny ones),
 # test_near_ood.py (authors' VAE)
-OWN_TEST = ["ablation", "diffusion", "diffusion-zoo", "diffusion-defaults", "near-ood"]
+OWN_TEST = ["ablation", "diffusion", "diffusion-zoo", "diffusion-kinds", "diffusion-defaults", "near-ood"]
 assert sorted(GROUPS[0] + GROUPS[1] + OWN_TEST) == sorted(EXPERIMENTS), "every experiment is tested"
 
 # ``ROSEOOD_TESTS=full``: every experiment of both groups on both sets (155 s of CPU on an idle 2-core

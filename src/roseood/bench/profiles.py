@@ -115,8 +115,8 @@ PROFILES: dict[str, Profile] = {
                 "(3 seeds), K = 4, "
                 "300 fit + 100 statistics images (every method fitted on all 400), 200 test images per set, "
                 "reconstruction from 3 starts (t = 50, 450, 850) of a 20-step PLMS schedule (paper: 25 "
-                "of 100 steps); diffusion-zoo: the zoo's models, 200 fit + 100 statistics images, 100 test "
-                "images per set, the same reconstruction cut"
+                "of 100 steps); diffusion-zoo and diffusion-kinds: the zoo's models, 200 fit + 100 "
+                "statistics images, 100 test images per set, the same reconstruction cut"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
@@ -149,6 +149,12 @@ PROFILES: dict[str, Profile] = {
                     "detector_kwargs": {"reconstruction": {"steps": 20, "skip": 8}},
                 },
                 "diffusion-zoo": {
+                    "fit_samples": 200,
+                    "stats_samples": 100,
+                    "test_samples": 100,
+                    "detector_kwargs": {"reconstruction": {"steps": 20, "skip": 8}},
+                },
+                "diffusion-kinds": {
                     "fit_samples": 200,
                     "stats_samples": 100,
                     "test_samples": 100,
@@ -211,6 +217,11 @@ PROFILES: dict[str, Profile] = {
                     "fit_samples": 16,
                     "test_samples": 8,
                     "detector_kwargs": {"rose": {"layers": "mid"}},
+                },
+                "diffusion-kinds": {
+                    "fit_samples": 16,
+                    "test_samples": 8,
+                    "detector_kwargs": {"reconstruction": {"steps": 4, "skip": 2}},  # a DiT has no 'mid'
                 },
                 "near-ood": {"stats_samples": 24},  # gmm:k=auto compares two halves of ten or more
             },

@@ -19,14 +19,27 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.serialization import file_digest
 
 ZOO_DATA = {"fmnist": "fashion_mnist", "cifar10": "cifar10"}  # name part -> training data set
-ZOO_SEEDS = (0, 1, 2)
+ZOO_SEEDS = (0, 1, 2)  # the training seeds of a family trained three times
 ZOO_FAMILIES = {"ddpm": ("fmnist", "cifar10"), "vae": ("cifar10",)}  # family -> the data sets it has
-ZOO_NAMES = tuple(
-    f"{family}-{short}-s{seed}"
-    for family, shorts in ZOO_FAMILIES.items()
-    for short in shorts
-    for seed in ZOO_SEEDS
-)
+ZOO_ONCE: frozenset[str] = frozenset()  # families trained once, seed 0 (the CPU's time)
+
+
+def family_seeds(family: str) -> tuple[int, ...]:
+    """The training seeds the zoo has of ``family``."""
+    return (0,) if family in ZOO_ONCE else ZOO_SEEDS
+
+
+def zoo_names() -> tuple[str, ...]:
+    """Every zoo model's name, family-data-seed."""
+    return tuple(
+        f"{family}-{short}-s{seed}"
+        for family, shorts in ZOO_FAMILIES.items()
+        for short in shorts
+        for seed in family_seeds(family)
+    )
+
+
+ZOO_NAMES = zoo_names()
 CHECKPOINT = "model.pt"  # a zoo folder's roseood checkpoint (families that are not diffusers folders)
 SUMS = "SHA256SUMS"
 CARD = "README.md"  # a zoo folder's model card (Hugging Face convention, written by zoo/tools/cards.py)
@@ -61,7 +74,7 @@ def zoo_seeds(family: str, data: str) -> list[tuple[int, str]]:
     """(training seed, name) of the zoo's ``family`` models trained on data set ``data``
     (``("ddpm", "fashion_mnist")`` → ``(0, "ddpm-fmnist-s0")`` …); names checked."""
     short = next(k for k, v in ZOO_DATA.items() if v == data)
-    found = [(seed, f"{family}-{short}-s{seed}") for seed in ZOO_SEEDS]
+    found = [(seed, f"{family}-{short}-s{seed}") for seed in family_seeds(family)]
     for _, name in found:
         check_name(name)
     return found
@@ -76,8 +89,8 @@ def zoo_model(name: str) -> Path:
 
 
 def check_name(name: str) -> None:
-    if name not in ZOO_NAMES:
-        raise RoseError(f"unknown zoo model {name!r}; the zoo has {', '.join(ZOO_NAMES)}")
+    if name not in zoo_names():
+        raise RoseError(f"unknown zoo model {name!r}; the zoo has {', '.join(zoo_names())}")
 
 
 def checksums(folder: Path | None = None) -> dict[str, str]:
@@ -144,7 +157,7 @@ def write_checksums(folder: Path | None = None) -> Path:
     root = folder or zoo_dir()
     rows = [
         f"{file_digest(p)}  {p.relative_to(root).as_posix()}"
-        for name in ZOO_NAMES
+        for name in zoo_names()
         if (root / name).is_dir()
         for p in sorted((root / name).rglob("*"))
         if p.is_file()

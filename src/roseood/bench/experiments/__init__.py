@@ -8,6 +8,7 @@ from roseood.bench.experiments import (
     brightness,
     diffusion,
     diffusion_defaults,
+    diffusion_kinds,
     diffusion_zoo,
     figure1,
     figure3,
@@ -43,6 +44,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         ablation,
         diffusion,
         diffusion_zoo,
+        diffusion_kinds,
         diffusion_defaults,
         near_ood,
     )
