@@ -16,13 +16,13 @@ case "$name" in
   fm-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --widths 32,64,64 --layers-per-block 1
                            --batch-size 128 --objective flow --subset 30000 --epochs 2) ;;
   cddpm-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --widths 32,64,64 --layers-per-block 1
-                              --batch-size 128 --conditional --subset 30000 --epochs 2) ;;
+                              --batch-size 128 --conditional --subset 30000 --epochs 2 --held-out 50) ;;
   dit-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --denoiser dit --dit-layers 6 --dit-heads 4
                             --dit-head-dim 32 --patch-size 4 --batch-size 128 --conditional --subset 30000
-                            --epochs 2) ;;
+                            --epochs 2 --held-out 100) ;;
   ldm-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --autoencoder vq --autoencoder-widths 32,64
-                            --latent-channels 3 --codebook 256 --autoencoder-epochs 2 --widths 32,64,64
-                            --layers-per-block 1 --batch-size 128 --subset 30000 --epochs 2) ;;
+                            --latent-channels 3 --codebook 256 --autoencoder-epochs 1 --widths 32,64,64
+                            --layers-per-block 1 --batch-size 128 --subset 30000 --epochs 2 --held-out 100) ;;
   *) echo "zoo/build.sh: unknown zoo model $name (ddpm-fmnist-sN, ddpm-cifar10-sN, vae-cifar10-sN, fm-fmnist-sN," \
           "cddpm-fmnist-sN, dit-fmnist-sN or ldm-fmnist-sN)" >&2; exit 2 ;;
 esac
@@ -30,7 +30,7 @@ seed=${name##*-s}
 work=${ZOO_WORK:-runs/zoo}
 here=${ZOO_OUT:-$(cd "$(dirname "$0")" && pwd)}
 mkdir -p "$work"
-rose train "${arch[@]}" --seed "$seed" --held-out 500 \
+rose train "${arch[0]}" --held-out 500 "${arch[@]:1}" --seed "$seed" \
   --curve "$work/$name.curve.csv" --out "$work/$name.pt" "$@"
 if [[ $name != vae-* ]]; then
   rose export-diffusers --model "$work/$name.pt" --out "$here/$name" --overwrite

@@ -38,6 +38,16 @@ DATA = {
     },
 }
 
+CPU_SUBSET = (
+    "a 30 000-image subset (seed 0) of the 60 000 training images, 28×28 grayscale, resized to 32×32 "
+    "(bilinear) as in the paper"
+)
+CPU_RECIPE = (
+    "`rose train diffusion {what}`; Adam 1e-3, 100 warm-up steps, gradient clipping at 1, batch 128, "
+    "random horizontal flips, EMA decay 0.999; on a 2-core AMD EPYC CPU, one thread, beside other jobs, "
+    "2026-11-29; `zoo/build.sh {{name}}` rebuilds it"
+)
+
 FAMILY = {
     "ddpm": {
         "library": "diffusers",
@@ -58,6 +68,81 @@ FAMILY = {
             ("held_out_eps_mse", "held-out ε-MSE per pixel, t uniform over the 1000 steps", "{:.5f}"),
             ("held_out_bits_per_dim", "held-out variational bound, bits/dim", "{:.3f}"),
         ),
+    },
+    # the kinds beyond the pixel DDPM, trained once on the CPU (zoo/build.sh): their own data, held-out
+    # images and recipe lines
+    "fm": {
+        "library": "diffusers",
+        "pipeline": "unconditional-image-generation",
+        "kind": "flow-matching model (rectified flow)",
+        "format": "a diffusers `DDPMPipeline` folder whose scheduler is `FlowMatchEulerDiscreteScheduler` "
+        "(`UNet2DModel` predicting the velocity ε − x), EMA weights, float32",
+        "train_family": "diffusion",
+        "recipe": CPU_RECIPE.format(
+            what="--objective flow (velocity prediction, σ = s with shift 1, T = 1000)"
+        ),
+        "arch": {"fmnist": "UNet widths 32/64/64, 1 ResNet layer per block, attention in the middle block"},
+        "train": CPU_SUBSET,
+        "held_out_n": 500,
+        "metrics": (("held_out_v_mse", "held-out velocity MSE per pixel, s uniform in [0, 1)", "{:.5f}"),),
+    },
+    "cddpm": {
+        "library": "diffusers",
+        "pipeline": "unconditional-image-generation",
+        "kind": "class-conditional DDPM (judged by the marginal over its 10 classes)",
+        "format": "a diffusers `DDPMPipeline` folder (`UNet2DModel` with `num_class_embeds` 10 + "
+        "`DDPMScheduler`), EMA weights, float32",
+        "train_family": "diffusion",
+        "recipe": CPU_RECIPE.format(what="--conditional (ε-prediction at each image's class, T = 1000)"),
+        "arch": {
+            "fmnist": "UNet widths 32/64/64, 1 ResNet layer per block, attention in the middle block, "
+            "a class embedding"
+        },
+        "train": CPU_SUBSET + ", with their class labels",
+        "held_out_n": 50,
+        "metrics": (
+            ("held_out_eps_mse", "held-out marginal loss per pixel, −log mean_y exp(−L_y)", "{:.5f}"),
+        ),
+    },
+    "dit": {
+        "library": "diffusers",
+        "pipeline": "unconditional-image-generation",
+        "kind": "class-conditional diffusion transformer (DiT, judged at its null label)",
+        "format": "a pipeline folder as roseood writes a pixel-space DiT (`model_index.json` naming "
+        "`DDPMPipeline`, `unet/` a `DiTTransformer2DModel`, `DDPMScheduler`): diffusers' `DiTPipeline` "
+        "needs an autoencoder, and its `DDPMPipeline` passes no class labels, so roseood reads it and "
+        "diffusers alone does not sample it; EMA weights, float32",
+        "train_family": "diffusion",
+        "recipe": CPU_RECIPE.format(
+            what="--denoiser dit --conditional (ε-prediction at each image's class, diffusers' 10 % label "
+            "dropout to the null label, T = 1000)"
+        ),
+        "arch": {"fmnist": "DiT of 6 adaLN-zero blocks, 4 heads × 32 channels, 4×4 patches (64 tokens)"},
+        "train": CPU_SUBSET + ", with their class labels",
+        "held_out_n": 100,
+        "metrics": (
+            ("held_out_eps_mse", "held-out ε-MSE per pixel at the null label", "{:.5f}"),
+            ("held_out_bits_per_dim", "held-out variational bound at the null label, bits/dim", "{:.3f}"),
+        ),
+    },
+    "ldm": {
+        "library": "diffusers",
+        "pipeline": "unconditional-image-generation",
+        "kind": "latent diffusion model (a VQ-VAE, then a DDPM on its latents)",
+        "format": "a diffusers `LDMPipeline` folder (`VQModel` + `UNet2DModel` + `DDPMScheduler`), EMA "
+        "weights, float32",
+        "train_family": "diffusion",
+        "recipe": CPU_RECIPE.format(
+            what="--autoencoder vq (1 epoch of the VQ-VAE first, its scaling factor one over its latents' "
+            "spread; then ε-prediction on its latents, T = 1000)"
+        ),
+        "arch": {
+            "fmnist": "VQ-VAE widths 32/64, 3 latent channels (3×16×16 latents), 256 codes; UNet widths "
+            "32/64/64, 1 ResNet layer per block, attention in the middle block"
+        },
+        "train": CPU_SUBSET,
+        "held_out_n": 100,
+        "metrics": (("held_out_eps_mse", "held-out ε-MSE per latent dimension", "{:.5f}"),),
     },
     "vae": {
         "library": "roseood",
@@ -94,6 +179,11 @@ def card(name: str, count: int) -> str:
 
     family, short, seed = name.split("-")
     fam, data = FAMILY[family], DATA[short]
+    held = fam.get("held_out_n", 500)
+    data = data | {
+        "train": fam.get("train", data["train"]),
+        "held_out": data["held_out"].replace("the first 500", f"the first {held}"),
+    }
     folder = ZOO / name
     rows = list(csv.DictReader((folder / "curve.csv").open()))
     last = rows[-1]
@@ -114,7 +204,7 @@ model-index:
   - name: {name}
     results:
       - task: {{type: {fam["pipeline"]}}}
-        dataset: {{type: {data["id"]}, name: "{data["title"]} test images, the first 500"}}
+        dataset: {{type: {data["id"]}, name: "{data["title"]} test images, the first {held}"}}
         metrics:
 {index}
 ---
