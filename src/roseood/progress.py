@@ -193,7 +193,9 @@ def forecast(what: str, seconds: float, basis: str = "") -> None:
     import torch
 
     why = f"; {basis}" if basis else ""
-    state(f"{what}: ≈ {duration(seconds)} on this machine ({torch.get_num_threads()} threads{why}{_busy()})")
+    threads = torch.get_num_threads()
+    cores = f"{threads} thread{'s' if threads != 1 else ''}"
+    state(f"{what}: ≈ {duration(seconds)} on this machine ({cores}{why}{_busy()})")
 
 
 def _busy() -> str:

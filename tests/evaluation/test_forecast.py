@@ -18,11 +18,14 @@ def test_a_forecast_is_one_line_with_the_machine(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("os.getloadavg", lambda: (0.5, 0.5, 0.5), raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     forecast("training 3 epochs", 250, "from 3 timed batches")
-    threads = torch.get_num_threads()
     assert capsys.readouterr().err == (
-        f"training 3 epochs: ≈ 4 min 10 s on this machine ({threads} threads; from 3 timed batches)\n"
+        "training 3 epochs: ≈ 4 min 10 s on this machine (2 threads; from 3 timed batches)\n"
     )
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    forecast("scoring", 5)
+    assert capsys.readouterr().err == "scoring: ≈ 5 s on this machine (1 thread)\n"
 
 
 def test_a_forecast_on_a_busy_machine_says_it_may_take_longer(
