@@ -8,7 +8,8 @@ Run:
     python benchmarks/scale.py --device cuda --memory 60G --batch-size 256 --agree 16   # on a GPU
 
 ``--arch bench-cpu`` / ``bench-paper`` measure the UNet of ``rose bench diffusion``'s CPU / paper profile
-instead (CIFAR-10 shape). On a GPU, peak memory is the GPU's (``torch.cuda.max_memory_allocated``) and
+instead (CIFAR-10 shape); ``--folder zoo/dit-fmnist-s0 --data fashion_mnist`` measures a model of any kind
+there (trained weights, its own data). On a GPU, peak memory is the GPU's (``torch.cuda.max_memory_allocated``) and
 ``--agree N`` scores N test images with the GPU-fitted detector on the GPU and, loaded from its file, on
 the CPU: the largest relative difference of the layer scores per layer kind.
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from roseood.bench.profiles import PROFILES
+from roseood.data import load_images
 from roseood.detectors import ROSE, Detector, make_detector
 from roseood.machine import machine_description
 from roseood.memory import format_size, parse_size, set_memory
@@ -69,13 +70,13 @@ def rss(pid: int) -> int:
     return int(line.split()[1]) * 1024
 
 
-def images(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fit, statistics and test images: CIFAR-10 training and test images from $ROSEOOD_DATA, in [0, 1]."""
-    data = Path(os.environ.get("ROSEOOD_DATA", "../shared/data"))
+def images(args: argparse.Namespace, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """Fit, statistics and test images of ``--data`` (CIFAR-10 by default) at the model's input ``shape``,
+    drawn from its training and test splits (seed 0), in [0, 1]."""
 
     def read(split: str, n: int) -> torch.Tensor:
-        x = np.load(data / f"cifar10_{split}.npz")["images"][:n]
-        return torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255
+        found = load_images(args.data, split=split, n=n, channels=shape[0], size=shape[-1])
+        return torch.as_tensor(found.images[:n]).float() / 255
 
     train = read("train", args.fit + args.stats)
     return train[: args.fit], train[args.fit :], read("test", args.test)
@@ -121,7 +122,7 @@ def one(method: str, args: argparse.Namespace) -> dict[str, object]:
     set_memory(args.memory)
     device = torch.device(args.device)
     model = load_diffusers(args.folder).to(device)
-    fit, stats, test = (t.to(device) for t in images(args))
+    fit, stats, test = (t.to(device) for t in images(args, model.input_shape))
     start = time.perf_counter()
     det = make_detector(method, model, batch_size=args.batch_size, progress=True)
     det.fit(fit, held_out=stats)
@@ -217,7 +218,12 @@ def table(rows: list[dict[str, object]], weights: int) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", choices=sorted(ARCHS), default="ho-cifar10", help="the UNet (random weights)")
-    p.add_argument("--folder", help="diffusers folder, made if absent (default: runs/scale-ARCH)")
+    p.add_argument(
+        "--folder",
+        help="diffusers folder, made if absent (default: runs/scale-ARCH); a zoo "
+        "model's folder measures that model",
+    )
+    p.add_argument("--data", default="cifar10", help="images at the model's input shape (a dataset name)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:i]")
     p.add_argument("--agree", type=int, default=0, help="on a GPU: test images for the CPU agreement")
     p.add_argument("--memory", default="6G", help="ROSE's memory budget (--memory of the CLI)")
