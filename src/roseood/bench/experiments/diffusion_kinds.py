@@ -98,14 +98,17 @@ def refusals(model: DiffusionModel, ws: Workspace) -> dict[str, str]:
     return out
 
 
-def zoo_runs(data: str) -> list[tuple[str, int, str]]:
-    """(kind, training seed, zoo name) of every new kind's models on ``data``, after the reference DDPMs of
-    the same seeds; none where the zoo has no model of a new kind on it."""
+def zoo_runs(data: str) -> tuple[list[tuple[str, int, str]], list[str]]:
+    """(kind, training seed, zoo name) of every new kind's models on ``data`` that the zoo folder holds,
+    after the reference DDPMs of the same seeds (none where it holds no model of a new kind on it); and
+    the names of those it lacks (an older copy of the zoo)."""
     short = next(k for k, v in zoo.ZOO_DATA.items() if v == data)
     kinds = [k for k in KINDS if k != "ddpm" and short in zoo.ZOO_FAMILIES.get(k, ())]
-    runs = [(k, s, name) for k in kinds for s, name in zoo.zoo_seeds(k, data)]
+    named = [(k, s, name) for k in kinds for s, name in zoo.zoo_seeds(k, data)]
+    runs = [r for r in named if (zoo.zoo_dir() / r[2]).is_dir()]
     seeds = sorted({s for _, s, _ in runs})
-    return [("ddpm", s, f"ddpm-{short}-s{s}") for s in seeds] + runs if runs else []
+    missing = [name for _, _, name in named if not (zoo.zoo_dir() / name).is_dir()]
+    return ([("ddpm", s, f"ddpm-{short}-s{s}") for s in seeds] + runs if runs else []), missing
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
@@ -118,7 +121,11 @@ def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
         "half-width over a kind's models (one model: its value)."
     )
     for data in ws.select_data():
-        runs = zoo_runs(data)
+        runs, missing = zoo_runs(data)
+        if missing:
+            rep.parts.append(
+                f"Not in this zoo folder ({zoo.zoo_dir()}), so not judged: {', '.join(missing)}."
+            )
         if not runs:
             rep.parts.append(f"{data}: the zoo has no model of the new kinds on it.")
             continue
