@@ -74,6 +74,15 @@ class Describes(Protocol):
 
 
 @runtime_checkable
+class InertLayers(Protocol):
+    """A model some of whose parameterised layers cannot move its loss (their gradient is zero by
+    construction, so their layer scores would be rounding noise): each with why, left out of its layer
+    sets and marked unusable by ``rose check-model``."""
+
+    def inert_layers(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
 class FromFactory(Protocol):
     """A model built by the user's code, naming the ``--model-module`` that rebuilds it (or None)."""
 

@@ -111,3 +111,29 @@ def test_without_diffusers_roseood_imports_and_the_family_says_which_extra():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install roseood[diffusion]" in out.stdout
+
+
+def test_timestep_projections_a_one_channel_group_norm_removes_are_left_out() -> None:
+    """A ResNet block adds its timestep projection, one value per channel, before ``norm2``; with one
+    channel per group the norm subtracts it whole, so that layer's gradient is rounding noise: it is in
+    no layer set and ``rose check-model`` marks it unusable, saying why."""
+    from roseood.models.check import check_model
+
+    model = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 2}).eval()
+    inert = model.inert_layers()  # widths 8 with 8 groups: the first down and the last up blocks
+    assert sorted(inert) == [
+        "unet.down_blocks.0.resnets.0.time_emb_proj",
+        "unet.up_blocks.1.resnets.0.time_emb_proj",
+        "unet.up_blocks.1.resnets.1.time_emb_proj",
+    ]
+    layers = dict(model.named_modules())
+    grads = torch.autograd.grad(
+        model.rose_loss(torch.rand(3, 1, 8, 8)).sum(),
+        [layers[n].weight for n in [*inert, "unet.down_blocks.1.resnets.0.time_emb_proj"]],
+    )
+    *zero, live = (float(g.norm()) for g in grads)
+    assert max(zero) < 1e-5 * live  # measured: about 1e-6 against 8
+    assert not set(inert) & {n for names in model.layer_sets().values() for n in names}
+    reports = {r.name: r for r in check_model(model)}
+    assert all(not reports[n].usable and "one channel per group" in reports[n].note for n in inert)
+    assert reports["unet.down_blocks.1.resnets.0.time_emb_proj"].usable

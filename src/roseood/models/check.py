@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import cast
 
 import torch
 from torch import Tensor, nn
 
+from roseood.contracts import InertLayers
 from roseood.curvature import LayerReport, check_layers
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
@@ -28,4 +30,6 @@ def check_model(model: RoseModel) -> list[LayerReport]:
     """Every parameterised layer of ``model``: its handler, size, and whether ROSE can use it (and why not);
     ``roseood.curvature.format_layer_report`` prints the list."""
     model.eval()
-    return check_layers(cast(nn.Module, model), model.rose_loss, probe_inputs(model))
+    reports = check_layers(cast(nn.Module, model), model.rose_loss, probe_inputs(model))
+    inert = model.inert_layers() if isinstance(model, InertLayers) else {}
+    return [replace(r, usable=False, note=inert[r.name]) if r.name in inert else r for r in reports]

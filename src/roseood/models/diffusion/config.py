@@ -411,3 +411,11 @@ def check_denoising(
 def check_ema_decay(value: Any, name: str = "ema_decay", error: type[RoseError] = RoseError) -> float:
     """An EMA decay in [0, 1)."""
     return _float(0.0, 1.0, high_open=True)(value, name, error)
+
+
+def dit_shape(dit: dict[str, int]) -> dict[str, int]:
+    """A DiT's shape (``layers``, ``heads``, ``head_dim``, ``patch``), unknown or missing keys refused."""
+    keys = ("layers", "heads", "head_dim", "patch")
+    if not isinstance(dit, dict) or set(dit) != set(keys):
+        raise RoseError(f"dit must give {', '.join(keys)}, got {dit!r}")
+    return {k: dit[k] for k in keys}

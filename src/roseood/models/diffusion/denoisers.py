@@ -120,3 +120,38 @@ def predict(net: Any, xt: Tensor, t: Tensor, labels: Tensor | None) -> Tensor:
     (twice the channels out, as DiT's) is dropped: the loss and the samplers read the mean's half."""
     out = net(xt, timestep=t, class_labels=labels).sample if labels is not None else net(xt, t).sample
     return out[:, : xt.shape[1]] if out.shape[1] == 2 * xt.shape[1] else out
+
+
+def inert_layers(net: torch.nn.Module, prefix: str = "") -> dict[str, str]:
+    """A UNet's timestep projections whose output a group norm of one channel per group removes whole
+    (ResNet blocks adding it before ``norm2``, diffusers' default ``time_embedding_norm``): their gradient
+    is zero by construction. Names as ``prefix`` + the module's name in ``net``, each with why."""
+    return {
+        f"{prefix}{n}.time_emb_proj": (
+            f"its per-channel shift is removed by {n}.norm2 (one channel per group): zero gradient"
+        )
+        for n, m in net.named_modules()
+        if getattr(m, "time_emb_proj", None) is not None
+        and getattr(m, "time_embedding_norm", None) == "default"
+        and isinstance(getattr(m, "norm2", None), torch.nn.GroupNorm)
+        and m.norm2.num_groups == m.norm2.num_channels
+    }
+
+
+def layer_sets(net: torch.nn.Module, prefix: str = "") -> dict[str, list[str]]:
+    """The denoiser's layer sets for ROSE, named as ``prefix`` + the module's name: ``all`` (every module
+    with trainable parameters of its own), ``weights`` (convolutions and linear maps), ``down``/``mid``/
+    ``up`` (a UNet's parts; a DiT has none); the ``inert_layers`` left out of each."""
+    inert = inert_layers(net, prefix)
+    modules = {f"{prefix}{n}": m for n, m in net.named_modules() if n}
+    names = [
+        n
+        for n, m in modules.items()
+        if any(p.requires_grad for p in m.parameters(recurse=False)) and n not in inert
+    ]
+    weights = [n for n in names if isinstance(modules[n], torch.nn.Conv2d | torch.nn.Linear)]
+    sets = {"all": names, "weights": weights}
+    for part in ("down", "mid", "up"):
+        if layers := [n for n in names if n.startswith(f"{prefix}{part}_block")]:
+            sets[part] = layers
+    return sets

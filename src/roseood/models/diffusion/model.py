@@ -21,13 +21,20 @@ from roseood.models.diffusion.config import (
     check_ema_decay,
     check_scheduler_config,
     dit_config,
+    dit_shape,
     is_flow_matching,
     unet_config,
 )
-from roseood.models.diffusion.denoisers import build_denoiser, check_denoiser_config, denoiser_kind, predict
+from roseood.models.diffusion.denoisers import (
+    build_denoiser,
+    check_denoiser_config,
+    denoiser_kind,
+    inert_layers,
+    layer_sets,
+    predict,
+)
 from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes, latent_shape
-from roseood.models.diffusion.library import diffusers_module, plain_config, quiet_diffusers
-from roseood.models.state import first_line
+from roseood.models.diffusion.library import build_schedule, diffusers_module, plain_config
 from roseood.validation import check_int
 
 
@@ -86,7 +93,7 @@ class DiffusionModel(GenerativeModel):
                 )
             in_channels, image_size = latent_shape(codec, image_size)[:2]
         if unet is None and dit is not None:
-            unet = dit_config(in_channels, image_size, classes=classes or 1, **_dit_shape(dit))
+            unet = dit_config(in_channels, image_size, classes=classes or 1, **dit_shape(dit))
             if classes is None and condition is None:  # one label: p(x) itself, as trained 90 % of steps
                 condition = "marginal"
         elif unet is None:
@@ -105,7 +112,7 @@ class DiffusionModel(GenerativeModel):
         # what train_loss is: the ε-MSE (DDPM) or the velocity's MSE (flow matching), not a likelihood
         self.objective, self.train_objective = ("flow", "v_mse") if flow else ("ddpm", "eps_mse")
         net = build_denoiser(unet, denoising["k"])
-        sched, alphas = _schedule(d, scheduler, flow)
+        sched, alphas = build_schedule(d, scheduler, flow)
         space = (net.config.in_channels, unet["sample_size"], unet["sample_size"])
         channels, size = space[:2] if codec is None else check_latent_shapes(codec, unet)
         super().__init__(channels, size)
@@ -473,45 +480,16 @@ class DiffusionModel(GenerativeModel):
             e.lerp_(p, 1 - decay)
         self.ema_steps += 1
 
+    def inert_layers(self) -> dict[str, str]:
+        """The denoiser's layers whose gradient is zero by construction, each with why (``inert_layers``
+        of ``...diffusion.denoisers``): their layer scores would be rounding noise."""
+        return inert_layers(self.unet, "unet.")
+
     def layer_sets(self) -> dict[str, list[str]]:
-        """Layers of the EMA UNet: ``all`` (every convolution, linear map and norm affine), ``weights``
-        (convolutions and linear maps), ``down``/``mid``/``up`` (one part of the UNet, all layers)."""
-        names = [
-            f"unet.{n}"
-            for n, m in self.unet.named_modules()
-            if n and any(p.requires_grad for p in m.parameters(recurse=False))
-        ]
-        weights = [n for n in names if isinstance(self.get_submodule(n), torch.nn.Conv2d | torch.nn.Linear)]
-        sets = {"all": names, "weights": weights}
-        for part in ("down", "mid", "up"):  # a UNet's parts (a DiT has none of them)
-            if layers := [n for n in names if n.startswith(f"unet.{part}_block")]:
-                sets[part] = layers
-        return sets
-
-
-def _schedule(d: Any, config: dict[str, Any], flow: bool) -> tuple[Any, Tensor]:
-    """The scheduler of a checked ``config`` and its ᾱ_t (DDPM's forward process; flow matching has none:
-    an empty schedule, which the DDPM-only detectors never reach)."""
-    kind = d.FlowMatchEulerDiscreteScheduler if flow else d.DDPMScheduler
-    with quiet_diffusers():
-        try:
-            sched = kind.from_config(config)
-        except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
-            raise RoseError(f"cannot build a {kind.__name__} from its config ({first_line(exc)})") from None
-    alphas = torch.zeros(0) if flow else sched.alphas_cumprod.float()
-    if not flow and (
-        len(alphas) != sched.config.num_train_timesteps or not bool(((alphas >= 0) & (alphas <= 1)).all())
-    ):
-        raise RoseError("the scheduler config gives no valid noise schedule (ᾱ_t outside [0, 1])")
-    return sched, alphas
-
-
-def _dit_shape(dit: dict[str, int]) -> dict[str, int]:
-    """A DiT's shape (``layers``, ``heads``, ``head_dim``, ``patch``), unknown or missing keys refused."""
-    keys = ("layers", "heads", "head_dim", "patch")
-    if not isinstance(dit, dict) or set(dit) != set(keys):
-        raise RoseError(f"dit must give {', '.join(keys)}, got {dit!r}")
-    return {k: dit[k] for k in keys}
+        """Layers of the EMA denoiser: ``all`` (every convolution, linear map and norm affine), ``weights``
+        (convolutions and linear maps), ``down``/``mid``/``up`` (one part of a UNet, all layers); none
+        of the ``inert_layers``."""
+        return layer_sets(self.unet, "unet.")
 
 
 def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
