@@ -31,12 +31,12 @@ from roseood.models.checkpoint import load_model
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model
 from roseood.models.state import first_line
 
-KINDS = {
+KINDS = {  # in the order they run: the marginal over ten classes, ten times the cost, last
     "ddpm": "UNet DDPM (ε prediction), the reference",
     "fm": "UNet trained by flow matching (rectified flow)",
-    "cddpm": "class-conditional UNet, judged by the marginal over its 10 classes",
     "dit": "class-conditional DiT, judged at its null label",
     "ldm": "latent model: VQ-VAE, then a UNet on its latents",
+    "cddpm": "class-conditional UNet, judged by the marginal over its 10 classes",
 }
 USES = common.Uses(
     tuple(f"zoo {k}-*" for k in KINDS), ("fashion_mnist",), tuple(METHODS), ("diffusion-kinds",)
