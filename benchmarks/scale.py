@@ -9,9 +9,10 @@ Run:
 
 ``--arch bench-cpu`` / ``bench-paper`` measure the UNet of ``rose bench diffusion``'s CPU / paper profile
 instead (CIFAR-10 shape); ``--folder zoo/dit-fmnist-s0 --data fashion_mnist`` measures a model of any kind
-there (trained weights, its own data). On a GPU, peak memory is the GPU's (``torch.cuda.max_memory_allocated``) and
-``--agree N`` scores N test images with the GPU-fitted detector on the GPU and, loaded from its file, on
-the CPU: the largest relative difference of the layer scores per layer kind.
+there (trained weights, its own data). On a GPU, peak memory is the GPU's
+(``torch.cuda.max_memory_allocated``) and ``--agree N`` scores N test images with the GPU-fitted detector
+on the GPU and, loaded from its file, on the CPU: the largest relative difference of the layer scores per
+layer kind.
 
 The diffusers folder (random weights, seed 0) is written to ``--folder`` first if it is not there. A
 method whose process grows past ``--kill`` resident memory is stopped and reported as such.

@@ -4,6 +4,7 @@ damaged, extended or missing file is refused in one line."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import shutil
 from pathlib import Path
 
@@ -43,17 +44,25 @@ def test_every_zoo_model_matches_its_checksums_loads_by_name_and_runs(name):
     x = torch.rand(1, channels, 32, 32, generator=torch.Generator().manual_seed(0))
     loss = model.nll(x)
     assert loss.shape == (1,) and torch.isfinite(loss).all()
-    if name.startswith("ddpm-"):
+    if name.startswith("vae-"):
+        assert isinstance(model, VAE) and (model.ngf, model.nz) == (32, 200)
+    else:
         assert isinstance(model, DiffusionModel)
         assert model.denoising["k"] == 8 and model.ema_decay == 0.999
-        # a trained DDPM's ε-MSE per pixel on a uniform-noise image stays within a few times its ε variance
-        assert 0 < loss.item() / (8 * x[0].numel()) < 5
-    else:
-        assert isinstance(model, VAE) and (model.ngf, model.nz) == (32, 200)
+        # each kind read as what it is: its objective, conditioning, denoiser and space
+        kind = name.split("-")[0]
+        assert (model.objective == "flow") == (kind == "fm")
+        assert model.condition.spec == {"cddpm": "marginal", "dit": "null"}.get(kind, "marginal")
+        assert model.condition.classes == (10 if kind in ("cddpm", "dit") else None)
+        assert (type(model.unet).__name__ == "DiTTransformer2DModel") == (kind == "dit")
+        assert (model.autoencoder is not None) == (kind == "ldm")
+        # a trained model's loss per dimension on a uniform-noise image stays within a few times the
+        # variance of its target (ε, or the velocity ε − x)
+        assert 0 < loss.item() / (8 * math.prod(model.space_shape)) < 5
     # its card is the one zoo/tools/cards.py writes from the folder as it is (a stale card fails here)
     count = sum(p.numel() for p in getattr(model, "unet", model).parameters())
     assert (folder / CARD).read_text() == _cards().card(name, count), "run python zoo/tools/cards.py"
-    if not name.startswith("ddpm-"):
+    if name.startswith("vae-"):
         # a trained CIFAR-10 VAE's ELBO on one of its test images (the shared data): between a good
         # model's few bits/dim and the 8 of a uniform code
         test = as_image_tensor(load_images("cifar10", n=1, seed=0, channels=3, size=32).images)

@@ -43,9 +43,9 @@ CPU_SUBSET = (
     "(bilinear) as in the paper"
 )
 CPU_RECIPE = (
-    "`rose train diffusion {what}`; Adam 1e-3, 100 warm-up steps, gradient clipping at 1, batch 128, "
-    "random horizontal flips, EMA decay 0.999; on a 2-core AMD EPYC CPU, one thread, beside other jobs, "
-    "2026-11-29; `zoo/build.sh {{name}}` rebuilds it"
+    "`rose train diffusion {flags}` ({what}); Adam 1e-3, 100 warm-up steps, gradient clipping at 1, "
+    "batch 128, random horizontal flips, EMA decay 0.999; on a 2-core AMD EPYC CPU, one thread, beside "
+    "other jobs, 2026-11-29; `zoo/build.sh {{name}}` rebuilds it"
 )
 
 FAMILY = {
@@ -79,7 +79,7 @@ FAMILY = {
         "(`UNet2DModel` predicting the velocity ε − x), EMA weights, float32",
         "train_family": "diffusion",
         "recipe": CPU_RECIPE.format(
-            what="--objective flow (velocity prediction, σ = s with shift 1, T = 1000)"
+            flags="--objective flow", what="velocity prediction, σ = s with shift 1, T = 1000"
         ),
         "arch": {"fmnist": "UNet widths 32/64/64, 1 ResNet layer per block, attention in the middle block"},
         "train": CPU_SUBSET,
@@ -93,7 +93,9 @@ FAMILY = {
         "format": "a diffusers `DDPMPipeline` folder (`UNet2DModel` with `num_class_embeds` 10 + "
         "`DDPMScheduler`), EMA weights, float32",
         "train_family": "diffusion",
-        "recipe": CPU_RECIPE.format(what="--conditional (ε-prediction at each image's class, T = 1000)"),
+        "recipe": CPU_RECIPE.format(
+            flags="--conditional", what="ε-prediction at each image's class, T = 1000"
+        ),
         "arch": {
             "fmnist": "UNet widths 32/64/64, 1 ResNet layer per block, attention in the middle block, "
             "a class embedding"
@@ -114,8 +116,9 @@ FAMILY = {
         "diffusers alone does not sample it; EMA weights, float32",
         "train_family": "diffusion",
         "recipe": CPU_RECIPE.format(
-            what="--denoiser dit --conditional (ε-prediction at each image's class, diffusers' 10 % label "
-            "dropout to the null label, T = 1000)"
+            flags="--denoiser dit --conditional",
+            what="ε-prediction at each image's class, diffusers' 10 % label dropout to the null label, "
+            "T = 1000",
         ),
         "arch": {"fmnist": "DiT of 6 adaLN-zero blocks, 4 heads × 32 channels, 4×4 patches (64 tokens)"},
         "train": CPU_SUBSET + ", with their class labels",
@@ -133,8 +136,10 @@ FAMILY = {
         "weights, float32",
         "train_family": "diffusion",
         "recipe": CPU_RECIPE.format(
-            what="--autoencoder vq (1 epoch of the VQ-VAE first, its scaling factor one over its latents' "
-            "spread; then ε-prediction on its latents, T = 1000)"
+            flags="--autoencoder vq",
+            what="1 epoch of the VQ-VAE first, 29.6 min, its scaling factor one over its latents' spread; "
+            "its reconstruction of the first 100 test images: MSE 0.0071 per pixel in [0, 1] units; then "
+            "ε-prediction on its latents, T = 1000",
         ),
         "arch": {
             "fmnist": "VQ-VAE widths 32/64, 3 latent channels (3×16×16 latents), 256 codes; UNet widths "

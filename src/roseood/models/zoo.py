@@ -1,7 +1,9 @@
 """The reference zoo: models trained here, shipped in the repository's ``zoo/`` folder and installable
 from it as the distribution ``roseood-zoo`` (``pip install ./zoo``), named family-data-seed: the DDPMs
-``ddpm-fmnist-s0`` … ``ddpm-cifar10-s2`` (``rose train diffusion``, diffusers folders) and the VAEs
-``vae-cifar10-s0`` … ``-s2`` (``rose train vae``, a roseood checkpoint ``model.pt`` in their folder).
+``ddpm-fmnist-s0`` … ``ddpm-cifar10-s2`` (``rose train diffusion``, diffusers folders), the VAEs
+``vae-cifar10-s0`` … ``-s2`` (``rose train vae``, a roseood checkpoint ``model.pt`` in their folder), and
+one Fashion-MNIST model of each newer kind: ``fm-fmnist-s0`` (flow matching), ``cddpm-fmnist-s0``
+(class-conditional), ``dit-fmnist-s0`` (a DiT) and ``ldm-fmnist-s0`` (latent: a VQ-VAE and a UNet).
 
 A name loads wherever a model path is taken (``--model ddpm-fmnist-s0``, ``load_model("vae-cifar10-s1")``)
 once its folder's files match ``zoo/SHA256SUMS``; ``$ROSEOOD_ZOO`` points to another copy of the folder.
@@ -20,8 +22,17 @@ from roseood.serialization import file_digest
 
 ZOO_DATA = {"fmnist": "fashion_mnist", "cifar10": "cifar10"}  # name part -> training data set
 ZOO_SEEDS = (0, 1, 2)  # the training seeds of a family trained three times
-ZOO_FAMILIES = {"ddpm": ("fmnist", "cifar10"), "vae": ("cifar10",)}  # family -> the data sets it has
-ZOO_ONCE: frozenset[str] = frozenset()  # families trained once, seed 0 (the CPU's time)
+# family -> the data sets it has: DDPMs and VAEs; a flow-matching UNet, a class-conditional UNet, a DiT
+# and a latent model (VQ-VAE + UNet), the kinds trained once on the CPU (seed 0)
+ZOO_FAMILIES = {
+    "ddpm": ("fmnist", "cifar10"),
+    "vae": ("cifar10",),
+    "fm": ("fmnist",),
+    "cddpm": ("fmnist",),
+    "dit": ("fmnist",),
+    "ldm": ("fmnist",),
+}
+ZOO_ONCE = frozenset({"fm", "cddpm", "dit", "ldm"})
 
 
 def family_seeds(family: str) -> tuple[int, ...]:
