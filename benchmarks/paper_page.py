@@ -80,10 +80,15 @@ def section(run: dict[str, Any], selection: str = "") -> str:
 
 
 def render() -> str:
-    """The whole page from every committed results file, in file-name order."""
+    """The whole page from every committed results file, in the order of the bench's experiments (the
+    paper's: Table 2 before Table 11), then by file name."""
+    from roseood.bench.experiments import EXPERIMENTS
+
+    order = list(EXPERIMENTS)
+    runs = [(json.loads(path.read_text()), path) for path in sorted(RESULTS.glob("*.json"))]
+    runs.sort(key=lambda r: order.index(r[0]["experiment"]) if r[0]["experiment"] in order else len(order))
     parts = [INTRO.format(flag=FLAG)]
-    for path in sorted(RESULTS.glob("*.json")):
-        run = json.loads(path.read_text())
+    for run, path in runs:
         name = path.stem.removesuffix(f"-{run['profile']['name']}")
         parts.append(section(run, name.removeprefix(run["experiment"]).lstrip("-")))
     if len(parts) == 1:
