@@ -66,6 +66,17 @@ class Condition:
             )
         return self.labels(rows, device)
 
+    def checked(self, labels: Tensor, n: int, device: torch.device) -> Tensor:
+        """``n`` given class labels in 0..C − 1 as a long tensor on ``device`` (what training takes); a
+        one-line error for an unconditional model, another count or a label out of range."""
+        if self.classes is None:
+            raise RoseError("class labels given to an unconditional diffusion model (train it with classes)")
+        labels = torch.as_tensor(labels).to(device)
+        in_range = bool(((labels >= 0) & (labels < self.classes)).all())
+        if labels.shape != (n,) or labels.is_floating_point() or not in_range:
+            raise RoseError(f"class labels must be {n} integers in 0..{self.classes - 1}")
+        return labels.long()
+
     def combine(self, losses: Tensor) -> Tensor:
         """(M, copies) per-class losses → (M,): the marginal's −log (1/C) Σ_y exp(−L_y), or the one column."""
         if losses.shape[1] == 1:

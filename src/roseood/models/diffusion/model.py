@@ -37,6 +37,8 @@ from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes, la
 from roseood.models.diffusion.library import build_schedule, diffusers_module, plain_config
 from roseood.validation import check_int
 
+ROWS_PER_CALL = 512  # denoiser rows per call when no gradient is taken (a batch of 64 images at K = 8)
+
 
 class DiffusionModel(GenerativeModel):
     """A DDPM, or a flow-matching model, on images in [0, 1] (seen by the UNet in [-1, 1]).
@@ -372,10 +374,14 @@ class DiffusionModel(GenerativeModel):
 
     def _image_errors(self, x: Tensor) -> Tensor:
         """The weighted squared errors (N, K, C) of images ``x`` at every pair and class (C = 1 but for
-        the marginal over C classes): what the loss and the per-timestep statistics combine."""
+        the marginal over C classes): what the loss and the per-timestep statistics combine. Without
+        gradients, whole images go to the denoiser ``ROWS_PER_CALL`` rows at a time (the marginal's C× rows
+        took 23 GB in one call)."""
         self.check_batch(x, copies=self.k * self.condition.copies)
         z = self.to_model_space(x).repeat_interleave(self.k, 0)
-        return self._space_errors(z).view(x.shape[0], self.k, -1)
+        step = self.k * max(1, ROWS_PER_CALL // (self.k * self.condition.copies))
+        chunks = [z] if torch.is_grad_enabled() else z.split(step)
+        return torch.cat([self._space_errors(c) for c in chunks]).view(x.shape[0], self.k, -1)
 
     def _space_errors(self, z: Tensor) -> Tensor:
         """The weighted squared errors (N·K, C) of rows already in model space (each image's K copies in a
@@ -416,7 +422,8 @@ class DiffusionModel(GenerativeModel):
         if labels is None and self.condition.classes == 1:
             labels = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         if labels is not None:
-            labels = self._checked_labels(labels, x.shape[0]).repeat_interleave(draws)
+            labels = self.condition.checked(labels, x.shape[0], self.ema_steps.device)
+            labels = labels.repeat_interleave(draws)
         if self.training and torch.is_grad_enabled():
             self._update_ema()
         n = x.shape[0]
@@ -427,21 +434,6 @@ class DiffusionModel(GenerativeModel):
         else:  # randint, not ⌊u·T⌋: the draws of DDPM checkpoints trained before stay the same
             t = torch.randint(0, self.train_timesteps, (n * draws,), device=x.device)
         return self.squared_error(x0, t, torch.randn_like(x0), labels).view(n, draws).sum(1)
-
-    def _checked_labels(self, labels: Tensor, n: int) -> Tensor:
-        """``n`` class labels in 0..C − 1 as a long tensor on the model's device; a one-line error for an
-        unconditional model, another count or a label out of range."""
-        classes = self.condition.classes
-        if classes is None:
-            raise RoseError("class labels given to an unconditional diffusion model (train it with classes)")
-        labels = torch.as_tensor(labels).to(self.ema_steps.device)
-        if (
-            labels.shape != (n,)
-            or labels.is_floating_point()
-            or not bool(((labels >= 0) & (labels < classes)).all())
-        ):
-            raise RoseError(f"class labels must be {n} integers in 0..{classes - 1}")
-        return labels.long()
 
     def held_out_metrics(self, x: Tensor) -> dict[str, float]:
         """Held-out ε-MSE and variational bound in bits/dim; a flow-matching model's held-out velocity MSE,
