@@ -342,6 +342,17 @@ def _per_dimension(model: RoseModel) -> tuple[str, float]:
     return ("bpd", dims * math.log(2)) if model.train_objective == "nll" else (model.train_objective, dims)
 
 
+def _with_labels(x: Tensor, labels: Tensor | np.ndarray | None) -> tuple[Tensor | None, str]:
+    """The inputs' class labels as a long tensor (None: none given; another count is refused) and the
+    digest of inputs and labels that a resumed run must match."""
+    if labels is None:
+        return None, array_digest(x.cpu().numpy())
+    y = torch.as_tensor(np.asarray(labels), dtype=torch.long)
+    if y.shape != (x.shape[0],):
+        raise RoseError(f"labels: one class per input ({x.shape[0]}), got shape {tuple(y.shape)}")
+    return y, array_digest(x.cpu().numpy()) + array_digest(y.numpy())
+
+
 def train(
     model: RoseModel,
     images: Tensor | np.ndarray,
@@ -360,18 +371,16 @@ def train(
     every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
 
     Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
-    in every checkpoint with the data-order generator, so a run resumed with ``resume`` (weights,
-    optimiser, RNG states and history restored; same config and data required) ends exactly as an
-    uninterrupted one. An existing ``checkpoint`` is replaced only with ``overwrite``. ``budget``: the
-    seconds this call may train; it stops after the last epoch that fits (at least one; ``resume``
-    continues). ``device``: cpu, cuda[:i], mps or auto (see ``roseood.distributed.device``);
-    ``progress`` reports each epoch and forecasts the run's time (unset: when stderr is a terminal).
-    ``held_out``: inputs scored after every epoch under the evaluated weights (the model's own
-    ``held_out_metrics`` where it has them, else the NLL in bits/dim), recorded in the history as
-    ``held_out_*``; ``curve``: a CSV the same rows go to with the training seconds so far (appended on
-    resume), for a learning curve against time; ``labels``: each input's class, for a class-conditional
-    model (``train_loss(x, labels=...)``). Returns the model (eval mode) and the per-epoch history.
-    """
+    in every checkpoint with the data-order generator, so a run resumed with ``resume`` (same config and
+    data required) ends exactly as an uninterrupted one. An existing ``checkpoint`` is replaced only
+    with ``overwrite``. ``budget``: the seconds this call may train; it stops after the last epoch that
+    fits (at least one; ``resume`` continues). ``device``: cpu, cuda[:i], mps or auto (see
+    ``roseood.distributed.device``); ``progress`` reports each epoch and forecasts the run's time (unset:
+    when stderr is a terminal). ``held_out``: inputs scored after every epoch under the evaluated weights
+    (``held_out_metrics``, else the NLL in bits/dim), recorded as ``held_out_*``; ``curve``: a CSV of the
+    same rows with the training seconds so far (appended on resume); ``labels``: each input's class (a
+    class-conditional model's ``train_loss(x, labels=...)``). Returns the model (eval mode) and the
+    per-epoch history."""
     if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
     x, device = check_model_input(images, model), distributed.device(device)
@@ -379,10 +388,7 @@ def train(
     gen = torch.Generator().manual_seed(cfg.seed)
     model.to(device)
     opt = _optimizer(model, cfg)
-    y = None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.long)
-    if y is not None and y.shape != (x.shape[0],):
-        raise RoseError(f"labels: one class per input ({x.shape[0]}), got shape {tuple(y.shape)}")
-    digest = array_digest(x.cpu().numpy()) + ("" if y is None else array_digest(y.numpy()))
+    y, digest = _with_labels(x, labels)
     state = start_run(Path(checkpoint), model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
     if state["epoch"] == 0:
         torch.manual_seed(cfg.seed)

@@ -15,9 +15,18 @@ from torch import Tensor
 
 from roseood.errors import RoseError, shown
 from roseood.memory import check_memory, module_bytes
-from roseood.models.diffusion.config import check_dit_config, check_unet_config
+from roseood.models.diffusion.config import (
+    MAX_CHANNELS,
+    check_dit_config,
+    check_unet_config,
+    dit_config,
+    dit_shape,
+    unet_config,
+)
+from roseood.models.diffusion.latent import Autoencoder, latent_shape
 from roseood.models.diffusion.library import diffusers_module, quiet_diffusers
 from roseood.models.state import first_line
+from roseood.validation import check_int
 
 
 @dataclass(frozen=True)
@@ -155,3 +164,32 @@ def layer_sets(net: torch.nn.Module, prefix: str = "") -> dict[str, list[str]]:
         if layers := [n for n in names if n.startswith(f"{prefix}{part}_block")]:
             sets[part] = layers
     return sets
+
+
+def fresh_denoiser_config(
+    in_channels: int,
+    image_size: int,
+    codec: Autoencoder | None,
+    classes: int | None,
+    dit: dict[str, int] | None,
+    unet: dict[str, Any],
+) -> dict[str, Any]:
+    """The config of a fresh denoiser for ``in_channels``-channel ``image_size``² images (their latents
+    where ``codec`` encodes them): a DiT of ``dit``'s shape (one label where ``classes`` is unset), else a
+    UNet of ``unet``'s ``widths``, ``layers_per_block`` and ``attention``, of ``classes`` labels."""
+    if codec is not None:
+        if codec.channels != in_channels or image_size % codec.factor:
+            raise RoseError(
+                f"the {codec.kind} takes {codec.channels}-channel images of a side divisible by "
+                f"{codec.factor}, not {in_channels}-channel {image_size}×{image_size} ones"
+            )
+        in_channels, image_size = latent_shape(codec, image_size)[:2]
+    if dit is not None:
+        return dit_config(in_channels, image_size, classes=classes or 1, **dit_shape(dit))
+    widths = unet["widths"]
+    if isinstance(widths, int) or not widths:
+        raise RoseError(f"diffusion widths must be a list of channel counts, got {widths}")
+    widths = [check_int(w, "diffusion width", high=MAX_CHANNELS) for w in widths]
+    return unet_config(
+        in_channels, image_size, tuple(widths), unet["layers_per_block"], unet["attention"], classes
+    )

@@ -16,26 +16,22 @@ from roseood.models.base import GenerativeModel
 from roseood.models.diffusion.conditioning import Condition
 from roseood.models.diffusion.config import (
     LOSS_DEFAULTS,
-    MAX_CHANNELS,
     check_denoising,
     check_ema_decay,
     check_scheduler_config,
-    dit_config,
-    dit_shape,
     is_flow_matching,
-    unet_config,
 )
 from roseood.models.diffusion.denoisers import (
     build_denoiser,
     check_denoiser_config,
     denoiser_kind,
+    fresh_denoiser_config,
     inert_layers,
     layer_sets,
     predict,
 )
-from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes, latent_shape
+from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes
 from roseood.models.diffusion.library import build_schedule, diffusers_module, plain_config
-from roseood.validation import check_int
 
 ROWS_PER_CALL = 512  # denoiser rows per call when no gradient is taken (a batch of 64 images at K = 8)
 
@@ -87,22 +83,11 @@ class DiffusionModel(GenerativeModel):
     ) -> None:
         d = diffusers_module()
         codec = None if autoencoder is None else Autoencoder(autoencoder)
-        if unet is None and codec is not None:  # a denoiser built for the latents of these images
-            if codec.channels != in_channels or image_size % codec.factor:
-                raise RoseError(
-                    f"the {codec.kind} takes {codec.channels}-channel images of a side divisible by "
-                    f"{codec.factor}, not {in_channels}-channel {image_size}×{image_size} ones"
-                )
-            in_channels, image_size = latent_shape(codec, image_size)[:2]
-        if unet is None and dit is not None:
-            unet = dit_config(in_channels, image_size, classes=classes or 1, **dit_shape(dit))
-            if classes is None and condition is None:  # one label: p(x) itself, as trained 90 % of steps
+        if unet is None:
+            shape = {"widths": widths, "layers_per_block": layers_per_block, "attention": attention}
+            unet = fresh_denoiser_config(in_channels, image_size, codec, classes, dit, shape)
+            if dit is not None and classes is None and condition is None:  # one label: p(x) itself
                 condition = "marginal"
-        elif unet is None:
-            if isinstance(widths, int) or not widths:
-                raise RoseError(f"diffusion widths must be a list of channel counts, got {widths}")
-            widths = [check_int(w, "diffusion width", high=MAX_CHANNELS) for w in widths]
-            unet = unet_config(in_channels, image_size, tuple(widths), layers_per_block, attention, classes)
         unet = check_denoiser_config(unet)
         kind = denoiser_kind(unet)
         scheduler = check_scheduler_config(
