@@ -183,6 +183,11 @@ def _numbers(text: str, flag: str) -> list[int]:
         raise RoseError(f"{flag} takes comma-separated numbers, got {text!r}") from None
 
 
+def _given_or_default(a: argparse.Namespace, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Each option of ``defaults`` as given on the command line, else its default."""
+    return {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in defaults.items()}
+
+
 def _denoiser_shape(a: argparse.Namespace) -> dict[str, Any]:
     """The UNet's or the DiT's shape options (defaults where unset); the other's, given, refused."""
     dit = a.denoiser == "dit"
@@ -191,7 +196,7 @@ def _denoiser_shape(a: argparse.Namespace) -> dict[str, Any]:
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise RoseError(f"{flag} shapes a {'UNet' if dit else 'DiT'}; this is a --denoiser {a.denoiser}")
-    shape = {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in own.items()}
+    shape = _given_or_default(a, own)
     if dit:
         names = dict(zip(DIT_SHAPE, ("layers", "heads", "head_dim", "patch"), strict=True))
         return {"dit": {names[k]: v for k, v in shape.items()}}
@@ -213,7 +218,7 @@ def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
     if a.autoencoder is None and given:
         raise RoseError(f"--{given[0].replace('_', '-')} shapes a VQ-VAE: give --autoencoder vq")
     if a.autoencoder is not None:  # trained first, then frozen: roseood.models.diffusion.stages
-        stage = {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in VQ_SHAPE.items()}
+        stage = _given_or_default(a, VQ_SHAPE)
         config["first_stage"] = {
             "widths": _numbers(stage.pop("autoencoder_widths"), "--autoencoder-widths"),
             "epochs": stage.pop("autoencoder_epochs"),

@@ -147,9 +147,10 @@ class AutoencoderTraining(nn.Module):
         return {"autoencoder": self.codec.config()}
 
     def train_loss(self, x: Tensor) -> Tensor:
-        out = self.codec.net(x * 2.0 - 1.0)
+        x = x * 2.0 - 1.0
+        out = self.codec.net(x)
         latent = self.codec.net.config.latent_channels * (x.shape[-1] // self.codec.factor) ** 2
-        return (out.sample - (x * 2.0 - 1.0)).pow(2).flatten(1).sum(1) + out.commit_loss * latent
+        return (out.sample - x).pow(2).flatten(1).sum(1) + out.commit_loss * latent
 
     def scaled_config(self, images: Tensor, batch: int = 256) -> dict[str, Any]:
         """The trained config with ``scaling_factor`` one over the standard deviation of the unquantised

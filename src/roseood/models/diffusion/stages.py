@@ -4,6 +4,7 @@ its training latents — the denoiser on its latents, as ``rose train diffusion 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,7 +37,7 @@ def train_first_stage(
     config = vq_config(
         images.shape[1], images.shape[-1], stage["widths"], stage["latent_channels"], stage["codebook"]
     )
-    stage_cfg = TrainConfig(**{**cfg.__dict__, "epochs": stage["epochs"]})
+    stage_cfg = replace(cfg, epochs=stage["epochs"])
     with torch.random.fork_rng():  # the denoiser's stage starts from the same generator state either way
         model = AutoencoderTraining(config)
         train(cast(Any, model), images, stage_cfg, first_stage_path(out), **options)
