@@ -55,6 +55,18 @@ def test_timing_image_passes_leaves_rng_and_gradients_alone(capsys: pytest.Captu
     assert line.startswith("scoring 1000 images: ≈ ") and "per image pass, timed on 8" in line
 
 
+def test_the_timed_batch_keeps_at_most_its_allowance(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose images keep much for the backward pass (a class-conditional marginal: C·K denoiser
+    rows each; 64 images took 23 GB) is timed on as many images as the allowance holds, at least one."""
+    model = tiny_vae()
+    images = np.random.default_rng(0).integers(0, 256, (8, 1, 32, 32), dtype=np.uint8)
+    monkeypatch.setattr("roseood.evaluation.forecast.TIMED_BYTES", 1)
+    forecast_images(model, images, 1000, "scoring 1000 images")
+    assert "timed on 1)" in capsys.readouterr().err
+
+
 def test_evaluate_and_fit_forecast_only_with_progress(spec: EvalSpec, capsys) -> None:
     model = tiny_vae()
     quiet = evaluate(model, spec, progress=False)

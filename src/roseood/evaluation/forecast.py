@@ -10,12 +10,16 @@ import numpy as np
 import torch
 
 from roseood.contracts import CountsEvaluations, SharesFishers, rows_per_input
+from roseood.curvature.memory import saved_bytes
 from roseood.data import ImageSet
 from roseood.data.tensors import check_model_input
 from roseood.detectors import Detector
 from roseood.evaluation.splits import EvalSpec
 from roseood.models.base import RoseModel
 from roseood.progress import forecast
+
+TIMED_BYTES = 1 << 30  # what the timed batch may keep for its backward pass (a class-conditional
+# marginal keeps C·K denoiser rows per image: 64 images took 23 GB)
 
 
 def pass_weight(detector: Detector, model: RoseModel) -> float:
@@ -30,8 +34,10 @@ def pass_weight(detector: Detector, model: RoseModel) -> float:
 def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str, models: int = 1) -> None:
     """State what ``passes`` image passes (each image fitted on or scored, per method) will take here: one
     forward and backward pass of the model's per-image loss timed on a batch of ``images`` (after an
-    untimed one), times ``passes`` and the ``models`` of an ensemble. A rough guide (methods differ:
-    a likelihood needs no backward pass, ROSE's EKFAC fits in two passes); the global RNG is left as it was.
+    untimed one-image pass, which also measures what an image keeps for the backward pass, so that the
+    timed batch keeps at most ``TIMED_BYTES``), times ``passes`` and the ``models`` of an ensemble. A rough
+    guide (methods differ: a likelihood needs no backward pass, ROSE's EKFAC fits in two passes); the
+    global RNG is left as it was.
     """
     if not len(images):
         return
@@ -40,10 +46,12 @@ def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str
     x = check_model_input(images, model).to(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         try:
-            for batch in (x[:1], x):
-                t0 = time.perf_counter()
-                loss(batch).sum().backward()
-                seconds = time.perf_counter() - t0
+            with saved_bytes({p.data_ptr() for p in model.parameters()}) as kept:
+                loss(x[:1]).sum().backward()
+            x = x[: max(1, min(len(x), TIMED_BYTES // max(kept(), 1)))]
+            t0 = time.perf_counter()
+            loss(x).sum().backward()
+            seconds = time.perf_counter() - t0
         except RuntimeError:  # no gradient to time (frozen weights): the run itself will say what is wrong
             return
         finally:
