@@ -256,6 +256,7 @@ def test_diffusion_kinds_bench_smoke(tmp_path, tiny_kinds_zoo):
     for kind in kinds:
         assert f"AUROC, {kind} on fashion_mnist" in text
     assert "- diffpath: the diffpath method needs a model of DDPM's forward process" in text  # fm
+    assert "- diffpath-1d: the diffpath-1d method needs a model of DDPM's forward process" in text
     assert "- msma: the msma method needs one class label per image" in text  # cddpm: the marginal
     summary = json.loads((report.parent / "results.json").read_text())["results"]["fashion_mnist/summary"]
     assert set(summary["fm"]["refused"]) == {"diffpath", "diffpath-1d", "msma", "reconstruction"}

@@ -63,16 +63,21 @@ class DiffPath(StatisticDetector):
         batch_size: int = 64,
         progress: bool | None = None,
     ):
-        super().__init__(model, batch_size=batch_size, progress=progress)
         if variant not in VARIANTS:
             raise RoseError(f"diffpath's variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+        self.variant = variant  # before the model's checks, whose refusals name the variant
+        super().__init__(model, batch_size=batch_size, progress=progress)
         if not bandwidth > 0:
             raise RoseError(f"diffpath's KDE bandwidth must be positive, got {bandwidth}")
         self.steps = self._timesteps(steps, "steps", low=2)  # ≥ 2: a rate of change
-        self.variant, self.clip = variant, bool(clip)
+        self.clip = bool(clip)
         self.density, self.bandwidth = density, float(bandwidth)
         self.timesteps = ddim_respacing(self.model.train_timesteps, steps)
         self.density_ = GaussianKDE(self.bandwidth) if variant == "1d" else MixtureDensity(selection=density)
+
+    @property
+    def name(self) -> str:
+        return "diffpath-1d" if self.variant == "1d" else self.method
 
     @property
     def nfe_per_image(self) -> int:

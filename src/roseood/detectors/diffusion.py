@@ -37,10 +37,16 @@ class DiffusionDetector(Detector):
 
     def __init__(self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None):
         super().__init__(model, batch_size=batch_size, progress=progress)
-        self.model: DiffusionModel = as_diffusion_model(model, f"the {self.method} method")
+        what = f"the {self.name} method"
+        self.model: DiffusionModel = as_diffusion_model(model, what)
         if self.ddpm_only:
-            self.model.require_ddpm(f"the {self.method} method")
-            self.model.condition.fixed(1, torch.device("cpu"), f"the {self.method} method")  # one path
+            self.model.require_ddpm(what)
+            self.model.condition.fixed(1, torch.device("cpu"), what)  # one path
+
+    @property
+    def name(self) -> str:
+        """The method's name as the user gives it (a variant's own, e.g. ``diffpath-1d``)."""
+        return self.method
 
     def _timesteps(self, value: Any, name: str, *, low: int = 1) -> int:
         """A count of the model's timesteps (steps, levels): an integer from ``low`` to the model's train
