@@ -265,6 +265,7 @@ def test_diffusion_kinds_bench_smoke(tmp_path, tiny_kinds_zoo):
     assert all(summary[k]["refused"] == {} for k in ("ddpm", "dit", "ldm") if k in kinds)
     for kind, found in summary.items():
         assert found["models"] == [f"{kind}-fmnist-s0"]
+        assert "rose-bands-stats" in found["values"], kind  # the DDPM default, on every kind
         for method, sets in found["values"].items():
             assert set(sets) == set(OOD["fashion_mnist"]), (kind, method)
             assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in sets.values()), (kind, method)

@@ -220,6 +220,7 @@ PROFILES: dict[str, Profile] = {
                 },
                 "diffusion-kinds": {
                     "fit_samples": 16,
+                    "stats_samples": 24,  # rose-bands-stats' gmm:k=auto, as near-ood's
                     "test_samples": 8,
                     "detector_kwargs": {"reconstruction": {"steps": 4, "skip": 2}},  # a DiT has no 'mid'
                 },

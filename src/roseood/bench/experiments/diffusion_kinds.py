@@ -3,10 +3,11 @@ class-conditional UNet judged by the marginal over its classes (``cddpm``), a Di
 label (``dit``) and a latent model, a VQ-VAE and a UNet on its latents (``ldm``), each beside the UNet
 DDPM of the same data and training seed (``ddpm``), on the same images.
 
-Every method of the ``diffusion`` experiment that applies to a kind runs at its defaults (one draw of
-the K pairs); a method a kind refuses (DiffPath, MSMA and DDPM-OOD follow DDPM's forward process along
-one class label) is listed with the model's own one-line reason. A cell is the mean AUROC over the
-kind's zoo models ± the 95 % Student-t half-width (one model: its value). Fit and test images: the data
+Every method of the ``diffusion`` experiment that applies to a kind, and the DDPM family's default
+(``rose-bands-stats``, on ``rose-ekfac``'s Fishers), runs at its defaults (one draw of the K pairs); a
+method a kind refuses (DiffPath, MSMA and DDPM-OOD follow DDPM's forward process along one class label)
+is listed with the model's own one-line reason. A cell is the mean AUROC over the kind's zoo models ±
+the 95 % Student-t half-width (one model: its value). Fit and test images: the data
 seed + the training seed, as in ``diffusion-zoo``.
 """
 
@@ -23,6 +24,7 @@ from roseood.bench.experiments import common
 from roseood.bench.experiments.diffusion import DATA_SEED, METHODS, OOD, cell, evaluate_methods, nfe
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
+from roseood.catalogue import TRAIN_OPTIONS
 from roseood.detectors import make_detector
 from roseood.errors import RoseError
 from roseood.evaluation.report import markdown_rows
@@ -40,9 +42,10 @@ KINDS = {  # the reference first in the tables
 }
 # the order they run, cheapest first, so that a run stopped part-way has the most kinds: flow matching
 # takes three methods, the latent UNet runs on latents a quarter the size, the marginal costs ten times
-ORDER = ("fm", "ldm", "dit", "cddpm", "ddpm")
+ORDER = ("fm", "ldm", "dit", "ddpm", "cddpm")
+KIND_METHODS = [*METHODS, TRAIN_OPTIONS["diffusion"].method]  # the diffusion experiment's, the DDPM default
 USES = common.Uses(
-    tuple(f"zoo {k}-*" for k in KINDS), ("fashion_mnist",), tuple(METHODS), ("diffusion-kinds",)
+    tuple(f"zoo {k}-*" for k in KINDS), ("fashion_mnist",), tuple(KIND_METHODS), ("diffusion-kinds",)
 )
 
 
@@ -60,7 +63,7 @@ class KindResults:
 
     @property
     def methods(self) -> list[str]:
-        return [m for m in METHODS if m not in self.refused]
+        return [m for m in KIND_METHODS if m not in self.refused]
 
     def add(
         self, name: str, got: dict[str, dict[str, float]], speed: dict[str, float], nfes: dict[str, str]
@@ -93,7 +96,7 @@ class KindResults:
 def refusals(model: DiffusionModel, ws: Workspace) -> dict[str, str]:
     """The methods ``model`` refuses, each with the one-line reason its detector gives when built."""
     out = {}
-    for m in METHODS:
+    for m in KIND_METHODS:
         try:
             make_detector(m, model, **ws.detector_kwargs(m))
         except RoseError as exc:
