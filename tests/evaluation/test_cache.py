@@ -60,6 +60,32 @@ def test_evaluate_resumes_from_the_cache_without_refitting(
     assert fits == []
 
 
+def test_a_rose_variant_added_to_a_cached_evaluation_takes_the_stored_fishers(
+    tiny_vae: VAE, spec: EvalSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adding ``rose-two-sided`` to an evaluation whose ``rose-ekfac`` is cached fits no Fisher: it takes the
+    stored detector's (checked against the same settings, weights and images), and scores as it would
+    have with Fishers of its own."""
+    from dataclasses import replace
+
+    from roseood.detectors import ROSE
+
+    cache = ResultCache(tmp_path / "cache")
+    evaluate(tiny_vae, replace(spec, methods=["rose-ekfac"]), progress=False, cache=cache)
+    fitted = []
+    real = ROSE.fit_fisher
+    monkeypatch.setattr(ROSE, "fit_fisher", lambda self, x: fitted.append(1) or real(self, x))
+    both = replace(spec, methods=["rose-ekfac", "rose-two-sided"])
+    added = evaluate(tiny_vae, both, progress=False, cache=cache)
+    assert fitted == []
+    fresh = evaluate(tiny_vae, both, progress=False)  # no cache: the variant's own fit
+    assert fitted == [1]
+    # equal up to the stored eigenbases' compact form (Householder vectors): rounding at 1e-6 relative, as
+    # tests/detectors/test_rose_fitted.py measures for Fishers saved and loaded
+    for name, values in fresh.scores["rose-two-sided"].items():
+        np.testing.assert_allclose(added.scores["rose-two-sided"][name], values, rtol=1e-5)
+
+
 def test_a_detector_loaded_from_the_cache_reports_progress_as_asked(
     tiny_vae: VAE, spec: EvalSpec, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

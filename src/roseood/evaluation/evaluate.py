@@ -129,6 +129,7 @@ class _MethodRun:
     key: dict[str, Any]  # what determines the fitted detector: its cache key
     fishers: SharedFishers  # the ROSE Fishers fitted so far in this evaluation (shared by its runs)
     built: Detector  # unfitted; fitted only when the cache has no fitted one
+    siblings: list[_MethodRun]  # every method's run in this evaluation, this one too
     _det: Detector | None = None
 
     def detector(self) -> Detector:
@@ -142,7 +143,24 @@ class _MethodRun:
         return self._det
 
     def _build(self) -> Detector:
+        self._take_stored_fishers()
         return fit_detector(self.built, self.fit, self.spec, self.fishers)
+
+    def _take_stored_fishers(self) -> None:
+        """Where the cache holds another method's detector of this evaluation fitted with equal Fisher
+        settings on these images (an earlier run's), take its Fishers instead of fitting them again: a
+        ROSE variant added to a cached evaluation costs its statistics and scores alone."""
+        det = self.built
+        if self.cache is None or not isinstance(det, SharesFishers) or det.fisher_arguments in self.fishers:
+            return
+        args = det.fisher_arguments
+        for other in self.siblings:
+            same = isinstance(other.built, SharesFishers) and other.built.fisher_arguments == args
+            if other is not self and same and self.cache.has_detector(cache_key(other.key)):
+                fitted = getattr(other.detector(), "fishers_", None)  # ROSE's, loaded with its file
+                if fitted is not None:
+                    self.fishers.setdefault(args, (other.method, fitted))
+                return
 
     def _load(self, path: Path) -> Detector:
         kwargs = self.spec.detector_kwargs.get(self.method, {})
@@ -220,10 +238,12 @@ def evaluate(
     digests = {name: array_digest(s.images) for name, s in sets.items()} if cache is not None else {}
     started = time.monotonic()
     fishers: SharedFishers = {}
-    for i, method in enumerate(spec.methods):
+    runs: list[_MethodRun] = []
+    for method in spec.methods:
         key = fit_key | {"method": method, "params": result.settings["detectors"][method]}
         det = assembled(built[method], model, progress)
-        run = _MethodRun(method, model, fit, spec, progress, cache, key, fishers, det)
+        runs.append(_MethodRun(method, model, fit, spec, progress, cache, key, fishers, det, runs))
+    for i, (method, run) in enumerate(zip(spec.methods, runs, strict=True)):
         _evaluate_method(run, result, sets, examples, tpr, digests)
         if progress and len(spec.methods) > 1:
             elapsed = time.monotonic() - started

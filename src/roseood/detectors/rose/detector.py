@@ -460,6 +460,7 @@ class ROSE(Detector):
         assert self.fishers_ is not None and self.aggregation_ is not None  # save() refuses an unfitted one
         return self.fishers_.state() | {
             "version": STATE_VERSION,
+            "fisher_images": self.fishers_.images,  # their fit images' digest: another ROSE may take them
             "mean": self.mean_,
             "std": self.std_,
             "aggregation": self.aggregation_.state(),
@@ -474,7 +475,12 @@ class ROSE(Detector):
                 "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
             )
         fingerprint = model_fingerprint(self.model)
-        self.fishers_ = FittedFishers.from_state(state, self.fisher_arguments, model=fingerprint)
+        images = state.get("fisher_images")  # absent from files written before it was kept
+        if images is not None and not isinstance(images, str):
+            raise CheckpointError(f"field 'state.fisher_images' must be a digest, found {shown(images)}")
+        self.fishers_ = FittedFishers.from_state(
+            state, self.fisher_arguments, model=fingerprint, images=images
+        )
         self.shares_fishers_ = False
         n = (len(self.columns),)
         self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
