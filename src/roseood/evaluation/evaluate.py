@@ -158,7 +158,7 @@ class _MethodRun:
             same = isinstance(other.built, SharesFishers) and other.built.fisher_arguments == args
             if other is not self and same and self.cache.has_detector(cache_key(other.key)):
                 fitted = getattr(other.detector(), "fishers_", None)  # ROSE's, loaded with its file
-                if fitted is not None:
+                if getattr(fitted, "images", None) is not None:  # files from before it was kept lack it
                     self.fishers.setdefault(args, (other.method, fitted))
                 return
 
