@@ -9,8 +9,9 @@ Run:
     python benchmarks/scale.py --device cuda --memory 60G --batch-size 256 --agree 16   # on a GPU
 
 ``--arch bench-cpu`` / ``bench-paper`` measure the UNet of ``rose bench diffusion``'s CPU / paper profile
-instead (CIFAR-10 shape); ``--folder zoo/dit-fmnist-s0 --data fashion_mnist`` measures a model of any kind
-there (trained weights, its own data). On a GPU, peak memory is the GPU's
+instead (CIFAR-10 shape), ``--arch dit-s2`` a DiT of DiT-S/2's size (35 M parameters) on CIFAR-10-shaped
+pixels; ``--folder zoo/dit-fmnist-s0 --data fashion_mnist`` measures a model of any kind there (trained
+weights, its own data). On a GPU, peak memory is the GPU's
 (``torch.cuda.max_memory_allocated``) and ``--agree N`` scores N test images with the GPU-fitted detector
 on the GPU and, loaded from its file, on the CPU: the largest relative difference of the layer scores per
 layer kind.
@@ -51,6 +52,13 @@ CIFAR10_DDPM = {
 }
 ARCHS = {
     "ho-cifar10": {"unet": CIFAR10_DDPM},
+    # Peebles & Xie's DiT-S/2 (12 blocks of 6 × 64 attention, 2×2 patches: 33 M parameters), here on
+    # 32×32 RGB pixels (256 tokens, as DiT-S/2 on a 256² image's 32² latents), one label: judged at it
+    "dit-s2": {
+        "in_channels": 3,
+        "image_size": 32,
+        "dit": {"layers": 12, "heads": 6, "head_dim": 64, "patch": 2},
+    },
     **{f"bench-{p}": {"in_channels": 3, "image_size": 32, **PROFILES[p].diffusion} for p in ("cpu", "paper")},
 }
 METHODS = ("rose-diag", "rose-ekfac", "denoising", "diffpath", "msma")
