@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,10 +51,10 @@ CIFAR10_DDPM = {
     "down_block_types": ["DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"],
     "up_block_types": ["UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"],
 }
-ARCHS = {
+ARCHS: dict[str, dict[str, Any]] = {
     "ho-cifar10": {"unet": CIFAR10_DDPM},
-    # Peebles & Xie's DiT-S/2 (12 blocks of 6 × 64 attention, 2×2 patches: 33 M parameters), here on
-    # 32×32 RGB pixels (256 tokens, as DiT-S/2 on a 256² image's 32² latents), one label: judged at it
+    # Peebles & Xie's DiT-S/2 (12 blocks of 6 × 64 attention, 2×2 patches: 33 M parameters), here on 32×32
+    # RGB pixels (256 tokens, as DiT-S/2 on a 256² image's 32² latents; 35 M), one label: judged at it
     "dit-s2": {
         "in_channels": 3,
         "image_size": 32,
