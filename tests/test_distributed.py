@@ -203,6 +203,7 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
         warned_a, warned_b = a["state"].pop("fit_warnings"), b["state"].pop("fit_warnings")
         assert warned_b == warned_a  # the same degenerate-fit warnings from sharded statistics
         assert b["state"].pop("kinds") == a["state"].pop("kinds")  # the per-layer Fisher choice
+        assert b["state"].pop("fisher_images") == a["state"].pop("fisher_images")  # all images' digest
         torch.testing.assert_close(b["state"], a["state"], rtol=1e-6, atol=1e-7)  # Fisher + layer stats
         # scores rotate gradients in float32, and batches split differently over two processes; relative
         # to the largest score, as a z-scored aggregate near 0 has no relative precision (0.0542359 against
@@ -238,6 +239,7 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
         b, tol = latent_two[name], {"dit": 2e-4, "flow": 2e-5, "conditional": 2e-5}.get(name, 1e-6)
         assert b["state"].pop("fit_warnings") == a["state"].pop("fit_warnings")
         assert b["state"].pop("kinds") == a["state"].pop("kinds")
+        assert b["state"].pop("fisher_images") == a["state"].pop("fisher_images")
         torch.testing.assert_close(
             b["state"], a["state"], rtol=tol, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}"
         )

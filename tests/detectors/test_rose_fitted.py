@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from roseood.detectors import Detector
 from roseood.detectors.rose import ROSE, FisherArguments, FittedFishers, ScoreArguments
 from roseood.errors import CheckpointError, RoseError
+from roseood.integrity import seal
 from roseood.models.vae import VAE
 
 
@@ -104,3 +106,23 @@ def test_a_state_for_other_layers_is_refused(tiny_vae: VAE, images: torch.Tensor
     fewer = FisherArguments("kfac", tuple(first.layers[:1]))
     with pytest.raises(CheckpointError, match=r"^field 'state.fishers' must hold one Fisher per layer"):
         FittedFishers.from_state(first.fishers_.state(), fewer, model="m")
+
+
+def test_a_detector_file_keeps_what_its_fishers_were_fitted_on(
+    tiny_vae: VAE, images: torch.Tensor, tmp_path: Path
+) -> None:
+    """The Fishers of a loaded detector know their fit images' digest, so another ROSE may take them
+    (``rose evaluate`` adding a variant to a cached run); a damaged digest field is a one-line error."""
+    first = _fitted(tiny_vae, images)
+    assert first.fishers_ is not None
+    first.save(tmp_path / "d.pt")
+    loaded = Detector.load(tmp_path / "d.pt", tiny_vae)
+    assert isinstance(loaded, ROSE) and loaded.fishers_ is not None
+    assert loaded.fishers_.images == first.fishers_.images is not None
+    taker = ROSE(tiny_vae, fisher="kfac", aggregate="max-z", progress=False)
+    taker.fit(images[:16], held_out=images[16:], fishers=loaded.fishers_)  # checked: the same images
+    obj = torch.load(tmp_path / "d.pt", weights_only=True)
+    obj["state"]["fisher_images"] = 7
+    torch.save(seal(obj), tmp_path / "d.pt")
+    with pytest.raises(CheckpointError, match=r"'state.fisher_images' must be a digest, found 7"):
+        Detector.load(tmp_path / "d.pt", tiny_vae)
