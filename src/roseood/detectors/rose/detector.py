@@ -39,7 +39,7 @@ from roseood.detectors.aggregation import (
 from roseood.detectors.base import Detector
 from roseood.detectors.features import check_positive, extra_columns
 from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments, check_rows
-from roseood.detectors.rose.fitted import FittedFishers, MemoKey
+from roseood.detectors.rose.fitted import FittedFishers, MemoKey, stored_digest
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError, shown
 from roseood.integrity import same, tensor
 from roseood.memory import budget, in_use
@@ -474,13 +474,9 @@ class ROSE(Detector):
             raise CheckpointError(
                 "this ROSE detector was saved by an older roseood in a format no longer read; refit it"
             )
-        fingerprint = model_fingerprint(self.model)
-        images = state.get("fisher_images")  # absent from files written before it was kept
-        if images is not None and not isinstance(images, str):
-            raise CheckpointError(f"field 'state.fisher_images' must be a digest, found {shown(images)}")
-        self.fishers_ = FittedFishers.from_state(
-            state, self.fisher_arguments, model=fingerprint, images=images
-        )
+        images = stored_digest(state, "fisher_images", "state.fisher_images")
+        model = model_fingerprint(self.model)
+        self.fishers_ = FittedFishers.from_state(state, self.fisher_arguments, model=model, images=images)
         self.shares_fishers_ = False
         n = (len(self.columns),)
         self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()

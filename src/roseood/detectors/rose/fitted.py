@@ -143,9 +143,7 @@ class FittedFishers(Mapping[str, Fisher]):
             raise CheckpointError(
                 f"{path}: Fishers fitted on model {printable(str(expected))}, the given one is {actual}"
             )
-        images = obj.get("images")
-        if images is not None and not isinstance(images, str):
-            raise CheckpointError(f"{path}: field 'images' must be a digest, found {shown(images)}")
+        images = stored_digest(obj, "images", where=f"{path}: ")
         try:
             given = dict(field(obj, "arguments", dict))
             arguments = FisherArguments(
@@ -156,3 +154,12 @@ class FittedFishers(Mapping[str, Fisher]):
             raise CheckpointError(f"{path}: {exc}") from None
         except (RoseError, TypeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"{path}: damaged Fishers ({str(exc).splitlines()[0]})") from None
+
+
+def stored_digest(obj: Mapping[str, Any], key: str, name: str | None = None, where: str = "") -> str | None:
+    """The fit images' digest kept under ``key`` in a file's ``obj`` (None where it is absent: files
+    written before it was kept); anything else is a one-line ``CheckpointError`` naming field ``name``."""
+    digest = obj.get(key)
+    if digest is not None and not isinstance(digest, str):
+        raise CheckpointError(f"{where}field '{name or key}' must be a digest, found {shown(digest)}")
+    return digest
