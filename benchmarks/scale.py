@@ -135,7 +135,8 @@ def one(method: str, args: argparse.Namespace) -> dict[str, object]:
     model = load_diffusers(args.folder).to(device)
     fit, stats, test = (t.to(device) for t in images(args, model.input_shape))
     start = time.perf_counter()
-    det = make_detector(method, model, batch_size=args.batch_size, progress=True)
+    extra = {"max_size": args.max_size} if args.max_size and method.startswith("rose") else {}
+    det = make_detector(method, model, batch_size=args.batch_size, progress=True, **extra)
     det.fit(fit, held_out=stats)
     sync(device)
     fit_s = time.perf_counter() - start
@@ -257,6 +258,7 @@ def main() -> None:
         help="rounds of scoring and loss, interleaved (the best of each)",
     )
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--max-size", help="ROSE's bound on its saved Fishers (unset: its default, auto; none)")
     p.add_argument("--json", help="write the rows and settings here")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
