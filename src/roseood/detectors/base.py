@@ -266,12 +266,14 @@ class Detector(ABC):
     def name(self) -> str:
         """The user-facing method name this detector's parameters match (``rose-ekfac`` for a ``rose``
         detector with ``fisher="ekfac"``): the registered preset with the most keys that all match, else
-        the kind (``method``)."""
-        params = self.get_params()
+        the kind (``method``). Inside ``__init__`` a parameter not set yet matches no preset, so a check
+        there names the method by what it knows (``diffpath-1d`` once ``variant`` is set)."""
+        names = set(self.param_names())
         matches = [
             (len(kwargs), name)
             for name, (cls, kwargs) in METHODS.items()
-            if cls is type(self) and all(params.get(k) == value for k, value in kwargs.items())
+            if cls is type(self)
+            and all(k in names and getattr(self, k, None) == value for k, value in kwargs.items())
         ]
         return max(matches)[1] if matches else self.method
 

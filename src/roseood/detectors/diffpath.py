@@ -76,10 +76,6 @@ class DiffPath(StatisticDetector):
         self.density_ = GaussianKDE(self.bandwidth) if variant == "1d" else MixtureDensity(selection=density)
 
     @property
-    def name(self) -> str:
-        return "diffpath-1d" if self.variant == "1d" else self.method
-
-    @property
     def nfe_per_image(self) -> int:
         return self.steps
 

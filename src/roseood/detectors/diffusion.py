@@ -43,11 +43,6 @@ class DiffusionDetector(Detector):
             self.model.require_ddpm(what)
             self.model.condition.fixed(1, torch.device("cpu"), what)  # one path
 
-    @property
-    def name(self) -> str:
-        """The method's name as the user gives it (a variant's own, e.g. ``diffpath-1d``)."""
-        return self.method
-
     def _timesteps(self, value: Any, name: str, *, low: int = 1) -> int:
         """A count of the model's timesteps (steps, levels): an integer from ``low`` to the model's train
         timesteps, beyond which the same timesteps would only repeat."""

@@ -150,10 +150,11 @@ class _MethodRun:
         """Where the cache holds another method's detector of this evaluation fitted with equal Fisher
         settings on these images (an earlier run's), take its Fishers instead of fitting them again: a
         ROSE variant added to a cached evaluation costs its statistics and scores alone."""
-        det = self.built
-        if self.cache is None or not isinstance(det, SharesFishers) or det.fisher_arguments in self.fishers:
+        if self.cache is None or not isinstance(self.built, SharesFishers):
             return
-        args = det.fisher_arguments
+        args = self.built.fisher_arguments
+        if args in self.fishers:
+            return
         for other in self.siblings:
             same = isinstance(other.built, SharesFishers) and other.built.fisher_arguments == args
             if other is not self and same and self.cache.has_detector(cache_key(other.key)):
