@@ -72,6 +72,20 @@ def test_estimate_finds_none_in_photos_or_noise_never_compressed() -> None:
     assert estimate_history(photos(size=8)) is None  # smaller than two blocks: nothing to see
 
 
+def test_an_estimate_is_remembered_by_the_images_not_by_the_array(monkeypatch) -> None:
+    """The same pixels ask again without a round-trip (an evaluation's sets, a bench's dozens of them);
+    other pixels, even in the same array object changed in place, are searched afresh."""
+    import roseood.data.jpeg as jpeg
+
+    x = JpegHistory(75).apply(photos(seed=3))
+    assert estimate_history(x) == JpegHistory(75)
+    calls = []
+    monkeypatch.setattr(jpeg, "residual", lambda *a: calls.append(1) or 5.0)
+    assert estimate_history(x.copy()) == JpegHistory(75) and not calls
+    x[:] = photos(seed=3)  # in place: never compressed now
+    assert estimate_history(x) is None and calls
+
+
 def test_history_of_reads_a_jpeg_header() -> None:
     buf = io.BytesIO()
     Image.fromarray(photos(1)[0]).save(buf, "JPEG", quality=85, subsampling=0)
