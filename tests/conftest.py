@@ -15,6 +15,9 @@ SHARED_DATA = Path(os.environ.get("ROSEOOD_DATA", Path(__file__).resolve().paren
 needs_shared_data = pytest.mark.skipif(
     not (SHARED_DATA / "fashion_mnist_test.npz").exists(), reason="../shared/data is not present"
 )
+# ``ROSEOOD_TESTS=full``: the slow tests in their full form (every bench experiment on both sets, the DDPM
+# pages' recipes, DDPM-OOD at its defaults); else the reduced form CI runs
+FULL = os.environ.get("ROSEOOD_TESTS", "") == "full"
 
 
 @pytest.fixture(autouse=True, scope="session")

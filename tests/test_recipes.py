@@ -18,6 +18,7 @@ from PIL import Image
 from roseood.cli import build_parser, main
 from roseood.data import loading
 from roseood.detectors.base import DETECTORS, METHODS
+from tests.conftest import FULL
 from tests.recipes import ROOT, blocks, commands, tiny
 
 TINY_N = 20  # images of a generated set
@@ -26,7 +27,6 @@ pytestmark = pytest.mark.slow  # trains tiny models and fits detectors: about a 
 # Pages whose blocks train and score DDPMs (a minute or two each): by default their commands are parsed and
 # their Python compiled; ROSEOOD_TESTS=full runs them (tests/test_cli_diffusion.py runs diffusion.md's
 # train, export and evaluate commands at a tiny size in every run).
-FULL = os.environ.get("ROSEOOD_TESTS", "") == "full"
 FULL_ONLY = ("docs/diffusion.md", "docs/zoo.md")
 
 PAGES = (

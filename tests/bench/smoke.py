@@ -5,7 +5,6 @@ experiment of a group must pass (imported by both files, parametrized by ``conft
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
 from roseood.bench.paper import PAPER
-from tests.conftest import SHARED_DATA, needs_shared_data
+from tests.conftest import FULL, SHARED_DATA, needs_shared_data
 
 # Group 1: the VAE/Glow tables on both sets; group 2: the CIFAR-10 extras, the sweep and the classifiers.
 GROUPS = (
@@ -31,7 +30,6 @@ assert sorted(GROUPS[0] + GROUPS[1] + OWN_TEST) == sorted(EXPERIMENTS), "every e
 # brightness sweep and the layer-wise classifiers only (the Fisher-size sweep and the speed figure took 28
 # of its 71 s; Tables 10 and 11, the perturbed backgrounds on CIFAR-10, are full-only since CI passed
 # 6 minutes: group 1's tables run the same table code and save their scores)
-FULL = os.environ.get("ROSEOOD_TESTS", "") == "full"
 FULL_ONLY = pytest.mark.skipif(not FULL, reason="the full bench smoke run only (ROSEOOD_TESTS=full)")
 REDUCED_OUT = ("figure4", "figure5", "table10", "table11")
 RUN = GROUPS if FULL else (GROUPS[0], [n for n in GROUPS[1] if n not in REDUCED_OUT])

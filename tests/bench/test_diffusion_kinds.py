@@ -1,0 +1,39 @@
+"""`rose bench diffusion-kinds` under the smoke profile, on tiny stand-ins of the zoo's kinds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roseood.bench import run_experiment
+from roseood.bench.experiments.diffusion import OOD
+from tests.bench.smoke import FULL, smoke_workspace
+from tests.conftest import needs_shared_data
+
+
+@needs_shared_data
+@pytest.mark.slow
+def test_diffusion_kinds_bench_smoke(tmp_path, tiny_kinds_zoo):
+    """The kinds experiment end to end on tiny stand-ins: one table per kind, every method a kind takes
+    with its AUROC, and each method it refuses named with the model's own one-line reason."""
+    ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
+    report = run_experiment("diffusion-kinds", ws)
+    text = report.read_text()
+    kinds = ("ddpm", "fm", "cddpm", "dit", "ldm") if FULL else ("ddpm", "fm", "cddpm")
+    for kind in kinds:
+        assert f"AUROC, {kind} on fashion_mnist" in text
+    assert "- diffpath: the diffpath method needs a model of DDPM's forward process" in text  # fm
+    assert "- diffpath-1d: the diffpath-1d method needs a model of DDPM's forward process" in text
+    assert "- msma: the msma method needs one class label per image" in text  # cddpm: the marginal
+    summary = json.loads((report.parent / "results.json").read_text())["results"]["fashion_mnist/summary"]
+    assert set(summary["fm"]["refused"]) == {"diffpath", "diffpath-1d", "msma", "reconstruction"}
+    assert set(summary["cddpm"]["refused"]) == {"diffpath", "diffpath-1d", "msma", "reconstruction"}
+    assert set(summary) == set(kinds)
+    assert all(summary[k]["refused"] == {} for k in ("ddpm", "dit", "ldm") if k in kinds)
+    for kind, found in summary.items():
+        assert found["models"] == [f"{kind}-fmnist-s0"]
+        assert "rose-bands-stats" in found["values"], kind  # the DDPM default, on every kind
+        for method, sets in found["values"].items():
+            assert set(sets) == set(OOD["fashion_mnist"]), (kind, method)
+            assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in sets.values()), (kind, method)
