@@ -69,8 +69,8 @@ def _resampled_values(scores_in: np.ndarray, scores_out: np.ndarray, axis: int =
     ranks = rankdata(conf, axis=-1)  # ascending, ties averaged
     auroc = (ranks[..., :n_pos].sum(-1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
     order = np.argsort(-conf, axis=-1, kind="stable")  # most confident first
-    ordered = np.take_along_axis(conf, order, -1)
-    tp = np.cumsum(np.take_along_axis(labels, order, -1), -1)
+    ordered, hits = np.take_along_axis(conf, order, -1), np.take_along_axis(labels, order, -1)
+    tp = np.cumsum(hits, -1)
     count = np.arange(1, n_pos + n_neg + 1)
     ends = np.ones(ordered.shape, bool)  # the last image of each tie group: the ROC curve's points
     ends[..., :-1] = ordered[..., :-1] != ordered[..., 1:]
@@ -79,7 +79,7 @@ def _resampled_values(scores_in: np.ndarray, scores_out: np.ndarray, axis: int =
     group_end = np.flip(np.minimum.accumulate(np.flip(index, -1), -1), -1)
     tp_end = np.take_along_axis(tp, group_end, -1)
     precision = tp_end / count[group_end]
-    ap = (np.take_along_axis(labels, order, -1) * precision).sum(-1) / n_pos
+    ap = (hits * precision).sum(-1) / n_pos
     fp = count - tp
     tpr, fpr = tp / n_pos, fp / n_neg
     # scikit-learn's roc_curve drops a point whose step in and step out are the same (drop_intermediate),
