@@ -80,6 +80,15 @@ def authors_vae(stem: str) -> torch.nn.Module:
     return load_authors_vae(AUTHORS / f"{stem}_netE.pth", AUTHORS / f"{stem}_netG.pth")
 
 
+def vae_methods() -> list[str]:
+    """Every method that runs on a VAE: not a diffusion detector, nor ROSE over a diffusion model's rows."""
+    return [
+        m
+        for m, (cls, kwargs) in METHODS.items()
+        if not issubclass(cls, DiffusionDetector) and kwargs.get("rows", "sum") == "sum"
+    ]
+
+
 def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """``{model/method: scores}`` for every method on both models, or for the keys in ``only`` (global RNG
     seeded per fit and score, so a key does not depend on which others are computed). The ROSE variants
@@ -96,11 +105,7 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     out = {}
     for name, model in models.items():
         fishers: dict[FisherArguments, FittedFishers] = {}  # fitted once per Fisher settings
-        for method in METHODS:
-            cls, kwargs = METHODS[method]
-            # a diffusion detector, or ROSE over a diffusion model's rows: needs a diffusion model, not a VAE
-            if issubclass(cls, DiffusionDetector) or kwargs.get("rows", "sum") != "sum":
-                continue
+        for method in vae_methods():
             if only is not None and f"{name}/{method}" not in only:
                 continue
             extra = {"background": background} if method == "lratio" else QUICK.get(method, {})
@@ -115,6 +120,17 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
             torch.manual_seed(1)
             out[f"{name}/{method}"] = det.score(test)
     return out
+
+
+def moved_keys(model: str) -> str:
+    """The keys of ``model`` ("demo" or "seed1") whose scores moved beyond their tolerance from the record,
+    as a table ("" when none): the regression test of one model."""
+    expected = {k: v for k, v in np.load(EXPECTED).items() if k.startswith(f"{model}/")}
+    got = compute(expected)
+    assert sorted(got) == sorted(expected)
+    rows = distances(got, expected)
+    moved = [r for r in rows if not r[-1]]
+    return f"{len(moved)} of {len(rows)} keys moved beyond their tolerance:\n{table(moved)}" if moved else ""
 
 
 def distances(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> list[tuple[str, ...]]:
