@@ -13,17 +13,18 @@ another CPU's code paths move the scores.
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from roseood.demo import demo_images, demo_model
 from roseood.detectors import METHODS, ROSE, DiffusionDetector, make_detector
 from roseood.detectors.rose import FisherArguments, FittedFishers
 from roseood.models.vae import load_authors_vae
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, needs_shared_data
 
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "expected_scores.npz"
@@ -120,6 +121,20 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
             torch.manual_seed(1)
             out[f"{name}/{method}"] = det.score(test)
     return out
+
+
+def recorded(test: Callable[[], None]) -> Callable[[], None]:
+    """The marks of a recorded-score test (one per model, each in a file of its own so that the two pytest
+    workers can each take one): slow, needs the shared data and the authors' VAEs, fit warnings quiet."""
+    marks = (
+        pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWarning"),
+        pytest.mark.skipif(not AUTHORS.is_dir(), reason="../shared/models is not present"),
+        needs_shared_data,
+        pytest.mark.slow,
+    )
+    for mark in marks:
+        test = mark(test)
+    return test
 
 
 def moved_keys(model: str) -> str:

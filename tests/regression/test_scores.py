@@ -6,19 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import needs_shared_data
-from tests.regression.scores import AUTHORS, EXPECTED, TOLERANCE, distances, moved_keys, table, vae_methods
+from tests.regression.scores import EXPECTED, TOLERANCE, distances, moved_keys, recorded, table, vae_methods
 
 pytestmark = pytest.mark.float_sensitive
 
 
-@pytest.mark.slow
-@needs_shared_data
-@pytest.mark.skipif(not AUTHORS.is_dir(), reason="../shared/models is not present")
-@pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWarning")
+@recorded
 def test_scores_equal_the_recorded_ones():
-    """The shipped demo VAE's keys (the authors' seed-1 VAE's: test_scores_authors.py, a file of its own so
-    that the two pytest workers can each take one half)."""
+    """The shipped demo VAE's keys (the authors' seed-1 VAE's: test_scores_authors.py)."""
     assert not (moved := moved_keys("demo")), moved
 
 
