@@ -128,3 +128,34 @@ def test_settings_record_every_detectors_options(tiny_vae: VAE, spec: EvalSpec) 
         "rose-diag", batch_size=spec.batch_size, **kwargs["rose-diag"]
     )
     assert detectors["rose-diag"]["adjust"] == "both" and detectors["nll"]["k"] == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "counts", "message"),
+    [
+        ("rose-bands-stats", {}, (40, 16), r"^gmm:k=auto needs at least 20 statistics images .*, got 16$"),
+        ("rose-ekfac", {"aggregate": "gmm:k=9"}, (40, 12), r"^gmm:k=9 needs at least 18 statistics images"),
+        ("diffpath", {}, (2, 1), r"^diffpath's density needs at least 4 in-distribution images, got 3$"),
+    ],
+)
+def test_counts_an_aggregation_cannot_fit_on_are_refused_before_any_image_or_forward_pass(
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    options: dict[str, str],
+    counts: tuple[int, int],
+    message: str,
+) -> None:
+    """``rose fit`` of the DDPM default with 16 statistics images fitted the Fishers for minutes before
+    the band density refused them: the counts asked for are checked first, no image read, no model run."""
+    from roseood.evaluation.evaluate import fit_calibrated
+    from roseood.models.diffusion import DiffusionModel
+
+    model = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 3}).eval()
+    ran: list[str] = []
+    monkeypatch.setattr(model.unet, "forward", lambda *a, **k: ran.append("unet"))
+    monkeypatch.setattr(evaluate_module, "load_fit_images", lambda *a: ran.append("images"))
+    spec = EvalSpec("fashion_mnist", [], [method], fit_samples=counts[0], stats_samples=counts[1])
+    spec = replace(spec, detector_kwargs={method: options})
+    with pytest.raises(RoseError, match=message):
+        fit_calibrated(method, model, spec, progress=False)
+    assert ran == []

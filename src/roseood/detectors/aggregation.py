@@ -77,6 +77,21 @@ class Aggregation(ABC):
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (keyword arguments of the constructor)."""
 
+    def least_images(self) -> tuple[int, str]:
+        """The fewest images ``fit`` takes, and why: what a detector checks before any image is read."""
+        return 2, "(a spread)"
+
+    def check_count(self, n: int) -> None:
+        """Refuse fitting on ``n`` images in one line when ``least_images`` says it needs more."""
+        need, why = self.least_images()
+        if n < need:
+            raise RoseError(f"{self.short_name} needs at least {need} statistics images {why}, got {n}")
+
+    @property
+    def short_name(self) -> str:
+        """How a refusal names it: ``name``, with ``k`` for a mixture."""
+        return self.name
+
     @abstractmethod
     def state(self) -> dict[str, torch.Tensor]:
         """Fitted state as tensors (saved with the detector)."""
@@ -296,13 +311,18 @@ class GMM(Density):
         )
         return gm.fit(v)
 
+    @property
+    def short_name(self) -> str:
+        return f"{self.name}:k={self.k}"
+
+    def least_images(self) -> tuple[int, str]:
+        if self.k == "auto":
+            return self.MIN_AUTO, "to choose its mixture by held-out likelihood"
+        return 2 * int(self.k), "(two per component)"
+
     def _choose(self, v: np.ndarray) -> tuple[int, str]:
         """The (components, covariance) with the highest two-fold held-out log-likelihood."""
-        if len(v) < self.MIN_AUTO:
-            raise RoseError(
-                f"gmm:k=auto needs at least {self.MIN_AUTO} statistics images to choose its mixture by "
-                f"held-out likelihood, got {len(v)}"
-            )
+        self.check_count(len(v))
         order = np.random.default_rng(self.seed).permutation(len(v))
         halves = (order[: len(v) // 2], order[len(v) // 2 :])
         best, choice = -np.inf, (1, "full")
@@ -316,8 +336,7 @@ class GMM(Density):
     def _fit_mixture(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.k != "auto":
             k = int(self.k)
-            if len(v) < 2 * k:
-                raise RoseError(f"gmm:k={k} needs at least {2 * k} statistics images, got {len(v)}")
+            self.check_count(len(v))
             gm = self._mixture(k, "full", v)
             return gm.weights_, gm.means_, gm.covariances_
         # reg is then relative to each column's spread, at least MIN_LOG_SPREAD: a column that barely

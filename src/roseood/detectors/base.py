@@ -164,24 +164,37 @@ class Detector(ABC):
         """
         x = self._check(images)
         held = None if held_out is None else self._check(held_out)
+        self.check_counts(x.shape[0], None if held is None else held.shape[0])
         if not self.keeps_held_out:
             self._fit(x if held is None else torch.cat([x, held]))
         else:
             if held is None:
-                share = self.held_out_share()
-                n = held_out_count(x.shape[0], share)
-                if n < 2 or x.shape[0] - n < 1:
-                    raise DataError(
-                        f"{self.method} needs at least 3 in-distribution inputs, {share} of them (at "
-                        f"least 2) held out, got {x.shape[0]}; pass more, or held_out="
-                    )
+                n = held_out_count(x.shape[0], self.held_out_share())
                 x, held = x[: x.shape[0] - n], x[x.shape[0] - n :]
-            elif held.shape[0] < 2:
-                got = held.shape[0]
-                raise DataError(f"{self.method} needs at least 2 held-out in-distribution inputs, got {got}")
             self._fit_apart(x, held)
         self.fitted_ = True
         return self
+
+    def check_counts(self, fit: int, held_out: int | None = None) -> None:
+        """Refuse in one line, before any input reaches the model, counts this detector cannot be fitted
+        on: ``fit`` inputs and ``held_out`` ones (None: ``fit`` holds out its own share). ``fit()`` calls
+        it first, and ``rose fit`` / ``rose evaluate`` with the counts asked for, before reading any."""
+        if self.keeps_held_out and held_out is None:
+            share = self.held_out_share()
+            held_out = held_out_count(fit, share)
+            if held_out < 2 or fit - held_out < 1:
+                raise DataError(
+                    f"{self.method} needs at least 3 in-distribution inputs, {share} of them (at "
+                    f"least 2) held out, got {fit}; pass more, or held_out="
+                )
+        elif self.keeps_held_out and held_out is not None and held_out < 2:
+            raise DataError(f"{self.method} needs at least 2 held-out in-distribution inputs, got {held_out}")
+        last = held_out if self.keeps_held_out and held_out is not None else fit + (held_out or 0)
+        self._check_last_count(last)
+
+    def _check_last_count(self, n: int) -> None:
+        """Refuse ``n`` inputs for the part fitted last (held-out ones where it keeps them apart): a
+        density's minimum, say; nothing by default."""
 
     def score(self, images: ImageData, *, shard: bool = True) -> np.ndarray:
         """One OOD score per image as float64 numpy (higher = more likely out-of-distribution).

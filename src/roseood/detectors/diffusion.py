@@ -124,10 +124,14 @@ class MixtureDensity:
         self.state_: dict[str, Tensor] = {}
         self.chosen_: dict[str, Any] = {}
 
+    least_images = 4  # two folds of two: the cross-validated choice's minimum
+
     def _select_cv(self, v: np.ndarray) -> tuple[StandardScaler, GaussianMixture]:
         folds = min(self.folds, len(v) // 2)
         if folds < 2:
-            raise RoseError(f"the density needs at least 4 in-distribution images, got {len(v)}")
+            raise RoseError(
+                f"the density needs at least {self.least_images} in-distribution images, got {len(v)}"
+            )
         cap = max(1, (len(v) - -(-len(v) // folds)) // self.min_per_component)
         grid = {
             "gmm__n_components": sorted({min(k, cap) for k in self.components}),
@@ -200,6 +204,8 @@ class GaussianKDE:
     """−log density under a Gaussian kernel density estimate of one in-distribution statistic, with a
     fixed ``bandwidth`` in the statistic's own units (DiffPath-1D)."""
 
+    least_images = 1
+
     def __init__(self, bandwidth: float) -> None:
         self.bandwidth = bandwidth
         self.state_: dict[str, Tensor] = {}
@@ -250,6 +256,13 @@ class StatisticDetector(DiffusionDetector):
 
     def _fit(self, x: Tensor) -> None:
         self.density_.fit(self.statistics(x))
+
+    def _check_last_count(self, n: int) -> None:
+        if n < self.density_.least_images:
+            raise RoseError(
+                f"{self.name}'s density needs at least {self.density_.least_images} in-distribution images, "
+                f"got {n}"
+            )
 
     def _score(self, x: Tensor) -> Tensor:
         return torch.from_numpy(self.density_(self.statistics(x)))

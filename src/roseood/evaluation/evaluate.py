@@ -274,7 +274,11 @@ def check_request(
         raise RoseError("an ensemble has no layer-wise scores")
     if tpr is not None and spec.layerwise:
         raise RoseError("a decision threshold is for one score per image, not layer-wise scores")
-    return {method: build_detectors(method, models, spec, progress) for method in spec.methods}
+    built = {method: build_detectors(method, models, spec, progress) for method in spec.methods}
+    asked = spec.fit_samples + spec.stats_samples
+    for det in (d for members in built.values() for d in members):
+        det.check_counts(fisher_count(spec, asked), asked - fisher_count(spec, asked))
+    return built
 
 
 def _new_result(

@@ -282,6 +282,9 @@ class ROSE(Detector):
     def held_out_share(self) -> float:
         return self.stats_fraction
 
+    def _check_last_count(self, n: int) -> None:
+        self.score_arguments.aggregation().check_count(n)
+
     def _fit_apart(self, x: Tensor, held_out: Tensor) -> None:
         if held_out.shape[0] > 1 and bool((held_out == held_out[:1]).all()):
             raise DataError(
