@@ -76,3 +76,14 @@ def test_progress_is_on_by_default_on_a_terminal_only(
     x = torch.rand(4, 1, 32, 32)
     NLL(tiny_vae, batch_size=2).fit(x).score(x)
     assert "NLL" in capsys.readouterr().err
+
+
+def test_forecast_rest_speaks_only_for_a_run_longer_than_a_progress_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run of 100 units whose first took 0.2 s (20 s in all) starts within the first progress line:
+    nothing said; at 0.5 s (50 s) the forecast line, before the rest."""
+    p.forecast_rest("sampling", 0.2, 100, "from one timed step")
+    assert capsys.readouterr().err == ""
+    p.forecast_rest("sampling", 0.5, 100, "from one timed step")
+    assert capsys.readouterr().err.startswith("sampling: ≈ 50 s on this machine (")

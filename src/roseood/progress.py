@@ -198,6 +198,13 @@ def forecast(what: str, seconds: float, basis: str = "") -> None:
     state(f"{what}: ≈ {duration(seconds)} on this machine ({cores}{why}{_busy()})")
 
 
+def forecast_rest(what: str, seconds: float, units: int, basis: str) -> None:
+    """``forecast`` a run of ``units`` equal units from its first, timed at ``seconds``, where the run
+    would outlast the first progress line (``LINE_INTERVAL_S``): a long run says its time before the rest."""
+    if seconds * units > LINE_INTERVAL_S:
+        forecast(what, seconds * units, basis)
+
+
 def _busy() -> str:
     """A warning for ``forecast`` when other work held the machine's cores over the last minute (the
     forecast's timed warm-up shares them, so the run may take longer than said); empty otherwise."""

@@ -200,11 +200,25 @@ def test_bad_npz_contents(tmp_path: Path, arrays: dict[str, np.ndarray], match: 
 
 
 def test_corrupt_or_wrong_files(tmp_path: Path) -> None:
-    (tmp_path / "junk.npz").write_bytes(b"this is not a zip archive")
+    (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 a zip's signature, then no zip archive")
     raises_one_line(lambda: load_images(str(tmp_path / "junk.npz")), "cannot read")
     np.save(tmp_path / "floats.npy", np.zeros((2, 28, 28), np.float32))
     raises_one_line(lambda: load_images(str(tmp_path / "floats.npy")), "must be uint8")
     raises_one_line(lambda: load_images(str(tmp_path / "absent.npz")), "nor an existing")
+
+
+@pytest.mark.parametrize("name", ["junk.npz", "junk.npy"])
+def test_random_bytes_are_not_an_array_file_not_pickled_data(tmp_path: Path, name: str) -> None:
+    """Random bytes start with neither the zip nor the NumPy signature, which numpy takes for a pickle
+    ("pickled (object) data ... allow_pickle="): the line says the file is not a readable array file,
+    and never suggests unpickling it."""
+    (tmp_path / name).write_bytes(np.random.default_rng(0).bytes(4096))
+    message = raises_one_line(
+        lambda: load_images(str(tmp_path / name)),
+        rf"{name} is not a readable \.npz archive or \.npy array: it starts with neither the zip nor the "
+        "NumPy signature",
+    )
+    assert "pickle" not in message
 
 
 def test_folder_errors(tmp_path: Path) -> None:

@@ -100,6 +100,37 @@ def test_loading_fishers_refuses_other_weights_and_damaged_files(
         FittedFishers.load(tmp_path / "det.pt", tiny_vae)
 
 
+def _scaled(obj, factor: float):
+    """``obj`` with every float tensor in it multiplied by ``factor``."""
+    if isinstance(obj, torch.Tensor):
+        return obj * factor if obj.is_floating_point() else obj
+    if isinstance(obj, dict):
+        return {k: _scaled(v, factor) for k, v in obj.items()}
+    return [_scaled(v, factor) for v in obj] if isinstance(obj, list) else obj
+
+
+@pytest.mark.parametrize("fisher", ["kfac", "ekfac"])
+def test_fishers_whose_scores_are_not_finite_are_refused_never_scored_nan(
+    tiny_vae: VAE, images: torch.Tensor, tmp_path: Path, fisher: str
+) -> None:
+    """A Fishers file whose tensors were multiplied by 1000 and resealed loads (every field is of its
+    type and shape), but its layer scores are not finite: a ROSE taking it is refused at fit, in one line
+    naming the cause, and a fitted ROSE that meets such scores refuses to score, never returning NaN."""
+    first = ROSE(tiny_vae, fisher=fisher, progress=False).fit(images[:16], held_out=images[16:])
+    assert first.fishers_ is not None
+    first.fishers_.save(tmp_path / "f.pt")
+    obj = torch.load(tmp_path / "f.pt", weights_only=True)
+    torch.save(seal(obj | {"state": _scaled(obj["state"], 1000.0)}), tmp_path / "f.pt")
+    damaged = FittedFishers.load(tmp_path / "f.pt", tiny_vae)
+    cause = r"all 5 layers \(a singular or damaged Fisher, or overflowing gradients\)"
+    at_fit = rf"^ROSE-{fisher}: non-finite scores on the statistics images from {cause}, so every score"
+    with pytest.raises(RoseError, match=at_fit):
+        ROSE(tiny_vae, fisher=fisher, progress=False).fit(images[:16], held_out=images[16:], fishers=damaged)
+    first.fishers_ = damaged  # fitted statistics, then Fishers that give non-finite layer scores
+    with pytest.raises(RoseError, match=rf"^ROSE-{fisher}: 6 of 6 images get non-finite scores from {cause}"):
+        first.score(images[:6])
+
+
 def test_a_state_for_other_layers_is_refused(tiny_vae: VAE, images: torch.Tensor) -> None:
     first = _fitted(tiny_vae, images)
     assert first.fishers_ is not None

@@ -60,6 +60,25 @@ def test_fit_draws_vary_the_fisher_images_and_keep_the_statistics(tiny_vae: VAE,
     assert evaluate_module.fisher_count(replace(spec, fit_samples=6, fit_draw=0), 16) == 6
 
 
+def test_fewer_fit_images_than_asked_is_one_warning_line(tiny_vae: VAE, spec: EvalSpec, capsys) -> None:
+    """A fit set (40 images) smaller than ``fit_samples`` + ``stats_samples`` fits on what it has, and
+    one line says how many of each were asked and used, not only the counts of the final line; a set
+    that gives what was asked says nothing."""
+    short = replace(spec, fit_samples=64, stats_samples=16)
+    fit = load_fit_images(short, tiny_vae)
+    assert len(fit) == 40 and evaluate_module.fisher_count(short, 40) == 24
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and warned[0].endswith(
+        "fit.npz: 64 fit and 16 statistics images asked, 24 and 16 used (it has 40 images, not 80)"
+    )
+    load_fit_images(replace(spec, fit_samples=4, stats_samples=36), tiny_vae)  # statistics capped at half
+    assert "4 fit and 36 statistics images asked, 20 and 20 used (the statistics take at most half)" in (
+        capsys.readouterr().err
+    )
+    load_fit_images(spec, tiny_vae)  # 30 + 10 of 40: as asked
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_sweep_runs_every_value_and_repeat(tiny_vae: VAE, spec: EvalSpec) -> None:
     spec = replace(spec, methods=["rose-diag"], ood=spec.ood[:1], test_samples=8)
     runs = sweep(tiny_vae, spec, "fit_samples", [4, 8], repeats=2, progress=False)

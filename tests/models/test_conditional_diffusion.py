@@ -178,6 +178,32 @@ def test_the_condition_is_a_loss_setting_the_detector_file_records(tmp_path: Pat
         load_model(pipeline_unconditional(tmp_path / "u")).set_loss_settings(condition="label:1")
 
 
+@pytest.mark.parametrize("condition", ["marginal", "null", "label:0"])
+def test_an_unconditional_model_refuses_every_condition_the_marginal_too(
+    tmp_path: Path, condition: str
+) -> None:
+    """An unconditional model has no classes to average over: ``--condition marginal`` is refused in the
+    line ``label:N`` and ``null`` are, not accepted without a word; by ``--condition`` or roseood.json."""
+    folder = pipeline_unconditional(tmp_path / "u")
+    model = load_model(folder)
+    with pytest.raises(RoseError, match=rf"^condition '{condition}': the model is unconditional"):
+        model.set_loss_settings(condition=condition)
+    (folder / "roseood.json").write_text(json.dumps({"condition": condition}))
+    with pytest.raises(RoseError, match=rf": condition '{condition}': the model is unconditional"):
+        load_model(folder)
+
+
+def test_a_dit_of_one_label_still_judges_p_x_as_its_marginal() -> None:
+    """A DiT built without classes has one label, and judges p(x) as the marginal over it (what the
+    unconditional refusal above must not take away)."""
+    from roseood.models.diffusion import DiffusionModel
+
+    shape = {"layers": 1, "heads": 2, "head_dim": 4, "patch": 2}
+    model = DiffusionModel(in_channels=1, image_size=8, dit=shape, denoising={"k": 1})
+    assert (model.condition.classes, model.condition.spec, model.condition.copies) == (1, "marginal", 1)
+    assert model.nll(torch.rand(2, 1, 8, 8)).shape == (2,)
+
+
 def pipeline_unconditional(folder: Path) -> Path:
     """The same tiny UNet without class labels."""
     d = diffusers_module()

@@ -369,13 +369,22 @@ def test_a_scheduler_of_another_objective_is_refused_not_scored_with_ddpms_loss(
 
 
 def test_a_ddim_scheduler_shares_ddpms_forward_process_and_loads(pipeline: Path, tmp_path: Path) -> None:
+    """A folder's DDIMScheduler is read as DDPM's forward process (the same ᾱ_t and loss as the DDPM
+    folder's) and is shown, and kept, as the DDIMScheduler it is, not as a DDPMScheduler."""
     from diffusers import DDIMScheduler
 
     def ddim(folder: Path) -> None:
         shutil.rmtree(folder / "scheduler")
         DDIMScheduler().save_pretrained(folder / "scheduler")
 
-    assert isinstance(load_model(damaged(pipeline, tmp_path, ddim)), DiffusionModel)
+    model, ddpm = load_model(damaged(pipeline, tmp_path, ddim)), load_model(pipeline)
+    assert isinstance(model, DiffusionModel) and isinstance(ddpm, DiffusionModel)
+    torch.testing.assert_close(model.alphas_cumprod, ddpm.alphas_cumprod)
+    assert "schedule: DDIMScheduler (its training process read by DDPMScheduler), 1000" in model.describe()
+    assert model.config()["scheduler"]["_class_name"] == "DDIMScheduler"  # a checkpoint keeps the class
+    assert (
+        "schedule: DDPMScheduler, 1000" in ddpm.describe() and "_class_name" not in ddpm.config()["scheduler"]
+    )
 
 
 def test_an_autoencoder_a_pipeline_does_not_decode_with_is_refused(pipeline: Path, tmp_path: Path) -> None:

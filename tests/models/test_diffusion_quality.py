@@ -115,6 +115,24 @@ def test_samples_are_images_repeatable_by_seed(tmp_path):
         sample_images(model, steps=11)
 
 
+def test_a_long_sampling_run_says_its_time_before_the_rest_and_counts_steps(monkeypatch, capsys):
+    """``rose sample --images 100000`` took minutes before its first line: the first denoising step is
+    timed and, where the run outlasts the first progress line, forecast in one line before the rest;
+    progress counts steps (a CIFAR-10 UNet's batch takes a minute). Nothing is said without progress."""
+    from roseood import progress as progress_module
+    from roseood.models.diffusion.quality import sample_images
+
+    monkeypatch.setattr(progress_module, "LINE_INTERVAL_S", 0.0)  # forecast whatever the estimate
+    model = tiny()
+    quiet = sample_images(model, n=5, steps=3, seed=1, batch=2, progress=False)
+    assert capsys.readouterr().err == ""
+    assert torch.equal(sample_images(model, n=5, steps=3, seed=1, batch=2, progress=True), quiet)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("sampling 5 images: ≈ ") and lines[0].count("≈") == 1
+    assert "from one timed step of 2 images, 3 steps each" in lines[0]
+    assert sum("≈" in line for line in lines) == 1 and lines[-1].startswith("sampling 5 images: 9/9 (100 %)")
+
+
 def test_generate_is_ddim_sampling_with_steps_its_only_option():
     from roseood.models.diffusion.quality import sample_images
 

@@ -123,3 +123,15 @@ def test_generate_decodes_prior_draws_reproducibly_by_seed(tiny_vae):
         tiny_vae.generate(2, steps=3)
     with pytest.raises(RoseError, match="n ≥ 1"):
         tiny_vae.generate(0)
+
+
+def test_a_long_draw_says_its_time_after_the_first_batch(tiny_vae, monkeypatch, capsys):
+    """A draw that outlasts the first progress line is forecast from its first timed batch, once."""
+    from roseood import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "LINE_INTERVAL_S", 0.0)  # forecast whatever the estimate
+    assert torch.equal(tiny_vae.generate(130, seed=1, progress=True), tiny_vae.generate(130, seed=1))
+    lines = capsys.readouterr().err.splitlines()
+    forecasts = [line for line in lines if "≈" in line]
+    assert forecasts == [lines[0]] and "sampling 130 images: ≈ " in lines[0]
+    assert "from one timed batch of 64" in lines[0] and lines[-1].startswith("sampling 130 images: 3/3")

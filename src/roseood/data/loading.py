@@ -6,9 +6,7 @@ saying what preprocessing changes (None: none), which callers state on stderr an
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -19,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from roseood.data.arrays import Labels, read_array
 from roseood.data.decoding import decode, float_scale, inspect, step_rank
 from roseood.data.download import DOWNLOADS, download_dataset
 from roseood.data.jpeg import JpegHistory, split_suffix
@@ -40,8 +39,6 @@ from roseood.validation import check_int, check_seed
 READ_ERRORS = ("raise", "skip")  # open_images(errors=): what a folder's unreadable file does
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 DEFAULT_GENERATED_N = 10000
-
-Labels = npt.NDArray[np.int64]
 
 
 class _Stated:
@@ -210,12 +207,12 @@ def _open(
         if spec.generated:
             return _generate(spec.name, n, seed, want)
         path = _named_file(spec, split, resolve_data_dir(data_dir), download)
-        return _array_stream(name, str(path), *_read_array(path), n, seed, want)
+        return _array_stream(name, str(path), *read_array(path), n, seed, want)
     path = Path(source).expanduser()
     if path.is_dir():
         return _folder_stream(path, n, seed, want, skip=errors == "skip")
     if path.is_file():
-        return _array_stream(printable(str(source)), printable(str(path)), *_read_array(path), n, seed, want)
+        return _array_stream(printable(str(source)), printable(str(path)), *read_array(path), n, seed, want)
     raise DataError(
         f"{str(source)!r} is neither a known dataset ({', '.join(DATASETS)}) "
         "nor an existing .npz/.npy file or image folder"
@@ -318,62 +315,6 @@ def _named_file(spec: DatasetSpec, split: str, data_dir: Path, download: bool) -
             f"{path.name} not found in {data_dir}; put it there or pass download=True to fetch {spec.name}"
         )
     return download_dataset(spec.name, split, data_dir)
-
-
-def _read_array(path: Path) -> tuple[U8, Labels]:
-    """Read and validate ``images`` (and optional ``labels``) from an ``.npz`` archive, or the images of a
-    single-array ``.npy`` file.
-
-    Decompressing a large archive takes seconds and benchmarks load the same files many times, so the
-    last 16 files are kept in memory (keyed by path, size and mtime); callers get copies.
-    """
-    stat = path.stat()
-    images, labels = _read_array_cached(path.resolve(), stat.st_size, stat.st_mtime_ns)
-    return images.copy(), labels.copy()
-
-
-@functools.lru_cache(maxsize=16)
-def _read_array_cached(path: Path, size: int, mtime_ns: int) -> tuple[U8, Labels]:
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise DataError(f"cannot read {path} as an .npz archive or .npy array: {e}") from e
-    if isinstance(archive, np.ndarray):
-        return _check_images(archive, path), np.full(len(archive), -1, dtype=np.int64)
-    with archive:
-        if "images" not in archive.files:
-            found = ", ".join(archive.files) or "nothing"
-            raise DataError(f"{path} has no 'images' array (it holds: {found})")
-        try:
-            images = archive["images"]
-            labels = archive["labels"] if "labels" in archive.files else None
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-            raise DataError(f"{path} is corrupt: {e}") from e
-    images = _check_images(images, path)
-    if labels is None:
-        return images, np.full(len(images), -1, dtype=np.int64)
-    if labels.shape != (len(images),) or not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(
-            f"{path}: 'labels' must be {len(images)} integers, got {labels.dtype} of shape {labels.shape}"
-        )
-    return images, labels.astype(np.int64)
-
-
-def _check_images(images: np.ndarray, path: Path) -> U8:
-    """uint8 images as channel-last (N, H, W) or (N, H, W, 3); (N, 1|3, H, W) is taken as channel-first."""
-    if images.dtype != np.uint8:
-        raise DataError(f"{path}: images must be uint8 (0–255), got {images.dtype}")
-    if images.ndim == 4 and images.shape[1] in (1, 3) and images.shape[-1] not in (1, 3):
-        images = images.transpose(0, 2, 3, 1)
-    if images.ndim == 4 and images.shape[-1] == 1:
-        images = images[..., 0]
-    if not (images.ndim == 3 or (images.ndim == 4 and images.shape[-1] == 3)):
-        raise DataError(
-            f"{path}: images must have shape (N, H, W), (N, H, W, 1|3) or (N, 1|3, H, W), got {images.shape}"
-        )
-    if images.shape[0] == 0 or 0 in images.shape[1:3]:
-        raise DataError(f"{path}: empty image set (images have shape {images.shape})")
-    return np.ascontiguousarray(images)
 
 
 def _array_stream(

@@ -183,7 +183,10 @@ def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
     if splits_in_data(spec) and spec.fit_draw is None:
         return split_in_data(spec, model, test=False)[1]
     if spec.fit_draw is None:
-        return _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+        fit = _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+        n_fisher = fisher_count(spec, len(fit))
+        warn_if_short(spec, fit.name, n_fisher, len(fit) - n_fisher)
+        return fit
     pool = _load(fit_source(spec), None, spec.seed, model, spec)
     order = np.random.default_rng(derived_seed(spec, "statistics")).permutation(len(pool))
     stats, rest = order[: spec.stats_samples], order[spec.stats_samples :]
@@ -193,6 +196,20 @@ def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
     keep = np.concatenate([rest[draw.choice(len(rest), spec.fit_samples, replace=False)], stats])
     source = f"draw {spec.fit_draw} of {spec.fit_samples} (+ {spec.stats_samples} fixed) of {pool.source}"
     return replace(pool, images=pool.images[keep], labels=pool.labels[keep], source=source, files=None)
+
+
+def warn_if_short(spec: EvalSpec, name: str, n_fisher: int, n_stats: int) -> None:
+    """One warning line where ``fit_data`` (or a training split) gives fewer fit or statistics images
+    than ``fit_samples`` and ``stats_samples`` ask (a set too small, or the statistics capped at half): a
+    fit on fewer images than asked must not pass unremarked. A random split states its counts itself."""
+    if n_fisher >= spec.fit_samples and n_stats >= spec.stats_samples:
+        return
+    n, asked = n_fisher + n_stats, spec.fit_samples + spec.stats_samples
+    why = f"it has {n} images, not {asked}" if n < asked else "the statistics take at most half"
+    state(
+        f"warning: {name}: {spec.fit_samples} fit and {spec.stats_samples} statistics images asked, "
+        f"{n_fisher} and {n_stats} used ({why})"
+    )
 
 
 OVERALL = "overall"

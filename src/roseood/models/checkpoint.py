@@ -8,6 +8,8 @@ checkpoint from elsewhere cannot run code. The file records which factory built 
 
 from __future__ import annotations
 
+import types
+import typing
 from pathlib import Path
 from typing import Any, cast
 
@@ -69,6 +71,34 @@ def check_model_file(obj: dict[str, Any], path: str | Path) -> None:
                 field(obj, name, str if name == "factory" else dict)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+
+
+PLAIN_TYPES = {int: "an integer", bool: "true or false", float: "a number", str: "text"}
+
+
+def _of_type(value: Any, t: type) -> bool:
+    """Whether ``value`` is a ``t`` as a config means it: a bool is no number, an int is a float."""
+    if isinstance(value, bool):
+        return t is bool
+    return isinstance(value, t) or (t is float and isinstance(value, int))
+
+
+def check_config_types(cls: type[RoseModel], config: dict[str, Any], where: str) -> None:
+    """Each value of a stored ``config`` of the type ``cls``'s constructor annotates (the plain ones:
+    int, bool, float, str, or one of them or None), refused in one line naming the field: a resealed
+    ``ngf='abc'`` would otherwise fail deep in the build, in words that name no field."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # annotations this Python cannot resolve: the build checks itself
+        return
+    for key, value in config.items():
+        hint = hints.get(key)
+        allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        if not all(t in PLAIN_TYPES or t is type(None) for t in allowed):
+            continue  # a structured value (widths, a UNet config): the build checks it
+        if not any(value is None if t is type(None) else _of_type(value, t) for t in allowed):
+            wanted = " or ".join(PLAIN_TYPES.get(t, "null") for t in allowed)
+            raise RoseError(f"{where}: {key} must be {wanted}, got {shown(value)}")
 
 
 def _build(cls: type[RoseModel], config: dict[str, Any], kind: str) -> RoseModel:
@@ -133,6 +163,7 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     elif kind in FAMILIES:
         try:
             check_model_config(obj["config"], f"{kind} config")
+            check_config_types(FAMILIES[str(kind)].cls, obj["config"], f"{kind} config")
             model = _build(FAMILIES[str(kind)].cls, obj["config"], str(kind))
         except (TypeError, KeyError, ValueError, AttributeError, RuntimeError, RoseError) as exc:
             raise CheckpointError(

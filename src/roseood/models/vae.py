@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from torch import Tensor, nn
 
 from roseood.errors import CheckpointError, RoseError
 from roseood.models.base import GenerativeModel
+from roseood.progress import forecast_rest, resolve
 from roseood.progress import progress as show
 from roseood.randomness import randn
 
@@ -187,9 +189,14 @@ class VAE(GenerativeModel):
         was_training = self.training
         self.eval()
         levels = torch.arange(256, dtype=torch.float32, device=device).view(1, 1, 256, 1, 1)
-        batches = show(z.split(64), f"sampling {n} images", enabled=progress, unit="batch")
+        parts = z.split(64)
+        out, start = [], time.perf_counter()
         with torch.no_grad():  # no graph kept per batch: a million draws hold only their pixels
-            out = [(self.decoder(zb).softmax(2) * levels).sum(2) for zb in batches]
+            for zb in show(parts, f"sampling {n} images", enabled=progress, unit="batch"):
+                out.append((self.decoder(zb).softmax(2) * levels).sum(2))
+                if len(out) == 1 and resolve(progress):  # before the rest: the first batch, timed
+                    basis = f"from one timed batch of {len(zb)}"
+                    forecast_rest(f"sampling {n:,} images", time.perf_counter() - start, len(parts), basis)
         self.train(was_training)
         return torch.cat(out).round().clamp(0, 255).to(torch.uint8).cpu()
 

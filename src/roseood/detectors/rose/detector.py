@@ -29,17 +29,12 @@ from roseood.curvature import (
 from roseood.curvature.memory import MemoryPlan, saved_bytes
 from roseood.data.tensors import ImageData, iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, adjusted, column_names
-from roseood.detectors.aggregation import (
-    Aggregation,
-    density_problem,
-    layer_problems,
-    tie_problem,
-    zscore_problem,
-)
+from roseood.detectors.aggregation import Aggregation, tie_problem
 from roseood.detectors.base import Detector
 from roseood.detectors.features import check_positive, extra_columns
 from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments, check_rows
 from roseood.detectors.rose.fitted import FittedFishers, MemoKey, stored_digest
+from roseood.detectors.rose.problems import check_scores, check_statistics, fit_problems
 from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError, shown
 from roseood.integrity import same, tensor
 from roseood.memory import budget, in_use
@@ -66,8 +61,8 @@ class ROSE(Detector):
     list of module names; ``damping``, ``rcond``, ``stochastic``, ``seed``, ``batch_size``, ``memory``,
     ``max_size``: see ``FisherArguments``. ``aggregate`` (with ``beta`` and ``p``), ``adjust``,
     ``features``, ``rows``, ``stats_fraction``: see ``ScoreArguments``. Degenerate fits (ties,
-    non-finite, exploding or constant layer scores) raise a ``DegenerateFitWarning`` at fit time and are
-    kept in ``fit_warnings_``.
+    exploding or constant layer scores) raise a ``DegenerateFitWarning`` at fit time and are kept in
+    ``fit_warnings_``; non-finite layer scores are refused in one line, at fit and when scoring.
     """
 
     method = "rose"
@@ -354,6 +349,7 @@ class ROSE(Detector):
         raw, loss = self._scores_and_loss(x, desc="ROSE layer statistics")
         extra, self.extra_columns_ = self.extra_features(x, loss)
         raw, loss = distributed.gather_rows(raw), distributed.gather_rows(loss)
+        check_statistics(raw.numpy(), self.columns, f"ROSE-{self.fisher}")
         extra = distributed.gather_rows(torch.from_numpy(extra)).numpy()
         check_positive(extra, self.extra_columns_)
         self.mean_ = raw.mean(0)
@@ -363,9 +359,7 @@ class ROSE(Detector):
         values = np.concatenate([adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust), extra], 1)
         columns = column_names(self.columns, self.adjust) + self.extra_columns_
         aggregation = self.score_arguments.aggregation()
-        self.fit_warnings_ = self._warn(layer_problems(values, columns, self.extra_columns_))
-        self.fit_warnings_ += self._warn(density_problem(values, aggregation))
-        self.fit_warnings_ += self._warn(zscore_problem(values, aggregation))
+        self.fit_warnings_ = self._warn(fit_problems(values, columns, self.extra_columns_, aggregation))
         aggregation.fit(values)
         self.aggregation_ = aggregation
         self.fit_warnings_ += self._warn(tie_problem(values, columns, aggregation))
@@ -445,7 +439,9 @@ class ROSE(Detector):
         columns = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
         if self.extra_columns_:
             columns = np.concatenate([columns, self.extra_features(x, loss)[0]], 1)
-        return torch.from_numpy(self.aggregation_(columns))
+        scores = self.aggregation_(columns)
+        check_scores(scores, raw.numpy(), self.columns, f"ROSE-{self.fisher}")
+        return torch.from_numpy(scores)
 
     def extra_features(self, x: Tensor, loss: Tensor) -> tuple[np.ndarray, list[str]]:
         """The columns ``features`` adds beside the layer scores of ``x`` (``roseood.detectors.features``)."""

@@ -20,15 +20,15 @@ NULL = "null"
 class Condition:
     """The conditioning of a denoiser of ``classes`` labels (None: unconditional; ``null``: the label of
     condition dropout, None where it has none) and how it is judged: ``spec`` "marginal", "null" or
-    "label:N" (None: "null" where there is one, else "marginal")."""
+    "label:N" (None: "null" where there is one, else "marginal"; an unconditional one takes none)."""
 
     def __init__(self, classes: int | None, spec: str | None = None, null: int | None = None) -> None:
+        if classes is None and spec is not None:  # any spec, the marginal too: there are no classes
+            raise RoseError(f"condition {spec!r}: the model is unconditional (no class labels)")
         spec = spec if spec is not None else (NULL if null is not None else MARGINAL)
         self.classes, self.spec, self.null = classes, spec, null
         self.label: int | None = None
         if classes is None:
-            if spec != MARGINAL:
-                raise RoseError(f"condition {spec!r}: the model is unconditional (no class labels)")
             return
         if spec == NULL:
             if null is None:

@@ -15,7 +15,6 @@ from roseood.models.diffusion.config import (
     check_denoising,
     check_ema_decay,
     check_scheduler_config,
-    is_flow_matching,
 )
 from roseood.models.diffusion.denoisers import check_denoiser_config, meta_denoiser
 from roseood.models.diffusion.latent import check_autoencoder_config
@@ -231,7 +230,7 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     weights, weights_file = read_weights(unet_dir)
     plain = {k: v for k, v in unet.items() if not k.startswith("_") or k == "_class_name"}
     sched = {k: v for k, v in scheduler.items() if not k.startswith("_")}
-    if is_flow_matching(scheduler):  # the class says the objective
+    if "_class_name" in scheduler:  # says the objective (flow matching), and what check-model shows
         sched["_class_name"] = scheduler["_class_name"]
     what = f"the {unet['_class_name']} of {config_file}"
     codec = None if latent is None else read_autoencoder(root / latent)

@@ -100,6 +100,8 @@ class DiffusionModel(GenerativeModel):
         self.objective, self.train_objective = ("flow", "v_mse") if flow else ("ddpm", "eps_mse")
         net = build_denoiser(unet, denoising["k"])
         sched, alphas = build_schedule(d, scheduler, flow)
+        # the class the folder or config holds (a DDIMScheduler: DDPM's forward process, read as such)
+        self.scheduler_class = str(scheduler.get("_class_name", type(sched).__name__))
         space = (net.config.in_channels, unet["sample_size"], unet["sample_size"])
         channels, size = space[:2] if codec is None else check_latent_shapes(codec, unet)
         super().__init__(channels, size)
@@ -160,7 +162,9 @@ class DiffusionModel(GenerativeModel):
         """What roseood read: the denoiser, its objective and schedule, the space and the conditioning."""
         cfg = self.scheduler.config
         parameters = f"{sum(p.numel() for p in self.unet.parameters()):,}".replace(",", " ")
-        schedule = f"{type(self.scheduler).__name__}, {cfg.num_train_timesteps}"
+        built = type(self.scheduler).__name__
+        read = "" if self.scheduler_class == built else f" (its training process read by {built})"
+        schedule = f"{self.scheduler_class}{read}, {cfg.num_train_timesteps}"
         if self.objective == "flow":
             objective = "flow matching (velocity ε − x prediction)"
             schedule += f" steps, shift {cfg.shift:g}"
@@ -224,8 +228,8 @@ class DiffusionModel(GenerativeModel):
 
     def config(self) -> dict[str, Any]:
         scheduler = plain_config(self.scheduler.config)
-        if self.objective == "flow":  # the class is what says the objective (DDPM's is the default)
-            scheduler["_class_name"] = type(self.scheduler).__name__
+        if self.scheduler_class != "DDPMScheduler":  # says the objective (DDPM's is the default); shown
+            scheduler["_class_name"] = self.scheduler_class
         denoiser = plain_config(self.unet.config)
         if type(self.unet).__name__ != "UNet2DModel":  # the class says which (a UNet where none is named)
             denoiser["_class_name"] = type(self.unet).__name__
