@@ -20,7 +20,7 @@ from roseood.curvature import (
     make_fisher,
 )
 from roseood.curvature.handlers import declare_mask
-from roseood.curvature.kronecker import pack_orthogonal, unpack_orthogonal
+from roseood.curvature.kronecker import gram, pack_orthogonal, split_half_error, unpack_orthogonal
 from roseood.errors import CheckpointError, RoseError
 
 pytestmark = pytest.mark.float_sensitive  # Fisher quadratic forms against dense oracles
@@ -277,3 +277,59 @@ def test_the_unspanned_level_is_decided_at_fit_saved_and_an_option(kind):
     assert (every.quad(test(s))[1:] > f.quad(test(s))[1:]).all()  # the rounding is counted too
     with pytest.raises(CheckpointError, match="field 'rcond' must be a number"):
         again.load_state(f.state() | {"rcond": -1.0})
+
+
+def test_gram_sums_each_samples_float32_product_in_float64():
+    """``gram``'s float32 products stay within float32's rounding of the float64 product, per group as for
+    the whole; being each sample's own, their float64 sum does not depend on how samples are batched
+    (nor sharded over processes); without ``single`` it is the float64 product itself."""
+    rows = torch.randn(6, 300, 12, generator=torch.Generator().manual_seed(0))
+    flat = rows.double().flatten(0, 1)
+    exact = flat.T @ flat
+    torch.testing.assert_close(gram(rows), exact, rtol=1e-12, atol=0)
+    single = gram(rows, single=True)
+    assert single.dtype == torch.float64
+    assert float((single - exact).abs().max() / exact.abs().max()) < 1e-6
+    torch.testing.assert_close(
+        gram(rows[:2], single=True) + gram(rows[2:], single=True), single, rtol=1e-14, atol=0
+    )
+    grouped = gram(rows, 2, single=True)
+    for g, half in enumerate(flat.split(6, dim=1)):
+        torch.testing.assert_close(grouped[g], half.T @ half, rtol=1e-6, atol=1e-6 * float(exact.abs().max()))
+
+
+def test_split_half_error_is_the_standard_error_of_the_mean_from_two_halves():
+    """Two halves of m = 2 and 6 samples with means 1 and 3 (a 1×1 factor): the difference 2 over
+    √(1/2 + 1/6) gives σ, the whole mean 2.5 has σ/√8; equal halves give 0."""
+    total, first = torch.tensor([[20.0]]), torch.tensor([[2.0]])
+    sigma = 2 / (1 / 2 + 1 / 6) ** 0.5
+    assert split_half_error(total, first, 2, 8) == pytest.approx(sigma / 8**0.5 / 2.5)
+    assert split_half_error(torch.eye(3) * 8, torch.eye(3) * 4, 4, 8) == 0.0
+
+
+def _factor_batches(seed: int, positions: int, batches: int = 40) -> list[LayerGrad]:
+    """Batches of 8 images, each with ``positions`` rows of 4 inputs and 3 outputs, one distribution."""
+    g = torch.Generator().manual_seed(seed)
+    return [
+        FactoredGrad(torch.randn(8, positions, 4, generator=g), torch.randn(8, positions, 3, generator=g))
+        for _ in range(batches)
+    ]
+
+
+def test_ekfac_factors_stop_taking_batches_once_settled_and_kfac_never_does():
+    """Each image's 4096 positions estimate 4×4 and 3×3 factors to well under ``SETTLED`` (about 0.3 %),
+    so EKFAC's first pass settles at its first check; KFAC, whose eigenvalues are the factors', takes every
+    batch; the second pass always wants all. One row per image (relative error about 15 % at the first
+    check) does not settle."""
+    ekfac, kfac = EKFAC(), KFAC()
+    for g in _factor_batches(0, 4096, EKFAC.FIRST_CHECK // 8 + 4):
+        for f in (ekfac, kfac):
+            if f.wants(0):
+                f.update(g, 0)
+    assert not ekfac.wants(0) and ekfac.wants(1) and kfac.wants(0)
+    assert ekfac.count == EKFAC.FIRST_CHECK and kfac.count == EKFAC.FIRST_CHECK + 32
+    assert ekfac.factor_error is not None and ekfac.factor_error <= EKFAC.SETTLED
+    noisy = EKFAC()
+    for g in _factor_batches(1, 1, EKFAC.FIRST_CHECK // 8):
+        noisy.update(g, 0)
+    assert noisy.wants(0) and noisy.factor_error is not None and noisy.factor_error > EKFAC.SETTLED

@@ -27,8 +27,9 @@ from roseood.curvature.handlers import (
     register_layer,
     resolve,
 )
-from roseood.curvature.kronecker import EKFAC, KFAC, KFACTikhonov
+from roseood.curvature.kronecker import EKFAC, KFAC, KFACTikhonov, settled_line
 from roseood.curvature.layergrad import FactoredGrad, SummedGrad
+from roseood.curvature.passes import fisher_pass
 
 __all__ = [
     "CONV",
@@ -55,10 +56,12 @@ __all__ = [
     "SummedGrad",
     "check_layers",
     "declare_mask",
+    "fisher_pass",
     "format_layer_report",
     "full_float32",
     "make_fisher",
     "register_layer",
     "resolve",
+    "settled_line",
     "supports",
 ]

@@ -135,6 +135,11 @@ class Fisher(ABC):
         """Hook run after each full pass (e.g. eigendecompositions after the first); ``factors`` shares
         eigendecompositions between the layers of one model."""
 
+    def wants(self, pass_index: int) -> bool:
+        """Whether pass ``pass_index`` still needs batches: a Fisher whose estimate of that pass has
+        settled (``EKFAC``'s Kronecker factors) takes no more, and the pass stops once none wants any."""
+        return True
+
     @abstractmethod
     def quad(self, g: LayerGrad) -> Tensor:
         """Per-sample ``sᵀ (F + damping)⁻¹ s`` as float64, shape (N,)."""

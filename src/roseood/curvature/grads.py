@@ -71,6 +71,10 @@ class GradientStore:
         self._used = 0
         self._full = budget <= 0
 
+    def close(self) -> None:
+        """Keep nothing more (the batches kept so far stay): later batches will not hold every layer."""
+        self._full = True
+
     def kept(self, index: int) -> dict[str, LayerGrad] | None:
         """Batch ``index``'s kept gradients, by layer; None when that batch was not kept."""
         return self._kept[index] if index < len(self._kept) else None

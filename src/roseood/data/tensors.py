@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Generator, Iterator, Mapping, Sequence, Sized
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -107,7 +107,7 @@ def check_model_input(data: Tensor | np.ndarray, model: object) -> Tensor:
     return as_model_input(data, "image", None)
 
 
-def iter_batches(x: Tensor, batch_size: int, desc: str | None = None) -> Iterator[Tensor]:
+def iter_batches(x: Tensor, batch_size: int, desc: str | None = None) -> Generator[Tensor, None, None]:
     """Yield consecutive batches of ``x``; reports progress (``roseood.progress``) when ``desc`` is given."""
     starts = range(0, x.shape[0], batch_size)
     for i in progress(starts, desc, enabled=desc is not None, leave=False, unit="batch"):

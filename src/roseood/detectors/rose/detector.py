@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from functools import cached_property
+from contextlib import closing
+from functools import cached_property, partial
 from typing import Any, Self
 
 import numpy as np
@@ -18,13 +19,14 @@ from roseood.contracts import RowsModel, rows_per_input
 from roseood.curvature import (
     FISHERS,
     FactorCache,
-    Fisher,
     GradientStore,
     LayerGrad,
     LayerGradients,
     LayerReport,
     LayerShape,
     check_layers,
+    fisher_pass,
+    settled_line,
 )
 from roseood.curvature.memory import MemoryPlan, saved_bytes
 from roseood.data.tensors import ImageData, iter_batches
@@ -317,22 +319,11 @@ class ROSE(Detector):
         for pass_index in range(passes):
             fishers = {n: f for n, f in made.items() if pass_index < f.passes}
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
-            for i, batch in enumerate(iter_batches(x, plan.images, desc)):
-                kept = store.kept(i) if pass_index > 0 else None
-                if kept is not None:
-                    for name, g in kept.items():
-                        fishers[name].update(g, pass_index)
-                    continue
-
-                def update(
-                    name: str, g: LayerGrad, i: int = i, p: int = pass_index, fs: dict[str, Fisher] = fishers
-                ) -> None:
-                    fs[name].update(g, p)
-                    if p == 0 and fs[name].passes > 1:
-                        store.keep(i, name, g)
-
-                only = set(fishers) if pass_index > 0 else None
-                self._stream(batch, update, only=only, rows=arguments.rows)
+            with closing(iter_batches(x, plan.images, desc)) as batches:
+                stream = partial(self._stream, rows=arguments.rows)
+                taken = fisher_pass(fishers, batches, pass_index, store, stream)
+            if taken < len(x) and self.progress:
+                note(settled_line(self.fisher, fishers, taken, len(x)))
             factors = FactorCache()
             for f in fishers.values():
                 if distributed.active():
