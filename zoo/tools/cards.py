@@ -233,8 +233,8 @@ rose evaluate --model {name} --ood mnist --test-samples 500   # --in: its own {d
 {fam["arch"][short]}; {fam["recipe"].format(name=name)}. Trained for {last["epoch"]} epochs
 ({spaced(int(last["step"]))} steps, {minutes:.1f} min of wall time); its learning curve is
 `curve.csv`.
-It is under-trained by design (the zoo fits one session's compute): the held-out figures still fell at
-the last epoch.
+It is under-trained by design (its training was kept short, so that the zoo can be rebuilt in minutes to
+hours): the held-out figures still fell at the last epoch.
 
 ## Held-out metrics
 
