@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from roseood import validation as v
-from roseood.catalogue import ADJUSTMENTS, AGGREGATIONS, DEFAULT_AGGREGATION, GALLERY, ROWS
+from roseood.catalogue import (
+    ADJUSTMENTS,
+    AGGREGATIONS,
+    DEFAULT_AGGREGATION,
+    FIT_COUNTS,
+    GALLERY,
+    ROWS,
+    family_counts,
+)
 from roseood.errors import RoseError
 from roseood.serialization import check_output
 
@@ -309,12 +317,18 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
         help="images to fit detectors on: a dataset name, .npz file or image folder (unset: the training "
         "split of --in, or a random part of --in)",
     )
-    p.add_argument("--fit-samples", type=v.count, default=10000, help="images for the Fisher / detector fit")
+    fit, stats = FIT_COUNTS
+    p.add_argument(
+        "--fit-samples",
+        type=v.count,
+        help=f"images for the Fisher / detector fit (unset: the model family's, {family_counts()}; "
+        f"else {fit})",
+    )
     p.add_argument(
         "--stats-samples",
         type=v.count,
-        default=2000,
-        help="further held-out images: ROSE layer statistics and the decision threshold",
+        help=f"further held-out images: ROSE layer statistics and the decision threshold (unset: the model "
+        f"family's, else {stats})",
     )
     p.add_argument("--background", help="background model checkpoint for the lratio method")
     add_rose_args(p)
@@ -420,6 +434,22 @@ def in_data_arg(args: argparse.Namespace, model: RoseModel) -> str:
     return "fashion_mnist"
 
 
+def sample_counts(args: argparse.Namespace, model: RoseModel) -> tuple[int, int]:
+    """``--fit-samples`` and ``--stats-samples`` (a ``--preset``'s where set), else the model family's,
+    said on one line when a family's differ from the paper's 10 000 + 2 000."""
+    from roseood.models.families import default_counts
+    from roseood.progress import note
+
+    asked = (args.fit_samples, args.stats_samples)
+    family = default_counts(model)
+    counts = (family[0] if asked[0] is None else asked[0], family[1] if asked[1] is None else asked[1])
+    flags = ("--fit-samples", "--stats-samples")
+    unset = [f"{flag} {n}" for flag, a, n in zip(flags, asked, family, strict=True) if a is None]
+    if unset and family != FIT_COUNTS:
+        note(f"{' '.join(unset)}: this model family's default (docs/diffusion.md: what it was measured on)")
+    return counts
+
+
 def spec_from_args(args: argparse.Namespace, methods: list[str], model: RoseModel) -> Any:
     """The ``EvalSpec`` of ``rose evaluate`` / ``rose fit`` for ``model`` (an ensemble's first member):
     images and sizes, and each method's detector options (``--background`` for detectors that need one,
@@ -439,13 +469,14 @@ def spec_from_args(args: argparse.Namespace, methods: list[str], model: RoseMode
             kwargs[m]["background"] = background
     fields = ("test_samples", "brightness", "bootstrap", "match_jpeg")
     optional = {k: getattr(args, k) for k in fields if hasattr(args, k)}
+    counts = sample_counts(args, model)
     return EvalSpec(
         in_data=in_data_arg(args, model),
         ood=csv_list(getattr(args, "ood", "")),
         methods=methods,
         fit_data=args.fit_data,
-        fit_samples=args.fit_samples,
-        stats_samples=args.stats_samples,
+        fit_samples=counts[0],
+        stats_samples=counts[1],
         seed=args.seed,
         data_dir=args.data_dir,
         batch_size=args.batch_size,

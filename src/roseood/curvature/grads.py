@@ -71,9 +71,10 @@ class GradientStore:
         self._used = 0
         self._full = budget <= 0
 
-    def close(self) -> None:
-        """Keep nothing more (the batches kept so far stay): later batches will not hold every layer."""
-        self._full = True
+    @property
+    def open(self) -> bool:
+        """Whether it still keeps what it is offered (its budget not yet spent)."""
+        return not self._full
 
     def kept(self, index: int) -> dict[str, LayerGrad] | None:
         """Batch ``index``'s kept gradients, by layer; None when that batch was not kept."""

@@ -35,14 +35,16 @@ def fisher_pass(
             for name, g in kept.items():
                 fishers[name].update(g, pass_index)
         else:
-            if len(wanted) < len(fishers):
-                store.close()  # a batch that feeds only some layers cannot stand in for the model's
+            keeping = pass_index == 0 and store.open  # kept batches hold every layer, for the next pass
 
-            def update(name: str, g: LayerGrad, i: int = i) -> None:
-                fishers[name].update(g, pass_index)
-                if pass_index == 0 and fishers[name].passes > 1:
+            def update(
+                name: str, g: LayerGrad, i: int = i, wanted: set[str] = wanted, keeping: bool = keeping
+            ) -> None:
+                if name in wanted:
+                    fishers[name].update(g, pass_index)
+                if keeping and fishers[name].passes > 1:
                     store.keep(i, name, g)
 
-            stream(batch, update, wanted)
+            stream(batch, update, set(fishers) if keeping else wanted)
         taken += len(batch)
     return taken

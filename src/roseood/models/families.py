@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from roseood.catalogue import CLASSES_OF_DATA, PAPER_METHOD, TRAIN_OPTIONS
+from roseood.catalogue import CLASSES_OF_DATA, FIT_COUNTS, PAPER_METHOD, TRAIN_OPTIONS
 from roseood.contracts import Described
 from roseood.data.loading import ImageSet, ImageStream
 from roseood.data.preprocess import Preprocessing
@@ -44,7 +44,8 @@ class ModelFamily:
     them into constructor keywords (``in_channels`` and ``image_size`` are added from the data).
     ``trainable``: whether ``rose train`` / ``roseood.models.train.train`` fit it on images alone
     (classifiers need labels). ``method``: the detection method ``rose fit`` and ``rose evaluate`` take
-    for this family when none is named (``rose bench near-ood``'s rule decides it).
+    for this family when none is named (``rose bench near-ood``'s rule decides it), and ``fit_counts``
+    the (fit, statistics) images they take when none are given.
     """
 
     name: str
@@ -55,6 +56,7 @@ class ModelFamily:
     trainable: bool = True
     help: str = ""
     method: str = PAPER_METHOD
+    fit_counts: tuple[int, int] = FIT_COUNTS
 
     def build(self, in_channels: int, image_size: int = 32, **config: Any) -> GenerativeModel:
         """A fresh model of this family for ``in_channels``-channel ``image_size``² images (an
@@ -111,13 +113,27 @@ def default_method(model: object) -> str:
     return family.method if family is not None else ModelFamily.method
 
 
+def default_counts(model: object) -> tuple[int, int]:
+    """The (fit, statistics) images ``rose fit`` and ``rose evaluate`` take for ``model`` when none are
+    given: its family's, else the paper's."""
+    family = FAMILIES.find(model.kind) if isinstance(model, Described) else None
+    return family.fit_counts if family is not None else FIT_COUNTS
+
+
 def _built_in(name: str, cls: type[GenerativeModel], train_defaults: dict[str, Any]) -> None:
     """Register a built-in family with its ``rose train`` options and its detection method from the
     torch-free catalogue."""
     opts = TRAIN_OPTIONS[name]
     register_family(
         ModelFamily(
-            name, cls, train_defaults, opts.add_arguments, opts.to_config, help=opts.help, method=opts.method
+            name,
+            cls,
+            train_defaults,
+            opts.add_arguments,
+            opts.to_config,
+            help=opts.help,
+            method=opts.method,
+            fit_counts=opts.fit_counts,
         )
     )
 

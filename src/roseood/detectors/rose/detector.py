@@ -323,7 +323,7 @@ class ROSE(Detector):
                 stream = partial(self._stream, rows=arguments.rows)
                 taken = fisher_pass(fishers, batches, pass_index, store, stream)
             if taken < len(x) and self.progress:
-                note(settled_line(self.fisher, fishers, taken, len(x)))
+                note(settled_line(self.fisher, taken, len(x)))
             factors = FactorCache()
             for f in fishers.values():
                 if distributed.active():

@@ -1,0 +1,153 @@
+"""What ROSE costs per image on the zoo's diffusion models beside DiffPath and the model's own loss, in one
+process on the CPU: the loss's forward + backward over every parameter (the floor of a gradient score),
+DiffPath's 10-step DDIM path, the EKFAC Fisher fit (both passes, every batch run through the model), and
+scoring with ``rose-ekfac`` (each image's summed gradient) and with the DDPM default's rows
+(``rose-bands-stats``: every pair's gradient, a column per timestep). Each is timed warm, best of
+``--repeats`` interleaved rounds. Run it from a checkout (``PYTHONPATH=src``) to compare two commits on the
+same machine in one job:
+
+    python benchmarks/diffusion_cost.py --models ddpm-fmnist-s0,fm-fmnist-s0 --json before.json
+
+Prints a Markdown table with the settings and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from roseood.data import load_images
+from roseood.detectors import ROSE, DiffPath, make_detector
+from roseood.errors import RoseError
+from roseood.machine import machine_description
+from roseood.models import load_model
+from roseood.models.diffusion import DiffusionModel
+from roseood.models.zoo import zoo_data
+
+MODELS = "ddpm-fmnist-s0,fm-fmnist-s0,dit-fmnist-s0,ldm-fmnist-s0,cddpm-fmnist-s0,ddpm-cifar10-s0"
+
+
+def best_of(rounds: int, fn: Callable[[], object]) -> float:
+    """The shortest wall time of ``rounds`` calls of ``fn`` (after one untimed call)."""
+    fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def fit_seconds(model: DiffusionModel, fit: np.ndarray) -> float:
+    """Seconds of an EKFAC Fisher fit of ``fit`` with every batch of both passes run through the model:
+    no gradients kept between the passes, no first pass stopped early (its per-image cost)."""
+    from roseood.curvature import EKFAC
+
+    det = ROSE(model, progress=False)
+    det.grad_cache_bytes = 0
+    cap = getattr(EKFAC, "FACTOR_IMAGES", None)  # a checkout from before the first pass could stop
+    if cap is not None:
+        EKFAC.FACTOR_IMAGES = len(fit) + 1
+    try:
+        start = time.perf_counter()
+        det.fit_fisher(fit)
+        return time.perf_counter() - start
+    finally:
+        if cap is not None:
+            EKFAC.FACTOR_IMAGES = cap
+
+
+def measure(name: str, n: int, rounds: int) -> dict[str, Any]:
+    """Seconds per image of each step on model ``name`` with ``n`` test images (and ``n`` fit images)."""
+    torch.manual_seed(0)
+    model = load_model(name)
+    assert isinstance(model, DiffusionModel), f"{name} is not a diffusion model"
+    data = zoo_data(name)
+    fit = load_images(f"{data}:train", n=n + max(n, 24), seed=0).images  # the band density takes ≥ 20
+    test = load_images(data, n=n, seed=0).images
+    rose = ROSE(model, progress=False)
+    row: dict[str, Any] = {"model": name, "images": n, "k": rose._k}
+    x = rose._check(test)
+    params = [p for p in model.unet.parameters() if p.requires_grad]
+
+    def loss_backward() -> None:
+        for i in range(0, n, rose.images_per_batch):
+            torch.autograd.grad(model.rose_loss(x[i : i + rose.images_per_batch]).sum(), params)
+
+    model.eval()
+    row["loss_fb"] = best_of(rounds, loss_backward) / n
+    try:
+        diffpath = DiffPath(model, progress=False)
+        row["diffpath"] = best_of(rounds, lambda: diffpath.statistics(x)) / n
+    except RoseError as exc:
+        row["diffpath"] = None
+        row["diffpath_refused"] = str(exc)
+    row["fit"] = fit_seconds(model, fit[:n]) / n
+    rose.fit(fit[:n], held_out=fit[n:])
+    row["rose_ekfac"] = best_of(rounds, lambda: rose._compute_scores_and_loss(x, "")) / n
+    bands = make_detector("rose-bands-stats", model, progress=False)
+    assert isinstance(bands, ROSE)
+    bands.fit(fit[:n], held_out=fit[n:], fishers=rose.fishers_)
+    row["bands"] = best_of(rounds, lambda: bands._compute_scores_and_loss(x, "")) / n
+    return row
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux), which the timings belong to."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The Markdown table: ms per image, and each ROSE step over DiffPath's and the loss's."""
+    lines = [
+        "| model | K | loss f+b | DiffPath | Fisher fit (2 passes) | rose-ekfac | rose-bands-stats | "
+        "bands / DiffPath | bands / loss |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        dp = r["diffpath"]
+        ratio = f"{r['bands'] / dp:.2f}×" if dp else "refused"
+        lines.append(
+            f"| {r['model']} | {r['k']} | {1e3 * r['loss_fb']:.0f} | {f'{1e3 * dp:.0f}' if dp else '–'} | "
+            f"{1e3 * r['fit']:.0f} | {1e3 * r['rose_ekfac']:.0f} | {1e3 * r['bands']:.0f} | {ratio} | "
+            f"{r['bands'] / r['loss_fb']:.2f}× |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=MODELS, help="zoo model names, comma-separated")
+    p.add_argument("--images", type=int, default=64, help="test images (and fit images) per model")
+    p.add_argument("--repeats", type=int, default=2, help="timed rounds of each scoring step (the best)")
+    p.add_argument("--json", help="write the rows and settings here")
+    args = p.parse_args()
+    rows = [measure(m, args.images, args.repeats) for m in args.models.split(",")]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    settings = {
+        "images": args.images,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "machine": machine_description(),
+        "cpu": cpu_name(),
+        "commit": commit.strip(),
+        "torch": torch.__version__,
+    }
+    print(f"ms per image, {args.images} images per model, best of {args.repeats}: {json.dumps(settings)}")
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"settings": settings, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
