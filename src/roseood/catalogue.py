@@ -274,7 +274,7 @@ TRAIN_OPTIONS = {
         "rose-bands-stats",
         # fit and statistics images where the DDPM default's AUROC had settled on ddpm-fmnist-s0 against
         # a 10 000 + 2 000 fit (docs/diffusion.md, "What a fit needs")
-        fit_counts=(1000, 500),
+        fit_counts=(512, 500),
     ),
 }
 
