@@ -324,3 +324,16 @@ def test_ekfac_factors_stop_taking_batches_once_settled_and_kfac_never_does():
     for _ in range(EKFAC.FACTOR_IMAGES // 8 + 4):
         wide.update(FactoredGrad(torch.randn(8, 1, 400, generator=g), torch.randn(8, 1, 3, generator=g)), 0)
     assert wide.wants(0) and wide.count == EKFAC.FACTOR_IMAGES + 32
+
+
+def test_the_fit_line_names_the_layers_whose_factors_settled():
+    """Which layers' first pass stopped early and why, and those that took every image; nothing when none
+    stopped."""
+    from roseood.curvature import settled_line
+
+    early, late = EKFAC(), EKFAC()
+    early.count, late.count = EKFAC.FACTOR_IMAGES, 512
+    line = settled_line("ekfac", {"a": early, "b": late}, 512)
+    assert line is not None and "of 1 of 2 layers settled after 256 images" in line
+    assert "1 took all 512" in line
+    assert settled_line("ekfac", {"b": late}, 512) is None

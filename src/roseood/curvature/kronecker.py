@@ -385,10 +385,16 @@ for _fisher in (KFACTikhonov, KFAC, EKFAC):
     FISHERS.register(_fisher.name, _fisher)
 
 
-def settled_line(kind: str, taken: int, total: int) -> str:
-    """The fit line that says why the first Fisher pass stopped before its last image."""
+def settled_line(kind: str, fishers: dict[str, Fisher], total: int) -> str | None:
+    """The fit line that says which layers' first pass stopped before the last of ``total`` images and why
+    (``EKFAC.FACTOR_IMAGES``, ``FACTOR_ROWS``); None when every layer took them all."""
+    stopped = [f for f in fishers.values() if isinstance(f, EKFAC) and f.count < total]
+    if not stopped:
+        return None
+    rest = len(fishers) - len(stopped)
+    others = f"; {rest} took all {total} (fewer rows per coordinate)" if rest else ""
+    bound = f"≥ {EKFAC.FACTOR_IMAGES} images, ≥ {EKFAC.FACTOR_ROWS} rows per coordinate"
     return (
-        f"ROSE-{kind}: the Kronecker factors settled after {taken} of {total} images (every layer: "
-        f"≥ {EKFAC.FACTOR_IMAGES} images, ≥ {EKFAC.FACTOR_ROWS} rows per coordinate); the eigenvalue pass "
-        f"takes all {total}"
+        f"ROSE-{kind}: the Kronecker factors of {len(stopped)} of {len(fishers)} layers settled after "
+        f"{max(f.count for f in stopped)} images ({bound}){others}; the eigenvalue pass takes all {total}"
     )

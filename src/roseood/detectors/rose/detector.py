@@ -321,9 +321,9 @@ class ROSE(Detector):
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             with closing(iter_batches(x, plan.images, desc)) as batches:
                 stream = partial(self._stream, rows=arguments.rows)
-                taken = fisher_pass(fishers, batches, pass_index, store, stream)
-            if taken < len(x) and self.progress:
-                note(settled_line(self.fisher, taken, len(x)))
+                fisher_pass(fishers, batches, pass_index, store, stream)
+            if pass_index == 0 and self.progress and (line := settled_line(self.fisher, fishers, len(x))):
+                note(line)
             factors = FactorCache()
             for f in fishers.values():
                 if distributed.active():
