@@ -21,11 +21,9 @@ def fisher_pass(
     pass_index: int,
     store: GradientStore,
     stream: Stream,
-) -> int:
-    """Pass ``pass_index`` of ``fishers`` over ``batches`` (``stream`` runs the model on one); returns the
-    images taken, fewer than the batches hold once no Fisher wants more (an ``EKFAC`` whose Kronecker
-    factors have settled)."""
-    taken = 0
+) -> None:
+    """Pass ``pass_index`` of ``fishers`` over ``batches`` (``stream`` runs the model on one), ending early
+    once no Fisher wants more (every ``EKFAC`` whose Kronecker factors have settled)."""
     for i, batch in enumerate(batches):
         wanted = {n for n, f in fishers.items() if f.wants(pass_index)}
         if not wanted:
@@ -46,5 +44,3 @@ def fisher_pass(
                     store.keep(i, name, g)
 
             stream(batch, update, set(fishers) if keeping else wanted)
-        taken += len(batch)
-    return taken
