@@ -1,8 +1,9 @@
 """What ROSE costs per image on the zoo's diffusion models beside DiffPath and the model's own loss, in one
 process on the CPU: the loss's forward + backward over every parameter (the floor of a gradient score),
 DiffPath's 10-step DDIM path, the EKFAC Fisher fit (both passes, every batch run through the model), and
-scoring with ``rose-ekfac`` (each image's summed gradient) and with the DDPM default's rows
-(``rose-bands-stats``: every pair's gradient, a column per timestep). Each is timed warm, best of
+scoring with ``rose-ekfac`` (each image's summed gradient; the layer scores) and with the DDPM default's
+rows (``rose-bands-stats``: every pair's gradient, a column per timestep; the whole ``score``, its
+statistics and density included). Each is timed warm, best of
 ``--repeats`` interleaved rounds. Run it from a checkout (``PYTHONPATH=src``) to compare two commits on the
 same machine in one job:
 
@@ -94,9 +95,8 @@ def measure(name: str, n: int, rounds: int) -> dict[str, Any]:
     rose.fit(fit[:n], held_out=fit[n:])
     row["rose_ekfac"] = best_of(rounds, lambda: rose._compute_scores_and_loss(x, "")) / n
     bands = make_detector("rose-bands-stats", model, progress=False)
-    assert isinstance(bands, ROSE)
-    bands.fit(fit[:n], held_out=fit[n:], fishers=rose.fishers_)
-    row["bands"] = best_of(rounds, lambda: bands._compute_scores_and_loss(x, "")) / n
+    bands.fit(fit[:n], held_out=fit[n:])  # its own Fishers: shared ones would remember the scores timed
+    row["bands"] = best_of(rounds, lambda: bands.score(test)) / n  # the whole score, statistics included
     return row
 
 

@@ -106,6 +106,11 @@ class RowsModel(Protocol):
         """One label per row of an input (a DDPM: its timesteps), in row order."""
         ...
 
+    def row_statistics(self, losses: Tensor) -> dict[str, Tensor]:
+        """The model's ``ImageStatistics`` of inputs whose rows' losses are ``losses`` (N, rows_per_input),
+        without running the model again (a DDPM's statistics are its rows' losses)."""
+        ...
+
 
 def rows_per_input(model: object) -> int:
     """Rows per input of a model's loss: its own count (``RowsModel``), else 1."""

@@ -145,6 +145,21 @@ def test_each_band_method_fits_scores_saves_and_loads(method, model, tmp_path):
     np.testing.assert_allclose(loaded.score(images(5, 2)), scores, rtol=0, atol=1e-4 * scale)
 
 
+def test_band_statistics_are_the_scored_rows_losses_with_no_further_denoiser_pass(model, monkeypatch):
+    """rose-bands-stats reads each pair's ε-MSE from the rows it differentiated: the same numbers as the
+    model's own statistics (one pass fewer per image), computed without calling ``image_statistics``."""
+    det = make_detector("rose-bands-stats", model, layers="mid", progress=False)
+    x = images(5, 2)
+    expected = torch.stack(list(model.image_statistics(x).values()), 1).double().numpy()
+    calls = []
+    monkeypatch.setattr(DiffusionModel, "image_statistics", lambda self, b: calls.append(b))
+    det.fit(images(24, 0), held_out=images(24, 1))
+    got, names = det.extra_features(x, torch.zeros(5), det._scores_and_loss(x)[1])
+    assert calls == [] and names == det.extra_columns_
+    # the same ε-MSE, in a batch of rows with gradients instead of chunks without: float32 rounding
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
 def test_the_band_density_is_fitted_on_in_distribution_images_only(model):
     """The same spec with different OOD sets gives the same fitted detector, to the bit."""
     states = []

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.contracts import ImageStatistics
+from roseood.contracts import ImageStatistics, RowsModel
 from roseood.detectors.compression import compressed_bits, to_uint8
 from roseood.errors import DataError, RoseError
 
@@ -41,15 +41,25 @@ def check_features(features: str) -> str:
 
 
 def extra_columns(
-    model: object, x: Tensor, loss: Tensor, features: str, batches: Callable[[Tensor], list[Tensor]]
+    model: object,
+    x: Tensor,
+    loss: Tensor,
+    features: str,
+    batches: Callable[[Tensor], list[Tensor]],
+    rows: Tensor | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     """The columns ``features`` adds to the layer scores of images ``x`` (N, E) and their names;
     ``loss`` is the per-image loss ROSE differentiated (the statistic of a model without its own),
-    ``batches`` splits ``x`` into the batches the model may take at once."""
+    ``batches`` splits ``x`` into the batches the model may take at once; ``rows``: the loss of each
+    image's rows (N, rows) when ROSE scored them one by one, from which a ``RowsModel`` reads its
+    statistics instead of running again."""
     names, columns = [], []
     if "stats" in features.split(","):
         if isinstance(model, ImageStatistics):
-            parts = [model.image_statistics(b) for b in batches(x)]
+            if rows is not None and isinstance(model, RowsModel):
+                parts = [model.row_statistics(rows)]
+            else:
+                parts = [model.image_statistics(b) for b in batches(x)]
             for name in parts[0]:
                 names.append(name)
                 columns.append(torch.cat([p[name].detach().double().cpu() for p in parts]).numpy())

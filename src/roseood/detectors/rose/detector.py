@@ -337,9 +337,9 @@ class ROSE(Detector):
         Fisher's: ``fit`` passes disjoint slices) and warn about a degenerate fit; sharded under torchrun."""
         distributed.check_enough(x.shape[0], "statistics images")
         x = x[distributed.shard(x.shape[0])]
-        raw, loss = self._scores_and_loss(x, desc="ROSE layer statistics")
-        extra, self.extra_columns_ = self.extra_features(x, loss)
-        raw, loss = distributed.gather_rows(raw), distributed.gather_rows(loss)
+        raw, rows = self._scores_and_loss(x, desc="ROSE layer statistics")
+        extra, self.extra_columns_ = self.extra_features(x, rows.sum(1), rows)
+        raw, loss = distributed.gather_rows(raw), distributed.gather_rows(rows.sum(1))
         check_statistics(raw.numpy(), self.columns, f"ROSE-{self.fisher}")
         extra = distributed.gather_rows(torch.from_numpy(extra)).numpy()
         check_positive(extra, self.extra_columns_)
@@ -368,15 +368,17 @@ class ROSE(Detector):
     def layer_scores_and_loss(self, images: Tensor | np.ndarray) -> tuple[Tensor, Tensor]:
         """Raw per-layer scores (N, layers) and the per-sample loss they are gradients of (N,), float64:
         what the likelihood adjustment is fitted on."""
-        return self._scores_and_loss(self._check(images))
+        raw, rows = self._scores_and_loss(self._check(images))
+        return raw, rows.sum(1)
 
     def _layer_scores(self, x: Tensor, desc: str = "ROSE scoring") -> Tensor:
         """``layer_scores`` of already validated images (each public call validates once)."""
         return self._scores_and_loss(x, desc)[0]
 
     def _scores_and_loss(self, x: Tensor, desc: str = "ROSE scoring") -> tuple[Tensor, Tensor]:
-        """Raw layer scores (N, layers) and the per-sample loss (N,), both float64 on the CPU; a ROSE
-        that took shared Fishers reads what they remember of these images, rows and weights."""
+        """Raw layer scores (N, columns) and the loss of each image's rows (N, K; K = 1 with
+        ``rows="sum"``), both float64 on the CPU; a ROSE that took shared Fishers reads what they
+        remember of these images, rows and weights."""
         if self.fishers_ is None:
             raise RoseError("ROSE detector is not fitted: call fit() or load() first")
         key = self._memo_key(x)
@@ -411,9 +413,8 @@ class ROSE(Detector):
                 raw = raw.sum(1, keepdim=True)
             if self.rows != "sum":  # (N·K, C) image-major rows → (N, C·K), column-major
                 raw = raw.view(len(batch), self._k, -1).transpose(1, 2).flatten(1)
-                loss = loss.view(len(batch), self._k).sum(1)
             scores.append(raw)
-            losses.append(loss.double())
+            losses.append(loss.double().view(len(batch), -1))
         return torch.cat(scores).cpu(), torch.cat(losses).cpu()
 
     def normalized_layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
@@ -426,16 +427,20 @@ class ROSE(Detector):
 
     def _score(self, x: Tensor) -> Tensor:
         assert self.aggregation_ is not None  # score() refuses an unfitted detector
-        raw, loss = self._scores_and_loss(x)
-        columns = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
+        raw, rows = self._scores_and_loss(x)
+        columns = adjusted(raw.numpy(), rows.sum(1).numpy(), self.trend_, self.adjust)
         if self.extra_columns_:
-            columns = np.concatenate([columns, self.extra_features(x, loss)[0]], 1)
+            columns = np.concatenate([columns, self.extra_features(x, rows.sum(1), rows)[0]], 1)
         scores = self.aggregation_(columns)
         check_scores(scores, raw.numpy(), self.columns, f"ROSE-{self.fisher}")
         return torch.from_numpy(scores)
 
-    def extra_features(self, x: Tensor, loss: Tensor) -> tuple[np.ndarray, list[str]]:
-        """The columns ``features`` adds beside the layer scores of ``x`` (``roseood.detectors.features``)."""
+    def extra_features(
+        self, x: Tensor, loss: Tensor, rows: Tensor | None = None
+    ) -> tuple[np.ndarray, list[str]]:
+        """The columns ``features`` adds beside the layer scores of ``x`` (``roseood.detectors.features``);
+        ``rows``: the loss of each image's rows as scored by rows (N, K), which a diffusion model's
+        statistics are read from."""
         if self.features == "layers":
             return np.empty((len(x), 0)), []
         step = self.images_per_batch
@@ -444,7 +449,8 @@ class ROSE(Detector):
             return [images[i : i + step].to(self.device) for i in range(0, len(images), step)]
 
         self.model.eval()
-        return extra_columns(self.model, x, loss, self.features, batches)
+        by_rows = rows if self.rows != "sum" and rows is not None and rows.shape[1] == self._k else None
+        return extra_columns(self.model, x, loss, self.features, batches, by_rows)
 
     def state(self) -> dict[str, Any]:
         assert self.fishers_ is not None and self.aggregation_ is not None  # save() refuses an unfitted one

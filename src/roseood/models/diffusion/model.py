@@ -387,8 +387,13 @@ class DiffusionModel(GenerativeModel):
         (``v_mse@t`` in flow matching): the loss ROSE differentiates, one statistic per timestep."""
         with torch.no_grad():
             errors = self._image_errors(x)
-            rows = self.condition.combine(errors.flatten(0, 1)).view(-1, self.k)
-        return {f"{self.train_objective}@{t}": rows[:, j] for j, t in enumerate(self.row_labels())}
+            return self.row_statistics(self.condition.combine(errors.flatten(0, 1)).view(-1, self.k))
+
+    def row_statistics(self, losses: Tensor) -> dict[str, Tensor]:
+        """``image_statistics`` from the rows' losses (N, K) that ``row_loss`` gave: ROSE scoring by rows
+        has them already, so its ``stats`` feature costs no further denoiser pass."""
+        losses = losses.detach()
+        return {f"{self.train_objective}@{t}": losses[:, j] for j, t in enumerate(self.row_labels())}
 
     # -- GenerativeModel ---------------------------------------------------------------------------
     def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
