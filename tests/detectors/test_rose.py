@@ -86,6 +86,17 @@ def test_float32_scores_are_within_1e_4_of_a_float64_run(tiny_vae, images, fishe
     assert not np.allclose(single.numpy(), exact.numpy(), rtol=1e-8, atol=0)  # the runs did differ
 
 
+def test_calibrating_on_the_held_out_images_fit_scored_needs_no_second_scoring(fitted_rose, images):
+    """calibrate() with no images takes the held-out scores fit computed: the threshold calibrate(held_out)
+    gives (the same images, batches and numbers), without scoring them again."""
+    np.testing.assert_array_equal(fitted_rose.held_out_scores_, fitted_rose.score(images[16:]))
+    again = fitted_rose.calibrate(images[16:], tpr=0.8).threshold_
+    fitted_rose.score = None  # a second scoring would fail
+    assert fitted_rose.calibrate(tpr=0.8).threshold_ == again
+    with pytest.raises(RoseError, match="kept no held-out scores at fit: calibrate"):
+        NLL(fitted_rose.model).fit(images[:16]).calibrate()
+
+
 def test_fit_holds_out_statistics_images_by_default(tiny_vae, images):
     det = ROSE(tiny_vae, fisher="diag", stats_fraction=0.25).fit(images)
     assert det.fishers_["encoder.conv0"].count == 18

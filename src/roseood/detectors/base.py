@@ -67,6 +67,7 @@ class Detector(ABC):
         self.fitted_ = False
         self.threshold_: float | None = None  # score above which an input is called OOD (calibrate)
         self.fit_warnings_: list[str] = []
+        self.held_out_scores_: np.ndarray | None = None  # what fit scored its held-out inputs (if it did)
 
     # -- to implement ----------------------------------------------------------------------------
     def _fit(self, x: Tensor) -> None:
@@ -165,6 +166,7 @@ class Detector(ABC):
         x = self._check(images)
         held = None if held_out is None else self._check(held_out)
         self.check_counts(x.shape[0], None if held is None else held.shape[0])
+        self.held_out_scores_ = None
         if not self.keeps_held_out:
             self._fit(x if held is None else torch.cat([x, held]))
         else:
@@ -238,10 +240,16 @@ class Detector(ABC):
                 local[kept - lo - part.start] = self.score(mine, shard=False)
             yield lo, distributed.gather_rows(torch.from_numpy(local)).numpy()
 
-    def calibrate(self, images: ImageData, tpr: float = DECISION_TPR) -> Self:
+    def calibrate(self, images: ImageData | None = None, tpr: float = DECISION_TPR) -> Self:
         """Set ``threshold_`` so that a fraction ``tpr`` of these held-out in-distribution inputs (not
-        the ones fitted on) score at or below it; ``decide`` then calls higher scores OOD."""
-        self.threshold_ = threshold_at(self.score(images), tpr)
+        the ones fitted on) score at or below it; ``decide`` then calls higher scores OOD. ``None``: the
+        held-out inputs ``fit`` scored already (``held_out_scores_``; ROSE's statistics images), not
+        scored twice."""
+        if images is None and self.held_out_scores_ is None:
+            raise RoseError(f"{self.method} detector kept no held-out scores at fit: calibrate(images)")
+        scores = self.held_out_scores_ if images is None else self.score(images)
+        assert scores is not None  # refused above
+        self.threshold_ = threshold_at(scores, tpr)
         return self
 
     def decide(self, scores: np.ndarray, threshold: float | None = None) -> np.ndarray:

@@ -106,7 +106,7 @@ def fit_calibrated(
         forecast_images(models[0], sample, passes, f"fitting {method} on {images}", len(models))
     fit_detector(det, fit, spec)
     held_out = fit.images[fisher_count(spec, len(fit)) :]
-    det.calibrate(held_out, tpr=tpr)
+    det.calibrate(None if det.held_out_scores_ is not None else held_out, tpr=tpr)
     return FittedDetector(det, fit, len(held_out))
 
 

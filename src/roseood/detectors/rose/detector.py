@@ -354,6 +354,7 @@ class ROSE(Detector):
         aggregation.fit(values)
         self.aggregation_ = aggregation
         self.fit_warnings_ += self._warn(tie_problem(values, columns, aggregation))
+        self.held_out_scores_ = aggregation(values)  # these images' scores: calibrate() reads them
 
     def _warn(self, messages: list[str]) -> list[str]:
         for message in messages:
