@@ -162,23 +162,38 @@ def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--flow-shift", type=float, default=1.0, help="flow matching's σ shift (SD3: 3)")
     p.add_argument("--ema-decay", type=float, default=0.999, help="EMA decay of the evaluated weights")
-    p.add_argument(
-        "--rose-k",
-        type=count,
-        default=DIFFUSION_LOSS_DEFAULTS["k"],
-        help="(t, noise) pairs of the per-image loss",
-    )
-    p.add_argument(
-        "--rose-t-range",
-        type=t_range,
-        default=(0.0, 1.0),
-        metavar="LO,HI",
-        help="timestep range of the pairs, fractions of T",
-    )
+    add_pair_options(p, trained=True)
     p.add_argument(
         "--rose-weighting", choices=DIFFUSION_WEIGHTINGS, default="simple", help="weighting of the K terms"
     )
     p.add_argument("--rose-seed", type=int, default=0, help="seed of the pairs' noise")
+
+
+def add_pair_options(p: argparse.ArgumentParser, trained: bool) -> None:
+    """``--rose-k`` and ``--rose-t-range``, a diffusion model's (timestep, noise) pairs: the defaults of a
+    model ``rose train`` makes (``trained``), else unset, the model's own (what ``rose fit`` and the other
+    detecting commands change, recorded in the detector file)."""
+    k, lo, hi = (DIFFUSION_LOSS_DEFAULTS[n] for n in ("k", "t_min", "t_max"))
+    whose = "" if trained else "diffusion models: "
+    p.add_argument(
+        "--rose-k",
+        type=count,
+        metavar="K",
+        default=k if trained else None,
+        help=f"{whose}(timestep, noise) pairs of the per-image loss ROSE differentiates, each a denoiser "
+        "pass per image"
+        + (f" (default: {k})" if trained else " (unset: the model's own; recorded in the detector file)"),
+    )
+    p.add_argument(
+        "--rose-t-range",
+        type=t_range,
+        metavar="LO,HI",
+        default=(lo, hi) if trained else None,
+        help=f"{whose}the pairs' timestep range, fractions of the train timesteps (e.g. 0,0.5: the less "
+        "noisy half; "
+        + (f"default: {lo:g},{hi:g}" if trained else "unset: the model's own")
+        + "); the K timesteps are the midpoints of K equal strata",
+    )
 
 
 def _numbers(text: str, flag: str) -> list[int]:

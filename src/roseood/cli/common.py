@@ -15,6 +15,7 @@ from roseood.catalogue import (
     FIT_COUNTS,
     GALLERY,
     ROWS,
+    add_pair_options,
     family_counts,
 )
 from roseood.errors import RoseError
@@ -362,20 +363,7 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
         help="beyond the paper: nll divides each ROSE layer score by its in-distribution trend in the "
         "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
     )
-    p.add_argument(
-        "--rose-k",
-        type=v.count,
-        metavar="K",
-        help="diffusion models: (timestep, noise) pairs of the per-image loss ROSE differentiates, each a "
-        "UNet pass per image (unset: the model's own, 8 for the zoo); recorded in the detector file",
-    )
-    p.add_argument(
-        "--rose-t-range",
-        type=v.t_range,
-        metavar="LO,HI",
-        help="diffusion models: the pairs' timestep range, fractions of the train timesteps (e.g. 0,0.5: "
-        "the less noisy half; unset: the model's own); the K timesteps are the midpoints of K equal strata",
-    )
+    add_pair_options(p, trained=False)
     p.add_argument(
         "--condition",
         metavar="SPEC",
