@@ -58,6 +58,9 @@ AGGREGATIONS = {
     "gmm": ("k", "reg", "seed"),
 }
 DEFAULT_AGGREGATION = "relu-norm"  # the paper's
+# the share of held-out in-distribution images a decision threshold lets through (Detector.calibrate,
+# rose fit --tpr, a report's threshold where none was calibrated)
+DECISION_TPR = 0.95
 # ROSE(rows=...): what a diffusion model's K (timestep, noise) rows per image give
 ROWS = ("sum", "each", "bands")
 ADJUSTMENTS = ("none", "nll", "both")  # ROSE(adjust=...), roseood.detectors.adjustment

@@ -11,6 +11,7 @@ from roseood import validation as v
 from roseood.catalogue import (
     ADJUSTMENTS,
     AGGREGATIONS,
+    DECISION_TPR,
     DEFAULT_AGGREGATION,
     FIT_COUNTS,
     GALLERY,
@@ -152,7 +153,7 @@ def add_tpr(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tpr",
         type=v.rate,
-        default=0.95,
+        default=DECISION_TPR,
         help="decision threshold: this fraction of the held-out in-distribution images counts as in",
     )
 

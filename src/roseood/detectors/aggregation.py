@@ -34,6 +34,7 @@ from scipy.stats import multivariate_normal
 from sklearn.covariance import LedoitWolf
 from sklearn.mixture import GaussianMixture
 
+from roseood.catalogue import DECISION_TPR
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import tensor
 from roseood.registry import Registry
@@ -41,7 +42,6 @@ from roseood.validation import check_float, check_int, check_seed
 
 TIE_RULES = ("keep", "max")  # relu-norm's images at 0: left tied (the paper), or ordered by max ẑ + β
 TIE_SHARE = 0.10  # more than this share of statistics images with one identical layer score: degenerate
-DECISION_TPR = 0.95  # the calibrated threshold's default TPR (Detector.calibrate)
 DYNAMIC_RANGE = 1e8  # a layer whose scores span more than this factor: z-scores are meaningless
 MIN_LOG_SPREAD = 1e-2  # gmm:k=auto: the least std of a log column it models (1 % relative variation)
 MIN_RELATIVE_STD = 1e-6  # a layer whose std / |mean| is below this: its z-scores are rounding noise

@@ -26,10 +26,11 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from roseood import distributed
+from roseood.catalogue import DECISION_TPR
 from roseood.contracts import ModelInputs, SettableLoss
 from roseood.data.loading import ImageStream, read_readable
 from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
-from roseood.detectors.aggregation import DECISION_TPR, threshold_at
+from roseood.detectors.aggregation import threshold_at
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import check_detector_file
 from roseood.memory import check_memory

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from roseood.catalogue import DECISION_TPR
 from roseood.contracts import SharesFishers
 from roseood.data import ImageSet, take
 from roseood.data.jpeg import split_suffix
@@ -89,7 +90,7 @@ def fit_calibrated(
     method: str,
     model: RoseModel | list[RoseModel],
     spec: EvalSpec,
-    tpr: float = 0.95,
+    tpr: float = DECISION_TPR,
     progress: bool | None = None,
 ) -> FittedDetector:
     """Fit ``method`` on the spec's fit images (``fit_samples`` + ``stats_samples``) and set its

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from roseood.catalogue import DECISION_TPR
 from roseood.evaluation.gallery import Example, Extremes
 from roseood.evaluation.plots import plot_histograms, plot_roc, plot_score_histograms
 from roseood.evaluation.report import html_page
@@ -30,7 +31,6 @@ PAGE_OUTPUTS = (
     "thumbs",
 )  # what a page writes into its folder: replaced only on request
 THUMB = 96  # largest thumbnail side in pixels; smaller images are shown enlarged, pixels kept sharp
-TPR = 0.95  # an evaluation's threshold without a calibrated one: this share of in-distribution test images
 
 _CSS = (
     "body{max-width:64rem}h2{margin-top:2.2rem;border-bottom:1px solid #ddd}"
@@ -144,7 +144,7 @@ def write_score_page(
     return write_text(out / "index.html", html_page(title, "\n".join(body), _CSS))
 
 
-def evaluation_thresholds(result: EvaluationResult, tpr: float = TPR) -> dict[str, float]:
+def evaluation_thresholds(result: EvaluationResult, tpr: float = DECISION_TPR) -> dict[str, float]:
     """Each method's threshold at which a share ``tpr`` of the in-distribution test images score at or
     below it (the FPR95 operating point), for methods with one score per image."""
     out = {}
@@ -191,7 +191,8 @@ def write_evaluation_page(
     cut_text = (
         "Thresholds: the ones given to the report."
         if given
-        else f"Each method's threshold: {TPR:.0%} of the {_esc(result.in_name)} test images at or below it."
+        else f"Each method's threshold: {DECISION_TPR:.0%} of the {_esc(result.in_name)} test images at or "
+        "below it."
     )
     head, rows = _auroc_table(result, metrics)
     body = [
