@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from roseood import distributed
 from roseood.contracts import ModelInputs, SettableLoss
+from roseood.data.jpeg import Storage
 from roseood.data.loading import ImageStream, read_readable
 from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
 from roseood.detectors.aggregation import DECISION_TPR, threshold_at
@@ -67,6 +68,8 @@ class Detector(ABC):
         self.fitted_ = False
         self.threshold_: float | None = None  # score above which an input is called OOD (calibrate)
         self.fit_warnings_: list[str] = []
+        # how its fit images were stored (their JPEG history), recorded by ``rose fit``; None: unknown
+        self.fit_storage_: Storage | None = None
 
     # -- to implement ----------------------------------------------------------------------------
     def _fit(self, x: Tensor) -> None:
@@ -164,6 +167,7 @@ class Detector(ABC):
         """
         x = self._check(images)
         held = None if held_out is None else self._check(held_out)
+        self.fit_storage_ = None  # these images' is set by whoever knows it (``fit_detector``)
         self.check_counts(x.shape[0], None if held is None else held.shape[0])
         if not self.keeps_held_out:
             self._fit(x if held is None else torch.cat([x, held]))
@@ -269,6 +273,7 @@ class Detector(ABC):
                 "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
             }
+            | ({"fit_storage": self.fit_storage_.as_dict()} if self.fit_storage_ is not None else {})
             | ({"model_loss": self.model.loss_settings()} if isinstance(self.model, SettableLoss) else {})
             | ({"tag": tag} if tag is not None else {}),
             path,
@@ -350,6 +355,11 @@ class Detector(ABC):
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
             raise CheckpointError(f"{path}: damaged {self.method} detector state ({_line(exc)})") from None
         self.threshold_ = obj.get("threshold")
+        if "fit_storage" in obj:  # files written before it was recorded have none: unknown
+            try:
+                self.fit_storage_ = Storage.from_dict(obj["fit_storage"])
+            except RoseError as exc:
+                raise CheckpointError(f"{path}: field 'fit_storage': {exc}") from None
         self.fitted_ = True
         return self
 
