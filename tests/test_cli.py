@@ -634,3 +634,33 @@ def test_a_detector_file_without_the_record_loads_and_score_says_so_in_one_line(
     assert run(*score, "--detector", "bad.pt", "--out", "b.csv") == 2
     (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert "bad.pt: field 'fit_storage'" in error
+
+
+# -- outputs that would block (issue 73) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["fit", "score"])
+def test_an_out_that_is_a_fifo_is_refused_in_one_line_before_any_work(workdir, capsys, command):
+    """A FIFO with no reader blocked the write forever (issue 73); now refused before the model loads
+    (the detector named does not even exist). An alarm fails the test instead of hanging it."""
+    import os
+    import signal
+
+    os.mkfifo(workdir / "pipe")
+
+    def hung(*_: object) -> None:
+        raise TimeoutError(f"rose {command} --out pipe blocked")
+
+    args = {"fit": ("--method", "nll"), "score": ("--detector", "none.pt", "--data", "mnist")}[command]
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        code = run(command, "--model", "model.pt", *args, "--out", "pipe")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err
+    assert code == 2 and err.splitlines() == [
+        "error: pipe exists and is not a regular file (a FIFO, a device or a socket); name a file for this "
+        "output, or - for standard output where the command takes it"
+    ]
