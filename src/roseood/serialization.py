@@ -4,12 +4,13 @@ Every output goes through ``atomic_write``: the bytes go to a temporary ``.<name
 target, are fsynced, and the file is renamed over the target, so a write that fails midway (disk full,
 Ctrl-C, a kill) never leaves a fragment or destroys the old file. Temporary files of killed writes are
 removed by the next write into the same folder once they are stale. ``check_output`` refuses, before
-any work starts, outputs that would overwrite an input, replace a file without ``overwrite``, or land
-in a folder that cannot be written, or that exists and is not a regular file (a FIFO with no reader
-would block the write forever), and claims the output: a second process that writes the same path
-meanwhile makes the later writer fail instead of both reporting success. ``-`` is standard output where
-a command allows it; a caller's own path to a device (``/dev/null``) is written in place, never replaced. Text is written as UTF-8, with the bytes of file names that are not UTF-8 as
-``\\xNN`` (``printable``), so no file name can make a write fail. Checkpoints are read with
+any work starts, outputs that would overwrite an input, replace a file without ``overwrite``, land in
+a folder that cannot be written, or are an existing path that is not a regular file (a FIFO with no
+reader would block the write forever), and claims the output: a second process that writes the same
+path meanwhile makes the later writer fail instead of both reporting success. ``-`` is standard output
+where a command allows it; a caller's own path to a device (``/dev/null``) is written in place, never
+replaced. Text is written as UTF-8, with the bytes of file names that are not UTF-8 as ``\\xNN``
+(``printable``), so no file name can make a write fail. Checkpoints are read with
 ``weights_only=True``; roseood's own files are sealed with a payload checksum (``roseood.integrity``)
 and verified on load.
 """
