@@ -3,7 +3,8 @@
 ``fit(images, held_out=None)`` learns from in-distribution images (``held_out``: further ones the
 detector may keep apart from its main fit, e.g. ROSE's layer statistics; the others learn from both),
 ``score(images)`` returns one number per image (higher = more out-of-distribution), ``save``/``load``
-round-trip the learned state in one file that records the fingerprint of the model it was fitted on.
+round-trip the learned state in one file that records the fingerprint of the model it was fitted on
+(and, from ``rose fit``, how its fit images were stored: ``fit_storage_``).
 
 A detector declares what it needs beyond in-distribution images in class attributes (``keeps_held_out``,
 ``extra_models``, ``layerwise``, ``reports_fit_warnings``); callers ask these, never the class. Its

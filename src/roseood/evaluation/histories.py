@@ -1,5 +1,6 @@
 """Compression histories of the sets an evaluation compares: which carry a JPEG history, which OOD sets
-to put through the in-distribution set's (``--match-jpeg``), and a one-line warning where they differ.
+to put through the in-distribution set's (``--match-jpeg``), and a one-line warning where they differ
+(``compared``: also what ``rose score`` and ``rose fit`` check against a detector's fit images).
 
 A detector can tell two sets apart by how they were stored instead of by what they show (our CIFAR-10 is
 decoded JPEG, CelebA is not: DiffPath 1.000 as shipped, 0.565 once matched). ``roseood.data.jpeg`` finds
