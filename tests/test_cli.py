@@ -551,3 +551,116 @@ def test_fit_and_evaluate_take_the_model_familys_method_when_none_is_named(workd
     vae = ("--model", "model.pt", "--fit-samples", "40", "--stats-samples", "30")
     assert run("fit", *vae, "--out", "vae-det.pt", "--quiet") == 0
     assert "--method rose-ekfac: the default for this model's family" in capsys.readouterr().err
+
+
+# -- the compression check beyond rose evaluate (issue 73) --------------------------------------------
+
+
+@pytest.fixture
+def stored(workdir):
+    """A colour VAE and photo-like sets stored three ways: decoded JPEG (quality 75), lossless, and one
+    whose first half (the images fitted on) is JPEG and second half (held out) lossless."""
+    from roseood.data.jpeg import JpegHistory
+    from tests.data.test_data_jpeg import photos
+
+    q75 = JpegHistory(75)
+    np.savez(workdir / "jpeg.npz", images=q75.apply(photos(40, seed=1)))
+    np.savez(workdir / "lossless.npz", images=photos(24, seed=2))
+    np.savez(
+        workdir / "mixed.npz", images=np.concatenate([q75.apply(photos(20, seed=3)), photos(20, seed=4)])
+    )
+    torch.manual_seed(0)
+    save_model(VAE(in_channels=3, ngf=4, nz=4).eval(), workdir / "rgb.pt")
+    return ("--model", "rgb.pt", "--method", "nll", "--fit-samples", "20", "--stats-samples", "20", "-q")
+
+
+def _warnings(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("warning")]
+
+
+def test_fit_records_how_its_images_were_stored_and_score_warns_of_images_stored_otherwise(
+    workdir, stored, capsys
+):
+    """The detector file holds its fit images' JPEG history; `rose score` checks the images it scores
+    against it as `rose evaluate` checks OOD sets: one warning line naming the suffix that matches them,
+    none once they are matched."""
+    from roseood.data.jpeg import JpegHistory
+
+    assert run("fit", *stored, "--fit-data", "jpeg.npz", "--out", "det.pt") == 0
+    assert _warnings(capsys.readouterr().err) == []
+    det = Detector.load(workdir / "det.pt", load_model(workdir / "rgb.pt"))
+    assert det.fit_storage_ is not None and det.fit_storage_.name == "jpeg.npz"
+    assert det.fit_storage_.history == JpegHistory(75, "4:2:0") and 0 <= det.fit_storage_.change <= 1
+    score = ("score", "--model", "rgb.pt", "--detector", "det.pt", "-q")
+    assert run(*score, "--data", "lossless.npz", "--out", "s.csv") == 0
+    (line,) = _warnings(capsys.readouterr().err)
+    assert line.startswith("warning: lossless.npz: not stored like the detector's fit images (jpeg.npz)")
+    assert "decoded JPEG (quality 75, 4:2:0)" in line and line.endswith("--data lossless.npz+jpeg75")
+    assert len(list(csv.DictReader((workdir / "s.csv").open()))) == 24  # warned, still scored
+    assert run(*score, "--data", "lossless.npz+jpeg75", "--out", "m.csv") == 0
+    assert run(*score, "--data", "jpeg.npz", "--out", "j.csv") == 0
+    assert _warnings(capsys.readouterr().err) == []
+
+
+def test_fit_warns_where_its_held_out_images_were_stored_unlike_those_it_fits_on(workdir, stored, capsys):
+    """The threshold is set on the held-out images: stored otherwise than the fitted ones, one line says
+    so and how to put the whole fit set through one round-trip."""
+    assert run("fit", *stored, "--fit-data", "mixed.npz", "--out", "det.pt") == 0
+    (line,) = _warnings(capsys.readouterr().err)
+    assert line.startswith(
+        "warning: the 20 held-out images of mixed.npz: not stored like the 20 images it is fitted on"
+    )
+    assert line.endswith("--fit-data mixed.npz+jpeg75")
+
+
+def test_a_detector_file_without_the_record_loads_and_score_says_so_in_one_line(workdir, stored, capsys):
+    """A file written before the record existed loads and scores, with one line that its fit images'
+    history is unknown; a damaged record is refused in one line naming the field."""
+    from roseood.detectors.base import DETECTOR_FORMAT
+    from roseood.serialization import safe_load, save_file
+
+    assert run("fit", *stored, "--fit-data", "jpeg.npz", "--out", "det.pt") == 0
+    obj = safe_load(workdir / "det.pt", DETECTOR_FORMAT)
+    save_file({k: v for k, v in obj.items() if k != "fit_storage"}, workdir / "old.pt")
+    assert Detector.load(workdir / "old.pt", load_model(workdir / "rgb.pt")).fit_storage_ is None
+    capsys.readouterr()
+    score = ("score", "--model", "rgb.pt", "--data", "lossless.npz", "-q")
+    assert run(*score, "--detector", "old.pt", "--out", "s.csv") == 0
+    err = capsys.readouterr().err
+    assert _warnings(err) == [] and err.count("records no compression history of its fit images") == 1
+    save_file(
+        obj | {"fit_storage": {"name": "x", "jpeg": {"quality": 101}, "change": 0.0}}, workdir / "bad.pt"
+    )
+    assert run(*score, "--detector", "bad.pt", "--out", "b.csv") == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert "bad.pt: field 'fit_storage'" in error
+
+
+# -- outputs that would block (issue 73) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["fit", "score"])
+def test_an_out_that_is_a_fifo_is_refused_in_one_line_before_any_work(workdir, capsys, command):
+    """A FIFO with no reader blocked the write forever (issue 73); now refused before the model loads
+    (the detector named does not even exist). An alarm fails the test instead of hanging it."""
+    import os
+    import signal
+
+    os.mkfifo(workdir / "pipe")
+
+    def hung(*_: object) -> None:
+        raise TimeoutError(f"rose {command} --out pipe blocked")
+
+    args = {"fit": ("--method", "nll"), "score": ("--detector", "none.pt", "--data", "mnist")}[command]
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        code = run(command, "--model", "model.pt", *args, "--out", "pipe")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err
+    assert code == 2 and err.splitlines() == [
+        "error: pipe exists and is not a regular file (a FIFO, a device or a socket); name a file for this "
+        "output, or - for standard output where the command takes it"
+    ]

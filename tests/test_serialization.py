@@ -174,28 +174,27 @@ def test_output_checks(tmp_path: Path) -> None:
 # -- outputs that are not regular files, standard output, concurrent writers (issue 30) ---------------
 
 
-def test_a_fifo_output_is_written_in_place_never_replaced(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_output_that_is_not_a_regular_file_is_refused_before_any_work(tmp_path: Path, kind: str) -> None:
+    """A FIFO with no reader would block the write forever (issue 73), so a FIFO or a device in place of
+    an output is refused in one line when checked, without opening it; the node stays."""
     import stat
-    import threading
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    received: list[bytes] = []
-    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
-    reader.start()
-    out = check_output(fifo)  # nothing is replaced, so no --overwrite is needed
-    write_csv(out, ["a", "b"], [[1, 2]])
-    reader.join(timeout=10)
-    assert received == [b"a,b\r\n1,2\r\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    path = fifo if kind == "fifo" else Path("/dev/null")
+    with pytest.raises(RoseError, match=r"^\S+ exists and is not a regular file \(a FIFO, a device or a"):
+        check_output(path, overwrite=True)
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
-def test_device_outputs_are_written_in_place_and_their_errors_are_one_line() -> None:
+def test_device_paths_a_caller_writes_are_written_in_place_and_their_errors_are_one_line() -> None:
     import stat
 
-    write_text(check_output("/dev/null", overwrite=True), "gone\n")
+    write_text("/dev/null", "gone\n")
     with pytest.raises(RoseError, match=r"^cannot write /dev/full: No space left on device$"):
-        write_text(check_output("/dev/full", overwrite=True), "x" * 100_000)
+        write_text("/dev/full", "x" * 100_000)
     with pytest.raises(RoseError, match=r"^cannot write /dev/full: No space left on device$"):
         atomic_save({"x": torch.zeros(100_000)}, "/dev/full")  # torch.save's unexpected pos, unwrapped
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)

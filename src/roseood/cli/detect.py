@@ -28,8 +28,11 @@ from roseood.errors import RoseError
 if TYPE_CHECKING:
     import numpy as np
 
-    from roseood.data import ImageStream
+    from roseood.data import ImageSet, ImageStream
+    from roseood.data.jpeg import JpegHistory, Storage
     from roseood.data.preprocess import Preprocessing
+    from roseood.detectors import Detector
+    from roseood.evaluation.splits import EvalSpec
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
@@ -52,12 +55,64 @@ def cmd_fit(args: argparse.Namespace) -> None:
     model = models if len(models) > 1 else models[0]
     fitted = fit_calibrated(args.method, model, spec, tpr=args.tpr, progress=not args.quiet)
     det, fit = fitted.detector, fitted.fit
+    _check_held_out_storage(det, fit, fitted.held_out, spec)
     det.save(args.out)
     what = args.method if len(models) == 1 else f"an ensemble of {len(models)} {args.method} detectors"
     print(
         f"wrote {args.out}: {what} fitted on {len(fit)} images of {fit.name}; OOD above "
         f"{det.threshold_:.6g} ({args.tpr:.0%} of {fitted.held_out} held-out in-distribution images below)"
     )
+
+
+def _warn_stored_unlike(
+    ref: Storage, images: np.ndarray, option: str, source: str, shown: str | None = None
+) -> None:
+    """Warn in one line where ``images`` (read from ``source``; named ``shown`` in the line) were stored
+    unlike ``ref``: the check ``rose evaluate`` runs on its OOD sets (``compared``); ``option
+    SOURCE+jpegQ`` would match them."""
+    from roseood.data.jpeg import split_suffix
+    from roseood.evaluation.histories import compared
+    from roseood.progress import state
+
+    def remedy(history: JpegHistory) -> str:
+        return f"{option} {split_suffix(source)[0]}{history.tag()}"
+
+    _, line = compared(ref, shown or source, images, remedy, source)
+    if line:
+        state(f"warning: {line}")
+
+
+def _check_held_out_storage(det: Detector, fit: ImageSet, held_out: int, spec: EvalSpec) -> None:
+    """``rose fit``: warn where the held-out images its threshold is set on were stored unlike the images
+    it fitted on (a fit set that mixes JPEG and lossless files)."""
+    from dataclasses import replace
+
+    from roseood.evaluation.splits import fit_source, splits_in_data
+
+    if det.fit_storage_ is None or not held_out:
+        return
+    ref = replace(det.fit_storage_, name=f"the {len(fit) - held_out} images it is fitted on")
+    source = spec.in_data if splits_in_data(spec) else fit_source(spec)
+    shown = f"the {held_out} held-out images of {fit.name}"
+    _warn_stored_unlike(ref, fit.images[len(fit) - held_out :], "--fit-data", source, shown)
+
+
+def _check_storage(det: Detector, path: str, data: ImageStream, source: str) -> None:
+    """``rose score``: warn where the images to score were stored unlike the detector's fit images (as
+    its file records them); a file that records none says so in one line."""
+    from dataclasses import replace
+
+    from roseood.evaluation.histories import stream_sample
+    from roseood.progress import state
+
+    if det.fit_storage_ is None:
+        state(
+            f"{path} records no compression history of its fit images (a file written before roseood "
+            f"recorded it, or a detector fitted from Python): {source} is not checked against them"
+        )
+        return
+    ref = replace(det.fit_storage_, name=f"the detector's fit images ({det.fit_storage_.name})")
+    _warn_stored_unlike(ref, stream_sample(data), "--data", source)
 
 
 def _images_to_score(args: argparse.Namespace, prep: Preprocessing) -> ImageStream:
@@ -113,6 +168,7 @@ def cmd_score(args: argparse.Namespace) -> None:
         args.detector, models if len(models) > 1 else models[0], background=load_background_arg(args)
     )
     data = _images_to_score(args, prep)
+    _check_storage(det, args.detector, data, args.data)
     log = sys.stderr if to_stdout else sys.stdout
     _state_scoring(args, models[0], len(data), prep.channels * prep.size**2, log)
     unreadable: list[int] = []

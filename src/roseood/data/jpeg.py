@@ -5,7 +5,8 @@ how they were stored rather than by what they show: our CIFAR-10 is decoded JPEG
 chroma, an 8×8 grid on its 32×32 pixels) while CelebA was resized after decoding and carries no grid.
 ``JpegHistory`` is such a history (``JpegHistory.parse("75:4:2:0")``) and ``apply`` gives images the
 same: one Pillow encode and decode at the model's size. ``blockiness`` measures the 8×8 grid a decoded
-JPEG leaves, to warn when two sets differ in it; ``history_of`` reads a JPEG file's own history.
+JPEG leaves, to warn when two sets differ in it; ``history_of`` reads a JPEG file's own history;
+``Storage`` is what a set's pixels show of it, as a detector file records its fit images'.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import functools
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -80,6 +82,37 @@ class JpegHistory:
             with Image.open(buf) as decoded:
                 out[i] = np.asarray(decoded.convert("RGB" if img.ndim == 3 else "L"))
         return out
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How set ``name`` was stored, as its pixels show: the JPEG ``history`` found in them (None: none
+    shows) and the ``change`` one more round-trip through it makes to them (``residual``), the bar another
+    set must meet to share it. ``rose fit`` records its fit images' in the detector file, so that the
+    images scored later are checked against them (``roseood.evaluation.histories.compared``)."""
+
+    name: str
+    history: JpegHistory | None
+    change: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values for a file: ``{"name", "jpeg": None or {"quality", "subsampling"}, "change"}``."""
+        jpeg = None if self.history is None else asdict(self.history)
+        return {"name": self.name, "jpeg": jpeg, "change": self.change}
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Storage:
+        """What ``as_dict`` wrote, checked (else a one-line ``DataError``)."""
+        if not isinstance(obj, dict) or set(obj) != {"name", "jpeg", "change"}:
+            raise DataError("a compression record holds name, jpeg and change")
+        name, jpeg, change = obj["name"], obj["jpeg"], obj["change"]
+        if not isinstance(name, str) or isinstance(change, bool) or not isinstance(change, int | float):
+            raise DataError("a compression record's name is text and its change a number")
+        if not 0 <= change <= 255:
+            raise DataError(f"a compression record's change is 0..255 levels, got {change}")
+        if jpeg is not None and (not isinstance(jpeg, dict) or set(jpeg) != {"quality", "subsampling"}):
+            raise DataError("a compression record's jpeg is None or holds quality and subsampling")
+        return cls(name, None if jpeg is None else JpegHistory(**jpeg), float(change))
 
 
 def split_suffix(source: str) -> tuple[str, JpegHistory | None]:

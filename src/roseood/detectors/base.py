@@ -3,7 +3,8 @@
 ``fit(images, held_out=None)`` learns from in-distribution images (``held_out``: further ones the
 detector may keep apart from its main fit, e.g. ROSE's layer statistics; the others learn from both),
 ``score(images)`` returns one number per image (higher = more out-of-distribution), ``save``/``load``
-round-trip the learned state in one file that records the fingerprint of the model it was fitted on.
+round-trip the learned state in one file that records the fingerprint of the model it was fitted on
+(and, from ``rose fit``, how its fit images were stored: ``fit_storage_``).
 
 A detector declares what it needs beyond in-distribution images in class attributes (``keeps_held_out``,
 ``extra_models``, ``layerwise``, ``reports_fit_warnings``); callers ask these, never the class. Its
@@ -28,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from roseood import distributed
 from roseood.catalogue import DECISION_TPR
 from roseood.contracts import ModelInputs, SettableLoss
+from roseood.data.jpeg import Storage
 from roseood.data.loading import ImageStream, read_readable
 from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
 from roseood.detectors.aggregation import threshold_at
@@ -69,6 +71,8 @@ class Detector(ABC):
         self.threshold_: float | None = None  # score above which an input is called OOD (calibrate)
         self.fit_warnings_: list[str] = []
         self.held_out_scores_: np.ndarray | None = None  # what fit scored its held-out inputs (if it did)
+        # how its fit images were stored (their JPEG history), recorded by ``rose fit``; None: unknown
+        self.fit_storage_: Storage | None = None
 
     # -- to implement ----------------------------------------------------------------------------
     def _fit(self, x: Tensor) -> None:
@@ -166,6 +170,7 @@ class Detector(ABC):
         """
         x = self._check(images)
         held = None if held_out is None else self._check(held_out)
+        self.fit_storage_ = None  # these images' is set by whoever knows it (``fit_detector``)
         self.check_counts(x.shape[0], None if held is None else held.shape[0])
         self.held_out_scores_ = None
         if not self.keeps_held_out:
@@ -278,6 +283,7 @@ class Detector(ABC):
                 "threshold": self.threshold_,
                 "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
             }
+            | ({"fit_storage": self.fit_storage_.as_dict()} if self.fit_storage_ is not None else {})
             | ({"model_loss": self.model.loss_settings()} if isinstance(self.model, SettableLoss) else {})
             | ({"tag": tag} if tag is not None else {}),
             path,
@@ -359,6 +365,11 @@ class Detector(ABC):
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
             raise CheckpointError(f"{path}: damaged {self.method} detector state ({_line(exc)})") from None
         self.threshold_ = obj.get("threshold")
+        if "fit_storage" in obj:  # files written before it was recorded have none: unknown
+            try:
+                self.fit_storage_ = Storage.from_dict(obj["fit_storage"])
+            except RoseError as exc:
+                raise CheckpointError(f"{path}: field 'fit_storage': {exc}") from None
         self.fitted_ = True
         return self
 

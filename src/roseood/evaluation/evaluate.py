@@ -23,7 +23,7 @@ from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.forecast import forecast_evaluation, forecast_images
 from roseood.evaluation.gallery import extremes
-from roseood.evaluation.histories import compression_report
+from roseood.evaluation.histories import compression_report, storage_of
 from roseood.evaluation.result import EvaluationResult
 from roseood.evaluation.splits import (
     OVERALL,
@@ -61,20 +61,24 @@ SharedFishers = dict[Hashable, tuple[str, Any]]  # fisher_arguments -> (the meth
 def fit_detector(
     det: Detector, fit: ImageSet, spec: EvalSpec, fishers: SharedFishers | None = None
 ) -> Detector:
-    """Fit a built detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics).
-    ``fishers``: the Fishers fitted so far in this evaluation on these images, by ``fisher_arguments``:
-    a ROSE takes those of equal arguments, else fits them once and adds them, so the ROSE variants
-    compared share one Fisher fit and one backward pass per image set."""
+    """Fit a built detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics), and
+    record how the images it fitted on were stored (``fit_storage_``, saved with it: ``rose score``
+    checks its images against it). ``fishers``: the Fishers fitted so far in this evaluation on these
+    images, by ``fisher_arguments``: a ROSE takes those of equal arguments, else fits them once and adds
+    them, so the ROSE variants compared share one Fisher fit and one backward pass per image set."""
     n_fisher = fisher_count(spec, len(fit))
     images, held_out = fit.images[:n_fisher], fit.images[n_fisher:] if n_fisher < len(fit) else None
     if fishers is None or not isinstance(det, SharesFishers) or held_out is None:
-        return det.fit(images, held_out=held_out)
-    key = det.fisher_arguments
-    if key not in fishers:
-        fishers[key] = det.name, det.fit_fisher(images)
-    elif det.progress:
-        note(f"{det.name}: the Fishers fitted for {fishers[key][0]} (the same settings and images)")
-    return det.fit(images, held_out=held_out, fishers=fishers[key][1])
+        det.fit(images, held_out=held_out)
+    else:
+        key = det.fisher_arguments
+        if key not in fishers:
+            fishers[key] = det.name, det.fit_fisher(images)
+        elif det.progress:
+            note(f"{det.name}: the Fishers fitted for {fishers[key][0]} (the same settings and images)")
+        det.fit(images, held_out=held_out, fishers=fishers[key][1])
+    det.fit_storage_ = storage_of(fit.name, images)
+    return det
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Compression histories of the sets an evaluation compares: which carry a JPEG history, which OOD sets
-to put through the in-distribution set's (``--match-jpeg``), and a one-line warning where they differ.
+to put through the in-distribution set's (``--match-jpeg``), and a one-line warning where they differ
+(``compared``: also what ``rose score`` and ``rose fit`` check against a detector's fit images).
 
 A detector can tell two sets apart by how they were stored instead of by what they show (our CIFAR-10 is
 decoded JPEG, CelebA is not: DiffPath 1.000 as shipped, 0.565 once matched). ``roseood.data.jpeg`` finds
@@ -8,12 +9,14 @@ a history from the pixels at the model's size; this module applies it to an eval
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from roseood.data import DatasetSpec, ImageSet, dataset_spec
-from roseood.data.jpeg import FIXED_POINT, JpegHistory, estimate_history, residual, split_suffix
+from roseood.data import DatasetSpec, ImageSet, ImageStream, dataset_spec
+from roseood.data.jpeg import FIXED_POINT, JpegHistory, Storage, estimate_history, residual, split_suffix
+from roseood.data.loading import read_readable
 from roseood.errors import DataError
 
 AUTO = "auto"  # --match-jpeg auto: the history found in the in-distribution images
@@ -32,16 +35,35 @@ def parse_match(text: str | None) -> str | None:
     return text
 
 
-def _sample(images: ImageSet) -> np.ndarray:
-    """Up to ``SAMPLE`` images spread over the set, channel-last ((N, H, W) for grayscale)."""
-    x = images.images[np.linspace(0, len(images) - 1, min(SAMPLE, len(images))).astype(int)]
-    x = x.transpose(0, 2, 3, 1)
+def _sample(images: np.ndarray) -> np.ndarray:
+    """Up to ``SAMPLE`` of uint8 ``(N, C, H, W)`` images spread over the set, channel-last ((N, H, W) for
+    grayscale)."""
+    x = images[spread(len(images))].transpose(0, 2, 3, 1)
     return x[..., 0] if x.shape[-1] == 1 else x
+
+
+def spread(n: int) -> np.ndarray:
+    """The indices of the (up to ``SAMPLE``) images of ``n`` that a history is estimated or checked on."""
+    return np.linspace(0, n - 1, min(SAMPLE, n)).astype(int)
 
 
 def history_of_set(images: ImageSet) -> JpegHistory | None:
     """The JPEG history found in a set's pixels as the model sees them (None: none shows)."""
-    return estimate_history(_sample(images), SAMPLE) if len(images) else None
+    return estimate_history(_sample(images.images), SAMPLE) if len(images) else None
+
+
+def stream_sample(stream: ImageStream) -> np.ndarray:
+    """The images of a lazily read set that a check looks at (``spread``), read one by one; a file that
+    cannot be read is left out (scoring reports it)."""
+    parts = [read_readable(stream, i, i + 1, lambda *_: None)[0] for i in spread(len(stream))]
+    return np.concatenate([p for p in parts if len(p)] or [np.empty((0, 1, 1, 1), np.uint8)])
+
+
+def storage_of(name: str, images: np.ndarray) -> Storage:
+    """How set ``name``'s uint8 ``(N, C, H, W)`` images were stored, as their pixels show (``Storage``)."""
+    x = _sample(images)
+    history = estimate_history(x, SAMPLE) if len(x) else None
+    return Storage(name, history, residual(x, history) if history is not None else 0.0)
 
 
 def named_set(source: str) -> DatasetSpec | None:
@@ -94,35 +116,60 @@ def describe(history: JpegHistory | None) -> str:
     return f"decoded JPEG (quality {history.quality}, {history.subsampling})"
 
 
+def compared(
+    ref: Storage,
+    name: str,
+    images: np.ndarray,
+    remedy: Callable[[JpegHistory], str],
+    source: str | None = None,
+) -> tuple[str | None, str | None]:
+    """The one compression check (``rose evaluate``'s OOD sets, ``rose score``'s and ``rose fit``'s
+    images): how set ``name`` (uint8 ``(N, C, H, W)`` images read from ``source``, default ``name``) was
+    stored beside ``ref`` (the in-distribution set's, or a detector's fit images'), and a one-line warning
+    where the two differ (``remedy(history)``: the option that matches them); (None, None) for a
+    generated or empty set. With a history in ``ref``, the set is checked by one more round-trip through
+    it (it shares it where that changes its images as little as ``ref``'s); without one, only a set that
+    is not a named benchmark set is searched for its own."""
+    source = name if source is None else source
+    if not _stored(source) or not len(images):
+        return None, None
+    x, ours = _sample(images), ref.history
+    if ours is not None:
+        if residual(x, ours) <= max(FIXED_POINT, 4 * ref.change):
+            return describe(ours), None
+        return "not the in-distribution set's", (
+            f"{name}: not stored like {ref.name}, whose images are {describe(ours)}: a detector can tell "
+            f"them apart by compression alone; to judge content, put {name} through the same round-trip: "
+            f"{remedy(ours)}"
+        )
+    applied = split_suffix(source)[1]
+    if applied is None and named_set(source) is not None:
+        return None, None
+    theirs = applied or estimate_history(x, SAMPLE)
+    if theirs is None:
+        return describe(None), None
+    return describe(theirs), (
+        f"{name}: {describe(theirs)}, while {ref.name} shows no JPEG history: a detector can tell them "
+        f"apart by compression alone; score OOD images stored as the in-distribution ones (lossless), or "
+        f"fit on images with the same history"
+    )
+
+
+def _match_option(name: str, history: JpegHistory) -> str:
+    """``rose evaluate``'s way to put OOD set ``name`` through ``history``."""
+    twin = split_suffix(name)[0] + history.tag()
+    return f"--match-jpeg {history.quality}:{history.subsampling} (or --ood {twin})"
+
+
 def compression_report(in_set: ImageSet, ood: Mapping[str, ImageSet]) -> tuple[dict[str, str], list[str]]:
     """Each set's compression history (for the settings) and one warning line per OOD set whose history
-    differs from the in-distribution set's. With an in-distribution history, an OOD set is checked by one
-    more round-trip through it (it matches where that changes its images as little as the in-distribution
-    images'); without one, only OOD sets that are not named benchmark sets are searched for their own."""
-    ours = history_of_set(in_set)
-    found = {in_set.name: describe(ours)}
+    differs from the in-distribution set's (``compared``; the remedy: ``--match-jpeg``)."""
+    ref = storage_of(in_set.name, in_set.images)
+    found = {in_set.name: describe(ref.history)}
     lines = []
-    base = residual(_sample(in_set), ours) if ours is not None else 0.0
     for name, images in ood.items():
-        if not _stored(name) or not len(images):
-            continue
-        if ours is not None:
-            shares = residual(_sample(images), ours) <= max(FIXED_POINT, 4 * base)
-            found[name] = describe(ours) if shares else "not the in-distribution set's"
-            if not shares:
-                lines.append(
-                    f"{name}: not stored like {in_set.name}, whose images are {describe(ours)}: a detector "
-                    f"can tell them apart by compression alone; to judge content, put {name} through the "
-                    f"same round-trip: --match-jpeg {ours.quality}:{ours.subsampling} "
-                    f"(or --ood {split_suffix(name)[0]}{ours.tag()})"
-                )
-        elif (applied := split_suffix(name)[1]) is not None or named_set(name) is None:
-            theirs = applied or history_of_set(images)
-            found[name] = describe(theirs)
-            if theirs is not None:
-                lines.append(
-                    f"{name}: {describe(theirs)}, while {in_set.name} shows no JPEG history: a detector can "
-                    f"tell them apart by compression alone; score OOD images stored as the in-distribution "
-                    f"ones (lossless), or fit on images with the same history"
-                )
+        seen, line = compared(ref, name, images.images, functools.partial(_match_option, name))
+        if seen is not None:
+            found[name] = seen
+        lines += [line] if line else []
     return found, lines

@@ -133,8 +133,11 @@ def zoo_path(name: str, verify: bool = True) -> Path:
         )
     if verify:
         wanted = {rel: d for rel, d in checksums(root).items() if rel.split("/")[0] == name}
+        # its bytes would be read from wherever a link points, outside what the checksums vouch for
+        if folder.is_symlink():
+            raise CheckpointError(f"zoo model {name}: {folder} is a symbolic link, not a plain folder")
         links = sorted(p.relative_to(root).as_posix() for p in folder.rglob("*") if p.is_symlink())
-        if links:  # its bytes would be read from wherever it points, outside what the checksums vouch for
+        if links:
             raise CheckpointError(f"zoo model {name}: {links[0]} is a symbolic link, not a plain file")
         present = {p.relative_to(root).as_posix() for p in folder.rglob("*") if p.is_file()}
         if not wanted:
