@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from roseood.errors import CheckpointError, RoseError, shown
 from roseood.models.diffusion.config import check_lora_config
+from roseood.models.diffusion.files import read_json, weight_file
 from roseood.models.diffusion.library import quiet_diffusers
 from roseood.models.state import first_line
 from roseood.serialization import fingerprint
@@ -77,8 +78,6 @@ def read_adapter(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None
     rank and scale from the shapes, as its loader does for a file without them) and the file they came
     from; safetensors only, read without running code; two adapters in one folder refused."""
     from safetensors import safe_open
-
-    from roseood.models.diffusion.folders import read_json, weight_file
 
     if (folder / LORA_FILE).is_file() and (folder / PEFT_CONFIG).is_file():
         raise CheckpointError(f"{folder}: holds two adapters ({LORA_FILE} and {PEFT_CONFIG}); keep one")

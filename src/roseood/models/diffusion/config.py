@@ -389,7 +389,7 @@ def check_lora_config(config: Any, where: str, error: type[RoseError] = Checkpoi
     the target layers as a list of names (peft reads a string as a regular expression: refused), and no
     setting that adds other parameters (DoRA, biases, whole modules saved, tokens) or changes the layers."""
     cfg = _fields(config, LORA_FIELDS, where, error)
-    for key in set(cfg) - set(LORA_KEPT) - set(LORA_IGNORED):
+    for key in sorted(set(cfg) - set(LORA_KEPT) - set(LORA_IGNORED)):
         if cfg[key] not in (None, False, [], {}, ""):
             raise error(f"{where}: {key} = {shown(cfg[key])} is not modelled; roseood reads low-rank updates")
     targets = cfg.get("target_modules")

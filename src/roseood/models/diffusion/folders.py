@@ -20,11 +20,12 @@ from roseood.models.diffusion.config import (
     check_text_encoder_config,
 )
 from roseood.models.diffusion.denoisers import check_denoiser_config, meta_denoiser
+from roseood.models.diffusion.files import read_json, weight_file
 from roseood.models.diffusion.latent import check_autoencoder_config
 from roseood.models.diffusion.library import diffusers_module
 from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model
 from roseood.models.diffusion.text import TextCondition, read_tokenizer
-from roseood.models.state import check_state, first_line, load_state
+from roseood.models.state import check_state, load_state
 from roseood.progress import state
 
 ROSEOOD_JSON = "roseood.json"  # our loss settings beside an exported diffusers pipeline
@@ -65,41 +66,6 @@ def is_diffusers_folder(path: str | Path) -> bool:
     files = ("model_index.json", "unet/config.json", "transformer/config.json", "config.json")
     inside = has_adapter(p) and (p.parent / "model_index.json").is_file()
     return p.is_dir() and (inside or any((p / f).is_file() for f in files))
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object read from ``path``; unreadable, invalid JSON or another JSON value is a one-line
-    ``CheckpointError`` naming the file."""
-    try:
-        obj = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except (ValueError, RecursionError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({first_line(exc)})") from None
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path}: must hold a JSON object, found a JSON {type(obj).__name__}")
-    return obj
-
-
-def weight_file(path: Path) -> dict[str, Tensor]:
-    """One weight file of a diffusers folder: safetensors, or a torch ``.bin`` (weights only: no code)."""
-    from roseood.serialization import read_torch_file
-
-    if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            state: Any = load_file(path)
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
-    else:
-        state = read_torch_file(path)
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()
-    ):
-        raise CheckpointError(f"{path}: does not hold a mapping of tensor names to tensors")
-    return state
 
 
 def read_weights(
@@ -206,8 +172,8 @@ def _unread(spec: dict[str, Any], named: list[str]) -> str:
     """What a pipeline roseood does not read holds that it lacks: its denoiser's class and its text
     encoders where it has several (SD3's, FLUX's), for the one-line refusal."""
     texts = [k for k in named if k.startswith("text_encoder")]
-    denoiser = next((spec[k][1] for k in DENOISER_FOLDERS if k in named), None)
-    parts = [] if denoiser is None else [f"a {shown(denoiser)} denoiser"]
+    classes = [spec[k][-1] for k in DENOISER_FOLDERS if k in named]  # [library, class]
+    parts = [f"a {shown(c)} denoiser" for c in classes[:1]]
     parts += [f"{len(texts)} text encoders ({', '.join(texts)})"] if len(texts) > 1 else []
     held = f" with {' and '.join(parts)}" if parts else ""
     return (

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from roseood.errors import CheckpointError, RoseError, shown
 from roseood.memory import check_memory, module_bytes
 from roseood.models.diffusion.config import check_text_encoder_config
+from roseood.models.diffusion.files import read_json
 from roseood.models.state import first_line
 
 PROMPT = "prompt:"
@@ -38,7 +39,6 @@ def transformers_module() -> Any:
         raise RoseError(
             "text-conditioned diffusion models need transformers: pip install roseood[diffusion]"
         ) from None
-    transformers.logging.set_verbosity_error()  # its notices (torchvision absent, …) are no news here
     return transformers
 
 
@@ -158,8 +158,6 @@ def read_tokenizer(folder: Path) -> Any:
     """A CLIP tokenizer from ``folder`` by transformers' ``CLIPTokenizer`` itself (its vocabulary and merges,
     or its tokenizer.json; never a class or code the folder names), each file of a bounded size; anything
     unreadable is a one-line ``CheckpointError`` naming the folder."""
-    from roseood.models.diffusion.folders import read_json
-
     t = transformers_module()
     for name in TOKENIZER_FILES:
         path = folder / name
