@@ -344,7 +344,8 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
         "--layers",
         help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
         "PixelCNN: all, first, last, body; gated PixelCNN: vertical, ...; "
-        "diffusion: all, weights, down, mid, up; `rose check-model` lists a model's sets)",
+        "diffusion: all, weights, down, mid, up, and adapter, the default with a LoRA adapter; "
+        "`rose check-model` lists a model's sets)",
     )
     p.add_argument(
         "--aggregate",
@@ -368,10 +369,11 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--condition",
         metavar="SPEC",
-        help="class-conditional diffusion models: how p(x) is judged: marginal (the mean over the "
+        help="conditional diffusion models: how p(x) is judged: marginal (the mean over the "
         "classes, C× the cost), null (the condition-dropout label, where the model has one) or label:N "
         "(p(x | y = N)); unset: the folder's roseood.json, else null where there is one, else marginal; "
-        "recorded in the detector file",
+        "text-conditioned ones (Stable Diffusion folders): prompt:TEXT, p(x | TEXT) (unset: the empty "
+        "prompt); recorded in the detector file",
     )
     p.add_argument(
         "--rows",

@@ -43,6 +43,11 @@ class Condition:
             self.label = int(value)
 
     @property
+    def recorded(self) -> bool:
+        """Whether the condition is a setting of the loss (a class-conditional model's), recorded."""
+        return self.classes is not None
+
+    @property
     def copies(self) -> int:
         """Denoiser rows per (image, pair): C for the marginal over the classes, else 1."""
         return self.classes if self.classes is not None and self.label is None else 1

@@ -11,7 +11,7 @@ from typing import Any
 
 from roseood.catalogue import DIFFUSION_LOSS_DEFAULTS as LOSS_DEFAULTS
 from roseood.catalogue import DIFFUSION_WEIGHTINGS as WEIGHTINGS
-from roseood.errors import RoseError, shown
+from roseood.errors import CheckpointError, RoseError, shown
 from roseood.validation import check_float, check_int, check_seed
 
 # Sane ranges of a UNet2DModel/DDPMScheduler config: published pixel-space UNet2DModels are at most 1024
@@ -207,17 +207,7 @@ def check_unet_config(
             f"{where}: class_embed_type {shown(cfg['class_embed_type'])} conditions on a vector; roseood "
             "reads unconditional UNets and UNets of class labels (num_class_embeds)"
         )
-    if cfg.get("in_channels", 3) != cfg.get("out_channels", 3):
-        raise error(f"{where}: the UNet must predict as many channels as it takes (ε, v or x0 prediction)")
-    widths = cfg.get("block_out_channels", (224, 448, 672, 896))
-    for key in ("down_block_types", "up_block_types"):
-        if key in cfg and len(cfg[key]) != len(widths):
-            raise error(f"{where}: {key} names {len(cfg[key])} blocks, block_out_channels {len(widths)}")
-    for key in ("norm_num_groups", "attn_norm_num_groups"):
-        groups = cfg.get(key, 32 if key == "norm_num_groups" else None)
-        bad = [w for w in widths if groups is not None and w % groups]
-        if bad:
-            raise error(f"{where}: {key} = {groups} does not divide block_out_channels {bad[0]}")
+    widths = _check_blocks(cfg, where, error, (224, 448, 672, 896))
     head = cfg.get("attention_head_dim", 8)
     down = cfg.get("down_block_types", ("DownBlock2D", *["AttnDownBlock2D"] * 3))
     up = cfg.get("up_block_types", (*["AttnUpBlock2D"] * 3, "UpBlock2D"))
@@ -228,6 +218,31 @@ def check_unet_config(
         raise error(
             f"{where}: attention_head_dim {head} exceeds the {min(attended)} channels it attends over"
         )
+    _check_size(cfg, widths, where, error)
+    return cfg
+
+
+def _check_blocks(
+    cfg: dict[str, Any], where: str, error: type[RoseError], default: tuple[int, ...]
+) -> list[int]:
+    """A UNet's channel widths (``default`` where unset), once its block lists are known to have one entry
+    per width, its group norms to divide them and its output to have the input's channels."""
+    if cfg.get("in_channels", 3) != cfg.get("out_channels", 3):
+        raise error(f"{where}: the UNet must predict as many channels as it takes (ε, v or x0 prediction)")
+    widths = list(cfg.get("block_out_channels", default))
+    for key in ("down_block_types", "up_block_types"):
+        if key in cfg and len(cfg[key]) != len(widths):
+            raise error(f"{where}: {key} names {len(cfg[key])} blocks, block_out_channels {len(widths)}")
+    for key in ("norm_num_groups", "attn_norm_num_groups"):
+        groups = cfg.get(key, 32 if key == "norm_num_groups" else None)
+        bad = [w for w in widths if groups is not None and w % groups]
+        if bad:
+            raise error(f"{where}: {key} = {groups} does not divide block_out_channels {bad[0]}")
+    return widths
+
+
+def _check_size(cfg: dict[str, Any], widths: list[int], where: str, error: type[RoseError]) -> None:
+    """A UNet's sample_size is set and its blocks can halve it."""
     if "sample_size" not in cfg:
         raise error(f"{where}: sample_size is missing (the image size the UNet takes)")
     size = cfg["sample_size"]
@@ -235,7 +250,154 @@ def check_unet_config(
         raise error(
             f"{where}: sample_size {size} is not divisible by 2**{len(widths) - 1}, as its blocks need"
         )
+
+
+def _per_block(high: int) -> Check:
+    """One positive integer at most ``high``, or one per block (a list); None where unset."""
+
+    def check(value: Any, name: str, error: type[RoseError]) -> Any:
+        if isinstance(value, list | tuple):
+            if not 1 <= len(value) <= MAX_BLOCKS:
+                raise error(f"{name} must be one number or 1 to {MAX_BLOCKS} of them, got {shown(value)}")
+            return [check_int(v, f"{name}[{i}]", high=high, error=error) for i, v in enumerate(value)]
+        return None if value is None else check_int(value, name, high=high, error=error)
+
+    return check
+
+
+# A text-conditioned UNet (Stable Diffusion 1.x/2.x): UNet2DModel's numbers, cross-attention to one text
+# embedding, and none of the further conditionings of other pipelines (each refused by what it is)
+CONDITION_UNET_FIELDS: dict[str, Check] = {
+    k: v
+    for k, v in UNET_FIELDS.items()
+    if k not in ("num_class_embeds", "add_attention", "attention_head_dim")
+} | {
+    "cross_attention_dim": _int(1, MAX_CHANNELS),
+    "attention_head_dim": _per_block(MAX_CHANNELS),
+    "num_attention_heads": _per_block(1024),
+    "transformer_layers_per_block": _per_block(MAX_LAYERS),
+    "conv_in_kernel": _choice(1, 3, 5, 7),
+    "conv_out_kernel": _choice(1, 3, 5, 7),
+    "mid_block_type": _choice("UNetMidBlock2DCrossAttn", None),
+    "time_embedding_type": _choice("positional", "fourier"),
+    "attention_type": _choice("default"),
+    "dual_cross_attention": _choice(False),
+    "use_linear_projection": FLAG,
+    "upcast_attention": FLAG,
+    "only_cross_attention": FLAG,
+    "class_embeddings_concat": _choice(False),
+}
+CONDITION_UNET_REFUSED = {
+    "class_embed_type": "a class or timestep embedding",
+    "num_class_embeds": "class labels",
+    "addition_embed_type": "added text or image embeddings (SDXL's text_time, Kandinsky's)",
+    "encoder_hid_dim": "a projection of the text embedding",
+    "encoder_hid_dim_type": "a projection of the text or image embedding",
+    "time_cond_proj_dim": "a guidance-scale embedding",
+    "projection_class_embeddings_input_dim": "an added class embedding",
+    "addition_time_embed_dim": "SDXL's size and crop embedding",
+    "reverse_transformer_layers_per_block": "per-block transformer depths of the up path",
+}
+
+
+def check_condition_unet_config(
+    config: Any, where: str = "unet config", error: type[RoseError] = RoseError
+) -> dict[str, Any]:
+    """A ``UNet2DConditionModel`` config (Stable Diffusion 1.x/2.x): every number in a sane range, block
+    lists of one length, groups dividing the channels, an image size the blocks can halve, cross-attention
+    to one text embedding and no other conditioning (SDXL's added embeddings and the like are refused)."""
+    cfg = _fields(config, CONDITION_UNET_FIELDS, where, error)
+    for key, what in CONDITION_UNET_REFUSED.items():
+        if cfg.get(key) is not None:
+            raise error(f"{where}: {key} ({what}) is not modelled; roseood reads a UNet conditioned on text")
+    widths = _check_blocks(cfg, where, error, (320, 640, 1280, 1280))
+    for key in ("attention_head_dim", "num_attention_heads", "transformer_layers_per_block"):
+        if isinstance(cfg.get(key), list) and len(cfg[key]) != len(widths):
+            raise error(f"{where}: {key} names {len(cfg[key])} blocks, block_out_channels {len(widths)}")
+    _check_size(cfg, widths, where, error)
     return cfg
+
+
+TEXT_ENCODER_FIELDS: dict[str, Check] = {
+    "vocab_size": _int(2, 1 << 20),
+    "hidden_size": _int(1, MAX_CHANNELS),
+    "intermediate_size": _int(1, 8 * MAX_CHANNELS),
+    "projection_dim": _int(1, MAX_CHANNELS),
+    "num_hidden_layers": _int(1, MAX_LAYERS),
+    "num_attention_heads": _int(1, 1024),
+    "max_position_embeddings": _int(1, 4096),
+    "hidden_act": _choice("quick_gelu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
+    "layer_norm_eps": _float(0.0, 1.0, low_open=True),
+    "attention_dropout": _float(0.0, 1.0, high_open=True),
+    "dropout": _float(0.0, 1.0, high_open=True),
+}
+
+
+def check_text_encoder_config(
+    config: Any, where: str = "text encoder config", error: type[RoseError] = RoseError
+) -> dict[str, Any]:
+    """A ``CLIPTextModel`` config (Stable Diffusion's text encoder): every number in a sane range and heads
+    that divide the width."""
+    cfg = _fields(config, TEXT_ENCODER_FIELDS, where, error)
+    kinds = cfg.get("architectures") or ["CLIPTextModel"]
+    if kinds != ["CLIPTextModel"] or cfg.get("model_type", "clip_text_model") != "clip_text_model":
+        raise error(f"{where} holds a {shown(kinds[0])}; roseood reads a CLIPTextModel text encoder")
+    if cfg.get("hidden_size", 512) % cfg.get("num_attention_heads", 8):
+        raise error(f"{where}: num_attention_heads does not divide hidden_size")
+    return cfg
+
+
+def _pattern(check: Check) -> Check:
+    """A mapping of layer names to numbers each ``check`` accepts (None: empty), as peft's patterns are."""
+
+    def inner(value: Any, name: str, error: type[RoseError]) -> dict[str, Any]:
+        value = {} if value is None else value
+        if not isinstance(value, dict) or len(value) > 100_000 or not all(isinstance(k, str) for k in value):
+            raise error(f"{name} must map layer names to numbers, got {shown(value)}")
+        return {k: check(v, f"{name}[{shown(k)}]", error) for k, v in value.items()}
+
+    return inner
+
+
+# A LoRA adapter's settings (peft's LoraConfig, as adapter_config.json or diffusers' metadata hold them):
+# those read, those refused where set (other parameters than low-rank updates of existing layers), and any
+# other setting of peft's refused where it is not its default (null, false, empty)
+LORA_FIELDS: dict[str, Check] = {
+    "r": _int(1, 4096),
+    "lora_alpha": _float(0.0, 1e6, low_open=True),
+    "lora_dropout": _float(0.0, 1.0, high_open=True),
+    "use_rslora": FLAG,
+    "bias": _choice("none"),
+    "peft_type": _choice("LORA"),
+    "fan_in_fan_out": _choice(False),
+    "use_dora": _choice(False),
+    "rank_pattern": _pattern(_int(1, 4096)),
+    "alpha_pattern": _pattern(_float(0.0, 1e6, low_open=True)),
+}
+LORA_KEPT = (
+    "r", "lora_alpha", "lora_dropout", "use_rslora", "target_modules", "rank_pattern", "alpha_pattern"
+)  # fmt: skip
+LORA_IGNORED = (  # bookkeeping: where it came from, how it was initialised and run
+    "base_model_name_or_path", "revision", "task_type", "inference_mode", "init_lora_weights",
+    "peft_version", "auto_mapping", "runtime_config", "megatron_core", "qalora_group_size", "use_qalora",
+    "exclude_modules", "bias", "peft_type", "fan_in_fan_out", "use_dora",
+)  # fmt: skip
+
+
+def check_lora_config(config: Any, where: str, error: type[RoseError] = CheckpointError) -> dict[str, Any]:
+    """A LoRA adapter's settings as peft's ``LoraConfig`` keyword arguments: rank and scale in sane ranges,
+    the target layers as a list of names (peft reads a string as a regular expression: refused), and no
+    setting that adds other parameters (DoRA, biases, whole modules saved, tokens) or changes the layers."""
+    cfg = _fields(config, LORA_FIELDS, where, error)
+    for key in sorted(set(cfg) - set(LORA_KEPT) - set(LORA_IGNORED)):
+        if cfg[key] not in (None, False, [], {}, ""):
+            raise error(f"{where}: {key} = {shown(cfg[key])} is not modelled; roseood reads low-rank updates")
+    targets = cfg.get("target_modules")
+    if not isinstance(targets, list | tuple) or not targets or len(targets) > 100_000:
+        raise error(f"{where}: target_modules must be a list of layer names, got {shown(targets)}")
+    if not all(isinstance(t, str) and 0 < len(t) <= 1000 for t in targets):
+        raise error(f"{where}: target_modules must be a list of layer names, got {shown(targets)}")
+    return {k: cfg[k] for k in LORA_KEPT if k in cfg} | {"target_modules": list(targets)}
 
 
 DIT_FIELDS: dict[str, Check] = {

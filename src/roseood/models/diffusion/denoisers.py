@@ -1,6 +1,7 @@
-"""The denoisers a diffusion model can have, one entry each in ``DENOISERS``: diffusers' ``UNet2DModel`` and
+"""The denoisers a diffusion model can have, one entry each in ``DENOISERS``: diffusers' ``UNet2DModel``,
 ``DiTTransformer2DModel`` (patch embedding, adaLN-zero, attention and feed-forward blocks, class labels with
-a null class, an optional learned variance). Each says how its config is checked, what it is conditioned on,
+a null class, an optional learned variance) and ``UNet2DConditionModel`` (Stable Diffusion's: cross-attention
+to a text embedding). Each says how its config is checked, what it is conditioned on,
 how wide its activations are (for the memory plan); all are built first on torch's meta device (no memory)
 and called the same way."""
 
@@ -17,6 +18,7 @@ from roseood.errors import RoseError, shown
 from roseood.memory import check_memory, module_bytes
 from roseood.models.diffusion.config import (
     MAX_CHANNELS,
+    check_condition_unet_config,
     check_dit_config,
     check_unet_config,
     dit_config,
@@ -32,13 +34,15 @@ from roseood.validation import check_int
 @dataclass(frozen=True)
 class DenoiserKind:
     """A diffusers denoiser class roseood reads: ``check`` its config, its ``classes`` (class labels and
-    the null label of condition dropout, None where it has none), and ``width`` (the elements per row of
-    its largest early activation)."""
+    the null label of condition dropout, None where it has none), ``width`` (the elements per row of its
+    largest early activation) and ``example``, the condition of one row it is run with on the meta device
+    (a class label, a text embedding, or None)."""
 
     name: str
     check: Callable[[Any, str, type[RoseError]], dict[str, Any]]
     classes: Callable[[dict[str, Any]], tuple[int | None, int | None]]
     width: Callable[[dict[str, Any]], int]
+    example: Callable[[dict[str, Any]], Tensor | None]
 
 
 def _unet_width(c: dict[str, Any]) -> int:
@@ -50,9 +54,15 @@ def _dit_width(c: dict[str, Any]) -> int:
     return 4 * int(c.get("num_attention_heads", 16)) * int(c.get("attention_head_dim", 72)) * tokens
 
 
+def _label(c: dict[str, Any]) -> Tensor | None:
+    """One class label where the denoiser takes them (a UNet2DModel's num_class_embeds, a DiT's)."""
+    labelled = c.get("num_class_embeds") or c.get("num_embeds_ada_norm")
+    return torch.zeros(1, dtype=torch.long) if labelled else None
+
+
 DENOISERS = {
     "UNet2DModel": DenoiserKind(
-        "UNet2DModel", check_unet_config, lambda c: (c.get("num_class_embeds"), None), _unet_width
+        "UNet2DModel", check_unet_config, lambda c: (c.get("num_class_embeds"), None), _unet_width, _label
     ),
     # diffusers' DiT embeds num_embeds_ada_norm labels plus one for condition dropout: the null label
     "DiTTransformer2DModel": DenoiserKind(
@@ -60,6 +70,15 @@ DENOISERS = {
         check_dit_config,
         lambda c: (c["num_embeds_ada_norm"], c["num_embeds_ada_norm"]),
         _dit_width,
+        _label,
+    ),
+    # conditioned on a text embedding (``...diffusion.text``), not on class labels: one token suffices here
+    "UNet2DConditionModel": DenoiserKind(
+        "UNet2DConditionModel",
+        check_condition_unet_config,
+        lambda c: (None, None),
+        lambda c: _unet_width({"block_out_channels": (320,)} | c),
+        lambda c: torch.zeros(1, 1, c.get("cross_attention_dim", 1280)),
     ),
 }
 
@@ -92,8 +111,8 @@ def meta_denoiser(config: dict[str, Any]) -> Any:
     try:
         with quiet_diffusers(), torch.device("meta"), torch.no_grad():
             net = getattr(diffusers_module(), kind.name).from_config(plain)
-            one = torch.zeros(1, dtype=torch.long)  # a timestep, and a class label where it takes one
-            predict(net, torch.zeros(1, channels, size, size), one, one if kind.classes(plain)[0] else None)
+            one = torch.zeros(1, dtype=torch.long)  # a timestep
+            predict(net, torch.zeros(1, channels, size, size), one, kind.example(plain))
     except (
         TypeError,
         ValueError,
@@ -125,9 +144,15 @@ def build_denoiser(config: dict[str, Any], k: int) -> Any:
 
 
 def predict(net: Any, xt: Tensor, t: Tensor, labels: Tensor | None) -> Tensor:
-    """The denoiser's prediction at (x_t, t) and class ``labels`` (None: unconditional); a learned variance
-    (twice the channels out, as DiT's) is dropped: the loss and the samplers read the mean's half."""
-    out = net(xt, timestep=t, class_labels=labels).sample if labels is not None else net(xt, t).sample
+    """The denoiser's prediction at (x_t, t) and each row's condition ``labels``: class labels, a text
+    embedding (floats: what a ``UNet2DConditionModel`` attends to) or None (unconditional); a learned
+    variance (twice the channels out, as DiT's) is dropped: the loss and the samplers read the mean's half."""
+    if labels is None:
+        out = net(xt, t).sample
+    elif labels.is_floating_point():
+        out = net(xt, t, encoder_hidden_states=labels).sample
+    else:
+        out = net(xt, timestep=t, class_labels=labels).sample
     return out[:, : xt.shape[1]] if out.shape[1] == 2 * xt.shape[1] else out
 
 
@@ -148,9 +173,10 @@ def inert_layers(net: torch.nn.Module, prefix: str = "") -> dict[str, str]:
 
 
 def layer_sets(net: torch.nn.Module, prefix: str = "") -> dict[str, list[str]]:
-    """The denoiser's layer sets for ROSE, named as ``prefix`` + the module's name: ``all`` (every module
-    with trainable parameters of its own), ``weights`` (convolutions and linear maps), ``down``/``mid``/
-    ``up`` (a UNet's parts; a DiT has none); the ``inert_layers`` left out of each."""
+    """The denoiser's layer sets for ROSE, named as ``prefix`` + the module's name: ``adapter`` (a LoRA
+    adapter's layers, first: the default, where there is one; the base is then frozen), ``all`` (every
+    module with trainable parameters of its own), ``weights`` (convolutions and linear maps), ``down``/
+    ``mid``/``up`` (a UNet's parts; a DiT has none); the ``inert_layers`` left out of each."""
     inert = inert_layers(net, prefix)
     modules = {f"{prefix}{n}": m for n, m in net.named_modules() if n}
     names = [
@@ -159,7 +185,8 @@ def layer_sets(net: torch.nn.Module, prefix: str = "") -> dict[str, list[str]]:
         if any(p.requires_grad for p in m.parameters(recurse=False)) and n not in inert
     ]
     weights = [n for n in names if isinstance(modules[n], torch.nn.Conv2d | torch.nn.Linear)]
-    sets = {"all": names, "weights": weights}
+    adapter = [n for n in names if ".lora_A." in n or ".lora_B." in n]  # peft's low-rank factors
+    sets = ({"adapter": adapter} if adapter else {}) | {"all": names, "weights": weights}
     for part in ("down", "mid", "up"):
         if layers := [n for n in names if n.startswith(f"{prefix}{part}_block")]:
             sets[part] = layers

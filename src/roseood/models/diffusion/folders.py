@@ -1,6 +1,7 @@
-"""Diffusers folders in and out: a ``DDPMPipeline`` folder (or a ``UNet2DModel``'s own) read by roseood
-itself and checked before anything is built, and a model written as one with ``roseood.json`` (its loss
-pairs' settings) beside it."""
+"""Diffusers folders in and out: a ``DDPMPipeline`` folder (or a ``UNet2DModel``'s own, an LDM's, a DiT's,
+a Stable Diffusion pipeline's with its text encoder and a LoRA adapter) read by roseood itself and checked
+before anything is built, and a model written as one with ``roseood.json`` (its loss pairs' settings)
+beside it."""
 
 from __future__ import annotations
 
@@ -11,16 +12,20 @@ from typing import Any
 from torch import Tensor
 
 from roseood.errors import CheckpointError, RoseError, shown
+from roseood.models.diffusion.adapter import attach_adapter, has_adapter
 from roseood.models.diffusion.config import (
     check_denoising,
     check_ema_decay,
     check_scheduler_config,
+    check_text_encoder_config,
 )
 from roseood.models.diffusion.denoisers import check_denoiser_config, meta_denoiser
+from roseood.models.diffusion.files import read_json, weight_file
 from roseood.models.diffusion.latent import check_autoencoder_config
 from roseood.models.diffusion.library import diffusers_module
 from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model
-from roseood.models.state import check_state, first_line, load_state
+from roseood.models.diffusion.text import TextCondition, read_tokenizer
+from roseood.models.state import check_state, load_state
 from roseood.progress import state
 
 ROSEOOD_JSON = "roseood.json"  # our loss settings beside an exported diffusers pipeline
@@ -34,6 +39,8 @@ def export_diffusers(model: DiffusionModel, folder: str | Path) -> Path:
     ``vqvae/``; a DiT as a ``DiTPipeline``) plus ``roseood.json`` with its denoising-loss pairs' settings
     and, for a class-conditional model, its condition."""
     model = as_diffusion_model(model, "export to diffusers")
+    if isinstance(model.condition, TextCondition) or model.adapter is not None:
+        raise RoseError("a text-conditioned model or an adapter is its own diffusers folder already: use it")
     d = diffusers_module()
     folder = Path(folder)
     if model.autoencoder is None:
@@ -53,68 +60,35 @@ def export_diffusers(model: DiffusionModel, folder: str | Path) -> Path:
 
 
 def is_diffusers_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a folder saved by diffusers (a pipeline, or a UNet's own folder)."""
+    """Whether ``path`` is a folder saved by diffusers (a pipeline, or a UNet's own folder), or an adapter's
+    folder inside a pipeline's."""
     p = Path(path)
-    return p.is_dir() and any(
-        (p / f).is_file()
-        for f in ("model_index.json", "unet/config.json", "transformer/config.json", "config.json")
-    )
+    files = ("model_index.json", "unet/config.json", "transformer/config.json", "config.json")
+    inside = has_adapter(p) and (p.parent / "model_index.json").is_file()
+    return p.is_dir() and (inside or any((p / f).is_file() for f in files))
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object read from ``path``; unreadable, invalid JSON or another JSON value is a one-line
-    ``CheckpointError`` naming the file."""
-    try:
-        obj = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except (ValueError, RecursionError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({first_line(exc)})") from None
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path}: must hold a JSON object, found a JSON {type(obj).__name__}")
-    return obj
-
-
-def _weight_file(path: Path) -> dict[str, Tensor]:
-    """One weight file of a diffusers folder: safetensors, or a torch ``.bin`` (weights only: no code)."""
-    from roseood.serialization import read_torch_file
-
-    if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            state: Any = load_file(path)
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
-    else:
-        state = read_torch_file(path)
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()
-    ):
-        raise CheckpointError(f"{path}: does not hold a mapping of tensor names to tensors")
-    return state
-
-
-def read_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
+def read_weights(
+    folder: Path, name: str = WEIGHTS, kinds: tuple[str, ...] = (".safetensors", ".bin")
+) -> tuple[dict[str, Tensor], Path]:
     """A diffusers component's state dict (the denoiser's, an autoencoder's) from its folder
-    (``diffusion_pytorch_model.safetensors``, ``.bin``, or their sharded ``.index.json``), read without
-    running code; also the file it came from."""
-    for ext in (".safetensors", ".bin"):
-        single, index = folder / f"{WEIGHTS}{ext}", folder / f"{WEIGHTS}{ext}.index.json"
+    (``diffusion_pytorch_model.safetensors``, ``.bin``, or their sharded ``.index.json``; a text encoder's
+    ``model.safetensors``), read without running code; also the file it came from."""
+    for ext in kinds:
+        single, index = folder / f"{name}{ext}", folder / f"{name}{ext}.index.json"
         if single.is_file():
-            return _weight_file(single), single
+            return weight_file(single), single
         if index.is_file():
             weight_map = read_json(index).get("weight_map")
             if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
                 raise CheckpointError(f"{index}: field 'weight_map' must map tensor names to shard files")
             state: dict[str, Tensor] = {}
             for shard in sorted(set(weight_map.values())):
-                if Path(shard).name != shard or not shard.startswith(WEIGHTS):
+                if Path(shard).name != shard or not shard.startswith(name):
                     raise CheckpointError(f"{index}: {shown(shard)} is not a shard file of this folder")
-                state |= _weight_file(folder / shard)
+                state |= weight_file(folder / shard)
             return state, index
-    raise CheckpointError(f"{folder}: no {WEIGHTS}.safetensors or {WEIGHTS}.bin (the component's weights)")
+    raise CheckpointError(f"{folder}: no {' or '.join(name + k for k in kinds)} (the component's weights)")
 
 
 def read_roseood_json(path: Path) -> dict[str, Any]:
@@ -145,7 +119,12 @@ PIPELINES = {
     "DDIMPipeline": ("unet", None),
     "LDMPipeline": ("unet", "vqvae"),  # a VQ-VAE or KL autoencoder: a latent model of pixel images
     "DiTPipeline": ("transformer", "vae"),  # a class-conditional latent transformer
+    "StableDiffusionPipeline": ("unet", "vae"),  # a latent UNet conditioned on text (TEXT's components)
 }
+TEXT = ("text_encoder", "tokenizer")  # a text-conditioned pipeline's further components
+TEXT_PIPELINES = ("StableDiffusionPipeline",)
+# components of a Stable Diffusion folder that act on generated images, not on the loss: not read, said so
+UNREAD = ("safety_checker", "feature_extractor")
 DENOISER_FOLDERS = ("unet", "transformer")
 # components of the pipelines roseood does not model, each with what it means for p(x)
 OTHERS = {
@@ -157,21 +136,23 @@ OTHERS = {
 }
 
 
-def check_pipeline(folder: Path) -> tuple[str, str | None]:
+def check_pipeline(folder: Path) -> tuple[str, str, str | None]:
     """Refuse, in one line naming it, any pipeline class or component of ``folder`` that roseood does not
-    model (a text encoder, an autoencoder the pipeline does not decode with), so that none is ignored in
-    silence; read from ``model_index.json`` (as JSON; nothing is imported) and the folder's own
-    subfolders. Returns the denoiser's and the autoencoder's component names (None: pixel space)."""
+    model (a text encoder beside an unconditional UNet, an autoencoder the pipeline does not decode with),
+    so that none is ignored in silence; read from ``model_index.json`` (as JSON; nothing is imported) and
+    the folder's own subfolders. Returns the pipeline's class and its denoiser's and autoencoder's
+    component names (None: pixel space)."""
     index = folder / "model_index.json"
     kind = "DDPMPipeline"
     if index.is_file():
         spec = read_json(index)  # a JSON object, or a one-line CheckpointError
         kind = spec.get("_class_name", kind)
-        if kind not in PIPELINES:
-            raise CheckpointError(f"{index}: a {shown(kind)}; roseood reads {', '.join(PIPELINES)} folders")
         # components are [library, class] pairs ([null, null]: left out); other keys (DiT's id2label) are data
         named = sorted(k for k, v in spec.items() if isinstance(v, list) and v != [None, None])
-        extra = [k for k in named if k not in ("scheduler", *PIPELINES[kind])]
+        if kind not in PIPELINES:
+            raise CheckpointError(f"{index}: a {shown(kind)}{_unread(spec, named)}")
+        read = ("scheduler", *PIPELINES[kind], *(TEXT + UNREAD if kind in TEXT_PIPELINES else ()))
+        extra = [k for k in named if k not in read]
         if extra:
             what = OTHERS.get(extra[0], "a component roseood does not model")
             raise CheckpointError(
@@ -179,9 +160,26 @@ def check_pipeline(folder: Path) -> tuple[str, str | None]:
                 f"{' and '.join(c for c in PIPELINES[kind] if c)} and scheduler only"
             )
     for name, what in OTHERS.items():
-        if (folder / name).is_dir() and name not in PIPELINES[kind]:
+        components = PIPELINES[kind] + (TEXT if kind in TEXT_PIPELINES else ())
+        if (folder / name).is_dir() and name not in components:
             raise CheckpointError(f"{folder}: {name}/ is {what} ({kind})")
-    return PIPELINES[kind][0], PIPELINES[kind][1]
+    if kind in TEXT_PIPELINES and (unread := [c for c in UNREAD if (folder / c).is_dir()]):
+        state(f"{folder}: {' and '.join(unread)} act on generated images, not on the loss: not read")
+    return kind, PIPELINES[kind][0], PIPELINES[kind][1]
+
+
+def _unread(spec: dict[str, Any], named: list[str]) -> str:
+    """What a pipeline roseood does not read holds that it lacks: its denoiser's class and its text
+    encoders where it has several (SD3's, FLUX's), for the one-line refusal."""
+    texts = [k for k in named if k.startswith("text_encoder")]
+    classes = [spec[k][-1] for k in DENOISER_FOLDERS if k in named]  # [library, class]
+    parts = [f"a {shown(c)} denoiser" for c in classes[:1]]
+    parts += [f"{len(texts)} text encoders ({', '.join(texts)})"] if len(texts) > 1 else []
+    held = f" with {' and '.join(parts)}" if parts else ""
+    return (
+        f"{held}; roseood reads {', '.join(PIPELINES)} folders (one CLIP text encoder and a "
+        "UNet2DConditionModel for text)"
+    )
 
 
 def read_autoencoder(folder: Path) -> tuple[dict[str, Any], dict[str, Tensor], Path]:
@@ -201,13 +199,24 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     loaded strictly); nothing is fetched from the network and no code in the folder is run."""
     diffusers_module()  # says which extra to install before any file is read
     folder = Path(folder)
+    # an adapter's folder inside a pipeline's: the pipeline is its base
+    adapter = folder if has_adapter(folder) else None
+    if adapter is not None and not (folder / "model_index.json").is_file():
+        folder = folder.parent
     # a pipeline's own unet/ (transformer/) folder: the pipeline beside it says what else the model has
     inside = folder.name in DENOISER_FOLDERS and (folder.parent / "model_index.json").is_file()
     root = folder.parent if inside else folder
-    denoiser, latent = check_pipeline(root)
+    kind, denoiser, latent = check_pipeline(root)
+    text = read_text_condition(root) if kind in TEXT_PIPELINES else None
     unet_dir = folder / denoiser if (folder / denoiser / "config.json").is_file() else folder
     config_file = unet_dir / "config.json"
-    unet = check_denoiser_config(read_json(config_file), str(config_file), CheckpointError)
+    raw = read_json(config_file)
+    if raw.get("_class_name") == "UNet2DConditionModel" and text is None:
+        raise CheckpointError(
+            f"{config_file}: a UNet2DConditionModel is conditioned on text; roseood reads it in a "
+            "StableDiffusionPipeline folder (text_encoder/ and tokenizer/ beside unet/)"
+        )
+    unet = check_denoiser_config(raw, str(config_file), CheckpointError)
     sched_dir = next(
         (
             s
@@ -236,6 +245,8 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     codec = None if latent is None else read_autoencoder(root / latent)
     if codec is not None:
         extra["autoencoder"] = codec[0]
+    if text is not None:
+        extra["text"] = text
     try:
         check_state(meta_denoiser(plain), weights, weights_file, what)  # before any allocation
         model = DiffusionModel(unet=plain, scheduler=sched, **extra)
@@ -247,4 +258,27 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
     if codec is not None and model.autoencoder is not None:
         load_state(model.autoencoder.net, codec[1], codec[2], f"the {model.autoencoder.kind} of {latent}/")
     model.online.load_state_dict(model.unet.state_dict())
+    if adapter is not None:
+        model.adapter = attach_adapter([model.unet, model.online], adapter)
     return model.eval()
+
+
+def read_text_condition(folder: Path) -> TextCondition:
+    """A Stable Diffusion pipeline's text encoder (``text_encoder/``: a checked CLIPTextModel config and
+    safetensors weights, loaded strictly) and tokenizer (``tokenizer/``), read without running code."""
+    for name in TEXT:
+        if not (folder / name).is_dir():
+            raise CheckpointError(f"{folder}: no {name}/, which a text-conditioned pipeline needs")
+    config_file = folder / "text_encoder" / "config.json"
+    config = check_text_encoder_config(read_json(config_file), str(config_file), CheckpointError)
+    weights, weights_file = read_weights(folder / "text_encoder", "model", (".safetensors",))
+    try:
+        text = TextCondition(config, read_tokenizer(folder / "tokenizer"))
+    except CheckpointError:
+        raise
+    except RoseError as exc:
+        raise CheckpointError(f"{folder}: {exc}") from None
+    kept = text.encoder.state_dict()  # older files keep the position ids, a fixed range, as a tensor
+    weights = {k: v for k, v in weights.items() if k in kept or not k.endswith("position_ids")}
+    load_state(text.encoder, weights, weights_file, f"the CLIPTextModel of {config_file}")
+    return text

@@ -13,6 +13,7 @@ from torch import Tensor
 from roseood.errors import RoseError
 from roseood.memory import check_memory
 from roseood.models.base import GenerativeModel
+from roseood.models.diffusion.adapter import Adapter, check_same_adapter
 from roseood.models.diffusion.conditioning import Condition
 from roseood.models.diffusion.config import (
     LOSS_DEFAULTS,
@@ -32,6 +33,7 @@ from roseood.models.diffusion.denoisers import (
 )
 from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes
 from roseood.models.diffusion.library import build_schedule, diffusers_module, plain_config
+from roseood.models.diffusion.text import TextCondition, text_condition
 
 ROWS_PER_CALL = 512  # denoiser rows per call when no gradient is taken (a batch of 64 images at K = 8)
 
@@ -43,7 +45,8 @@ class DiffusionModel(GenerativeModel):
     self-attention), ``image_size``, ``in_channels``, ``train_timesteps``, ``classes`` (a
     class-conditional UNet); or ``dit`` (``layers``, ``heads``, ``head_dim``, ``patch``: a DiT of
     ``classes`` labels, one where unset); or a full diffusers ``unet`` config (a UNet's or a DiT's) and
-    ``scheduler`` config for a model brought from a diffusers folder.
+    ``scheduler`` config for a model brought from a diffusers folder (a ``UNet2DConditionModel``'s with
+    its ``text`` encoder, ``...diffusion.text``; a LoRA ``adapter`` put in by ``...diffusion.adapter``).
     ``denoising``: the K (timestep, noise) pairs of the per-image loss — ``k``, the timestep range
     ``t_min``..``t_max`` (fractions of the train timesteps; the K timesteps are the midpoints of K
     equal strata of it), ``weighting`` ("simple": ε-MSE; "elbo": each term weighted as in the DDPM
@@ -80,6 +83,7 @@ class DiffusionModel(GenerativeModel):
         condition: str | None = None,
         classes: int | None = None,
         dit: dict[str, int] | None = None,
+        text: TextCondition | None = None,
     ) -> None:
         d = diffusers_module()
         codec = None if autoencoder is None else Autoencoder(autoencoder)
@@ -114,7 +118,10 @@ class DiffusionModel(GenerativeModel):
         self.register_buffer("ema_steps", torch.zeros((), dtype=torch.long))
         self.register_buffer("alphas_cumprod", alphas.clone())
         classes, null = kind.classes(unet)
-        self.condition = Condition(classes, None, null)  # the default; then the one asked for
+        # the default (a text encoder's: the empty prompt); then the one asked for
+        judged = text_condition(text, unet)
+        self.condition: Condition | TextCondition = judged or Condition(classes, None, null)
+        self.adapter: Adapter | None = None
         self.set_condition(condition)
         self.width = kind.width(unet)  # elements per row of the denoiser's largest early activation
         self.set_denoising(**denoising)
@@ -180,18 +187,25 @@ class DiffusionModel(GenerativeModel):
         return (
             f"denoiser: diffusers {type(self.unet).__name__} ({parameters} parameters), {objective}; "
             f"schedule: {schedule}; {space}; {self.condition.describe()}; "
-            f"ROSE's pairs: k = {self.k}, t in [{self.denoising['t_min']:g}, {self.denoising['t_max']:g})"
+            + ("" if self.adapter is None else f"{self.adapter.describe()}; ")
+            + f"ROSE's pairs: k = {self.k}, t in [{self.denoising['t_min']:g}, {self.denoising['t_max']:g})"
         )
 
     def loss_settings(self) -> dict[str, Any]:
         """The per-image loss's pairs (``denoising``: k, t_min, t_max, weighting, seed) and, for a
-        class-conditional model, how p(x) is judged (``condition``)."""
-        judged = {"condition": self.condition.spec} if self.condition.classes is not None else {}
-        return dict(self.denoising) | judged
+        conditional model, how p(x) is judged (``condition``: a label, the marginal or a prompt), with a
+        LoRA adapter's digest (``adapter``)."""
+        judged = {"condition": self.condition.spec} if self.condition.recorded else {}
+        adapted = {} if self.adapter is None else {"adapter": self.adapter.digest}
+        return dict(self.denoising) | judged | adapted
 
-    def set_loss_settings(self, condition: str | None = None, **options: Any) -> None:
+    def set_loss_settings(
+        self, condition: str | None = None, adapter: str | None = None, **options: Any
+    ) -> None:
         """``set_condition`` and ``set_denoising``: what a detector file or ``--condition``, ``--rose-k``
-        and ``--rose-t-range`` set."""
+        and ``--rose-t-range`` set; a detector file's ``adapter`` digest must be the model's."""
+        if adapter is not None:
+            check_same_adapter(self.adapter, adapter)
         if condition is not None:
             self.set_condition(condition)
         if options or condition is None:
@@ -200,7 +214,11 @@ class DiffusionModel(GenerativeModel):
     def set_condition(self, spec: str | None) -> None:
         """Judge a class-conditional model by ``spec``: "marginal", "null" or "label:N" (None: the
         default, see ``Condition``); refused in one line for an unconditional one. Changes the model's
-        fingerprint: the judged label (−1: the marginal) is a buffer."""
+        fingerprint: the judged label (−1: the marginal) is a buffer; a text-conditioned model judges the
+        prompt of ``spec`` (see ``TextCondition``), its embedding a buffer."""
+        if isinstance(self.condition, TextCondition):
+            self.condition.judge(spec)
+            return
         self.condition = Condition(self.condition.classes, spec, self.condition.null)
         if self.condition.classes is not None:
             label = -1 if self.condition.label is None else self.condition.label
@@ -241,7 +259,7 @@ class DiffusionModel(GenerativeModel):
         }
         if self.autoencoder is not None:
             config["autoencoder"] = self.autoencoder.config()
-        if self.condition.classes is not None:
+        if self.condition.recorded:
             config["condition"] = self.condition.spec
         return config
 
@@ -281,7 +299,7 @@ class DiffusionModel(GenerativeModel):
         where it is class-conditional (default: the judged label; the marginal has none, a one-line
         error: DiffPath, MSMA, DDPM-OOD, sampling and training follow one path per image)."""
         net = net if net is not None else self.net()
-        if self.condition.classes is not None and labels is None:
+        if labels is None:  # None for an unconditional denoiser
             labels = self.condition.fixed(xt.shape[0], xt.device, "one denoising path per image")
         return predict(net, xt, t, labels)
 
