@@ -278,9 +278,10 @@ def check_output(
 
     ``folder=True`` means ``path`` is a folder the output goes into; ``markers`` then name the files and
     folders in it whose presence means an earlier output would be replaced (e.g. ``report.md``,
-    ``index.html``, ``thumbs``); ``hint``: the advice in the message about an existing output. ``stdout``: ``-`` means standard output. An existing path that is
-    not a regular file (a FIFO, a device, a socket) is refused: a FIFO with no reader blocks its writer
-    forever, and ``-`` streams the output where one is wanted.
+    ``index.html``, ``thumbs``); ``hint``: the advice in the message about an existing output.
+    ``stdout``: ``-`` means standard output. An existing path that is not a regular file (a FIFO, a
+    device, a socket) is refused: a FIFO with no reader blocks its writer forever, and ``-`` streams the
+    output where one is wanted.
     """
     if str(path) == STDOUT:
         if not stdout or folder:

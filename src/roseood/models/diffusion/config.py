@@ -1,28 +1,34 @@
 """The settings of a diffusion model, checked before anything is built: a ``UNet2DModel`` config (every
-number of a diffusers config in a sane range), a ``DDPMScheduler`` config, the per-image loss's K
+number of a diffusers config in a sane range, ``bounds``), a ``DDPMScheduler`` config, the per-image loss's K
 (timestep, noise) pairs (``denoising``) and the EMA decay. A checked config keeps the checked values (an
 image size given as ``[S, S]`` is ``S`` from then on)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from roseood.catalogue import DIFFUSION_LOSS_DEFAULTS as LOSS_DEFAULTS
 from roseood.catalogue import DIFFUSION_WEIGHTINGS as WEIGHTINGS
-from roseood.errors import CheckpointError, RoseError, shown
+from roseood.errors import RoseError, shown
+from roseood.models.diffusion.bounds import (
+    FLAG,
+    MAX_CHANNELS,
+    MAX_CLASSES,
+    MAX_LAYERS,
+    MAX_SAMPLE_SIZE,
+    MAX_TIMESTEPS,
+    Check,
+    block_names,
+    check_fields,
+    float_in,
+    int_in,
+    one_of,
+    sample_size,
+    width_list,
+)
 from roseood.validation import check_float, check_int, check_seed
-
-# Sane ranges of a UNet2DModel/DDPMScheduler config: published pixel-space UNet2DModels are at most 1024
-# pixels wide (latent ones 128), with a few thousand channels and timesteps; a number outside is a damaged
-# or hostile file, refused before anything is built.
-MAX_SAMPLE_SIZE = 2048
-MAX_CHANNELS = 8192
-MAX_BLOCKS = 12
-MAX_LAYERS = 64
-MAX_TIMESTEPS = 100_000
-MAX_CLASSES = 100_000  # class labels of a class-conditional UNet (ImageNet's 1000, a null class)
 
 
 def unet_config(
@@ -73,106 +79,54 @@ def dit_config(
 
 # -- config checks: every number of a diffusers config in a sane range, before anything is built ----------
 
-Check = Callable[[Any, str, type[RoseError]], Any]
-
-
-def _int(low: int, high: int, optional: bool = False) -> Check:
-    def check(value: Any, name: str, error: type[RoseError]) -> Any:
-        return None if optional and value is None else check_int(value, name, low=low, high=high, error=error)
-
-    return check
-
-
-def _float(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Check:
-    def check(value: Any, name: str, error: type[RoseError]) -> float:
-        x = check_float(value, name, low=low, high=high, low_open=low_open, error=error)
-        if high_open and x == high:
-            raise error(f"{name} must be below {high:g}, got {x:g}")
-        return x
-
-    return check
-
-
-def _choice(*choices: Any) -> Check:
-    def check(value: Any, name: str, error: type[RoseError]) -> Any:
-        if not any(type(value) is type(c) and value == c for c in choices):  # True is no 1, 1.0 no "1"
-            raise error(f"{name} must be one of {', '.join(map(str, choices))}, got {shown(value)}")
-        return value
-
-    return check
-
-
-def _names(value: Any, name: str, error: type[RoseError]) -> list[str]:
-    if not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) for v in value):
-        raise error(f"{name} must be a non-empty list of block names, got {shown(value)}")
-    if len(value) > MAX_BLOCKS:
-        raise error(f"{name} must name at most {MAX_BLOCKS} blocks, got {len(value)}")
-    return list(value)
-
-
-def _widths(value: Any, name: str, error: type[RoseError]) -> list[int]:
-    if not isinstance(value, list | tuple) or not 1 <= len(value) <= MAX_BLOCKS:
-        raise error(f"{name} must be a list of 1 to {MAX_BLOCKS} channel counts, got {shown(value)}")
-    return [check_int(v, f"{name}[{i}]", high=MAX_CHANNELS, error=error) for i, v in enumerate(value)]
-
-
-def _sample_size(value: Any, name: str, error: type[RoseError]) -> int:
-    if isinstance(value, list | tuple):  # (height, width): roseood's models take square images
-        if len(value) != 2 or value[0] != value[1]:
-            raise error(f"{name} must be one size (square images), got {shown(value)}")
-        value = value[0]
-    return check_int(value, name, high=MAX_SAMPLE_SIZE, error=error)
-
-
-FLAG = _choice(True, False)
 UNET_FIELDS: dict[str, Check] = {
-    "sample_size": _sample_size,
-    "in_channels": _int(1, 256),
-    "out_channels": _int(1, 256),
-    "block_out_channels": _widths,
-    "down_block_types": _names,
-    "up_block_types": _names,
-    "layers_per_block": _int(1, MAX_LAYERS),
-    "norm_num_groups": _int(1, MAX_CHANNELS),
-    "attn_norm_num_groups": _int(1, MAX_CHANNELS, optional=True),
-    "attention_head_dim": _int(1, MAX_CHANNELS, optional=True),
-    "time_embedding_dim": _int(1, 8 * MAX_CHANNELS, optional=True),
-    "num_train_timesteps": _int(1, MAX_TIMESTEPS, optional=True),
-    "num_class_embeds": _int(1, MAX_CLASSES, optional=True),
-    "time_embedding_type": _choice("positional", "fourier", "learned"),
-    "freq_shift": _float(0.0, 1.0),
-    "mid_block_scale_factor": _float(1e-3, 1e3),  # divides the mid block: 1e-291 overflowed to NaN
-    "downsample_padding": _int(0, 8),
-    "dropout": _float(0.0, 1.0, high_open=True),
-    "norm_eps": _float(0.0, 1.0, low_open=True),
-    "act_fn": _choice("silu", "swish", "mish", "gelu", "relu"),
-    "resnet_time_scale_shift": _choice("default", "scale_shift"),
-    "downsample_type": _choice("conv", "resnet"),
-    "upsample_type": _choice("conv", "resnet"),
-    "mid_block_type": _choice("UNetMidBlock2D", None),
+    "sample_size": sample_size,
+    "in_channels": int_in(1, 256),
+    "out_channels": int_in(1, 256),
+    "block_out_channels": width_list,
+    "down_block_types": block_names,
+    "up_block_types": block_names,
+    "layers_per_block": int_in(1, MAX_LAYERS),
+    "norm_num_groups": int_in(1, MAX_CHANNELS),
+    "attn_norm_num_groups": int_in(1, MAX_CHANNELS, optional=True),
+    "attention_head_dim": int_in(1, MAX_CHANNELS, optional=True),
+    "time_embedding_dim": int_in(1, 8 * MAX_CHANNELS, optional=True),
+    "num_train_timesteps": int_in(1, MAX_TIMESTEPS, optional=True),
+    "num_class_embeds": int_in(1, MAX_CLASSES, optional=True),
+    "time_embedding_type": one_of("positional", "fourier", "learned"),
+    "freq_shift": float_in(0.0, 1.0),
+    "mid_block_scale_factor": float_in(1e-3, 1e3),  # divides the mid block: 1e-291 overflowed to NaN
+    "downsample_padding": int_in(0, 8),
+    "dropout": float_in(0.0, 1.0, high_open=True),
+    "norm_eps": float_in(0.0, 1.0, low_open=True),
+    "act_fn": one_of("silu", "swish", "mish", "gelu", "relu"),
+    "resnet_time_scale_shift": one_of("default", "scale_shift"),
+    "downsample_type": one_of("conv", "resnet"),
+    "upsample_type": one_of("conv", "resnet"),
+    "mid_block_type": one_of("UNetMidBlock2D", None),
     "center_input_sample": FLAG,
     "flip_sin_to_cos": FLAG,
     "add_attention": FLAG,
 }
 SCHEDULER_FIELDS: dict[str, Check] = {
-    "num_train_timesteps": _int(1, MAX_TIMESTEPS),
-    "beta_start": _float(0.0, 1.0, low_open=True, high_open=True),
-    "beta_end": _float(0.0, 1.0, low_open=True, high_open=True),
-    "beta_schedule": _choice("linear", "scaled_linear", "squaredcos_cap_v2", "sigmoid"),
-    "variance_type": _choice(
+    "num_train_timesteps": int_in(1, MAX_TIMESTEPS),
+    "beta_start": float_in(0.0, 1.0, low_open=True, high_open=True),
+    "beta_end": float_in(0.0, 1.0, low_open=True, high_open=True),
+    "beta_schedule": one_of("linear", "scaled_linear", "squaredcos_cap_v2", "sigmoid"),
+    "variance_type": one_of(
         "fixed_small", "fixed_small_log", "fixed_large", "fixed_large_log", "learned", "learned_range"
     ),
-    "prediction_type": _choice("epsilon", "v_prediction", "sample"),
-    "timestep_spacing": _choice("linspace", "leading", "trailing"),
-    "dynamic_thresholding_ratio": _float(0.0, 1.0, low_open=True),
-    "clip_sample_range": _float(0.0, 1e6, low_open=True),
-    "sample_max_value": _float(0.0, 1e6, low_open=True),
-    "steps_offset": _int(0, MAX_TIMESTEPS),
+    "prediction_type": one_of("epsilon", "v_prediction", "sample"),
+    "timestep_spacing": one_of("linspace", "leading", "trailing"),
+    "dynamic_thresholding_ratio": float_in(0.0, 1.0, low_open=True),
+    "clip_sample_range": float_in(0.0, 1e6, low_open=True),
+    "sample_max_value": float_in(0.0, 1e6, low_open=True),
+    "steps_offset": int_in(0, MAX_TIMESTEPS),
     "clip_sample": FLAG,
     "thresholding": FLAG,
     "rescale_betas_zero_snr": FLAG,
     # FlowMatchEulerDiscreteScheduler's: σ = shift·s / (1 + (shift − 1)·s) of s = t / T
-    "shift": _float(0.0, 1e3, low_open=True),
+    "shift": float_in(0.0, 1e3, low_open=True),
     "use_dynamic_shifting": FLAG,
     "invert_sigmas": FLAG,
     "use_karras_sigmas": FLAG,
@@ -182,24 +136,12 @@ SCHEDULER_FIELDS: dict[str, Check] = {
 }
 
 
-def _fields(config: Any, table: Mapping[str, Check], where: str, error: type[RoseError]) -> dict[str, Any]:
-    """``config`` (a JSON object) with every field of ``table`` it holds replaced by its checked value
-    (``[32, 32]`` → ``32``, ``1`` → ``1.0``); other fields kept."""
-    if not isinstance(config, Mapping) or not all(isinstance(k, str) for k in config):
-        raise error(f"{where} must be a JSON object of named settings, found {type(config).__name__}")
-    out = dict(config)
-    for name, check in table.items():
-        if name in out:
-            out[name] = check(out[name], f"{where}: {name}", error)
-    return out
-
-
 def check_unet_config(
     config: Any, where: str = "unet config", error: type[RoseError] = RoseError
 ) -> dict[str, Any]:
     """A ``UNet2DModel`` config as roseood reads it: every number in a sane range, block lists of one
     length, groups dividing the channels, an image size the blocks can halve, no class conditioning."""
-    cfg = _fields(config, UNET_FIELDS, where, error)
+    cfg = check_fields(config, UNET_FIELDS, where, error)
     if cfg.get("_class_name", "UNet2DModel") != "UNet2DModel":
         raise error(f"{where} holds a {shown(cfg['_class_name'])}; roseood reads UNet2DModel folders")
     if cfg.get("class_embed_type") is not None:
@@ -207,7 +149,7 @@ def check_unet_config(
             f"{where}: class_embed_type {shown(cfg['class_embed_type'])} conditions on a vector; roseood "
             "reads unconditional UNets and UNets of class labels (num_class_embeds)"
         )
-    widths = _check_blocks(cfg, where, error, (224, 448, 672, 896))
+    widths = check_blocks(cfg, where, error, (224, 448, 672, 896))
     head = cfg.get("attention_head_dim", 8)
     down = cfg.get("down_block_types", ("DownBlock2D", *["AttnDownBlock2D"] * 3))
     up = cfg.get("up_block_types", (*["AttnUpBlock2D"] * 3, "UpBlock2D"))
@@ -218,11 +160,11 @@ def check_unet_config(
         raise error(
             f"{where}: attention_head_dim {head} exceeds the {min(attended)} channels it attends over"
         )
-    _check_size(cfg, widths, where, error)
+    check_size(cfg, widths, where, error)
     return cfg
 
 
-def _check_blocks(
+def check_blocks(
     cfg: dict[str, Any], where: str, error: type[RoseError], default: tuple[int, ...]
 ) -> list[int]:
     """A UNet's channel widths (``default`` where unset), once its block lists are known to have one entry
@@ -241,7 +183,7 @@ def _check_blocks(
     return widths
 
 
-def _check_size(cfg: dict[str, Any], widths: list[int], where: str, error: type[RoseError]) -> None:
+def check_size(cfg: dict[str, Any], widths: list[int], where: str, error: type[RoseError]) -> None:
     """A UNet's sample_size is set and its blocks can halve it."""
     if "sample_size" not in cfg:
         raise error(f"{where}: sample_size is missing (the image size the UNet takes)")
@@ -252,168 +194,20 @@ def _check_size(cfg: dict[str, Any], widths: list[int], where: str, error: type[
         )
 
 
-def _per_block(high: int) -> Check:
-    """One positive integer at most ``high``, or one per block (a list); None where unset."""
-
-    def check(value: Any, name: str, error: type[RoseError]) -> Any:
-        if isinstance(value, list | tuple):
-            if not 1 <= len(value) <= MAX_BLOCKS:
-                raise error(f"{name} must be one number or 1 to {MAX_BLOCKS} of them, got {shown(value)}")
-            return [check_int(v, f"{name}[{i}]", high=high, error=error) for i, v in enumerate(value)]
-        return None if value is None else check_int(value, name, high=high, error=error)
-
-    return check
-
-
-# A text-conditioned UNet (Stable Diffusion 1.x/2.x): UNet2DModel's numbers, cross-attention to one text
-# embedding, and none of the further conditionings of other pipelines (each refused by what it is)
-CONDITION_UNET_FIELDS: dict[str, Check] = {
-    k: v
-    for k, v in UNET_FIELDS.items()
-    if k not in ("num_class_embeds", "add_attention", "attention_head_dim")
-} | {
-    "cross_attention_dim": _int(1, MAX_CHANNELS),
-    "attention_head_dim": _per_block(MAX_CHANNELS),
-    "num_attention_heads": _per_block(1024),
-    "transformer_layers_per_block": _per_block(MAX_LAYERS),
-    "conv_in_kernel": _choice(1, 3, 5, 7),
-    "conv_out_kernel": _choice(1, 3, 5, 7),
-    "mid_block_type": _choice("UNetMidBlock2DCrossAttn", None),
-    "time_embedding_type": _choice("positional", "fourier"),
-    "attention_type": _choice("default"),
-    "dual_cross_attention": _choice(False),
-    "use_linear_projection": FLAG,
-    "upcast_attention": FLAG,
-    "only_cross_attention": FLAG,
-    "class_embeddings_concat": _choice(False),
-}
-CONDITION_UNET_REFUSED = {
-    "class_embed_type": "a class or timestep embedding",
-    "num_class_embeds": "class labels",
-    "addition_embed_type": "added text or image embeddings (SDXL's text_time, Kandinsky's)",
-    "encoder_hid_dim": "a projection of the text embedding",
-    "encoder_hid_dim_type": "a projection of the text or image embedding",
-    "time_cond_proj_dim": "a guidance-scale embedding",
-    "projection_class_embeddings_input_dim": "an added class embedding",
-    "addition_time_embed_dim": "SDXL's size and crop embedding",
-    "reverse_transformer_layers_per_block": "per-block transformer depths of the up path",
-}
-
-
-def check_condition_unet_config(
-    config: Any, where: str = "unet config", error: type[RoseError] = RoseError
-) -> dict[str, Any]:
-    """A ``UNet2DConditionModel`` config (Stable Diffusion 1.x/2.x): every number in a sane range, block
-    lists of one length, groups dividing the channels, an image size the blocks can halve, cross-attention
-    to one text embedding and no other conditioning (SDXL's added embeddings and the like are refused)."""
-    cfg = _fields(config, CONDITION_UNET_FIELDS, where, error)
-    for key, what in CONDITION_UNET_REFUSED.items():
-        if cfg.get(key) is not None:
-            raise error(f"{where}: {key} ({what}) is not modelled; roseood reads a UNet conditioned on text")
-    widths = _check_blocks(cfg, where, error, (320, 640, 1280, 1280))
-    for key in ("attention_head_dim", "num_attention_heads", "transformer_layers_per_block"):
-        if isinstance(cfg.get(key), list) and len(cfg[key]) != len(widths):
-            raise error(f"{where}: {key} names {len(cfg[key])} blocks, block_out_channels {len(widths)}")
-    _check_size(cfg, widths, where, error)
-    return cfg
-
-
-TEXT_ENCODER_FIELDS: dict[str, Check] = {
-    "vocab_size": _int(2, 1 << 20),
-    "hidden_size": _int(1, MAX_CHANNELS),
-    "intermediate_size": _int(1, 8 * MAX_CHANNELS),
-    "projection_dim": _int(1, MAX_CHANNELS),
-    "num_hidden_layers": _int(1, MAX_LAYERS),
-    "num_attention_heads": _int(1, 1024),
-    "max_position_embeddings": _int(1, 4096),
-    "hidden_act": _choice("quick_gelu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
-    "layer_norm_eps": _float(0.0, 1.0, low_open=True),
-    "attention_dropout": _float(0.0, 1.0, high_open=True),
-    "dropout": _float(0.0, 1.0, high_open=True),
-}
-
-
-def check_text_encoder_config(
-    config: Any, where: str = "text encoder config", error: type[RoseError] = RoseError
-) -> dict[str, Any]:
-    """A ``CLIPTextModel`` config (Stable Diffusion's text encoder): every number in a sane range and heads
-    that divide the width."""
-    cfg = _fields(config, TEXT_ENCODER_FIELDS, where, error)
-    kinds = cfg.get("architectures") or ["CLIPTextModel"]
-    if kinds != ["CLIPTextModel"] or cfg.get("model_type", "clip_text_model") != "clip_text_model":
-        raise error(f"{where} holds a {shown(kinds[0])}; roseood reads a CLIPTextModel text encoder")
-    if cfg.get("hidden_size", 512) % cfg.get("num_attention_heads", 8):
-        raise error(f"{where}: num_attention_heads does not divide hidden_size")
-    return cfg
-
-
-def _pattern(check: Check) -> Check:
-    """A mapping of layer names to numbers each ``check`` accepts (None: empty), as peft's patterns are."""
-
-    def inner(value: Any, name: str, error: type[RoseError]) -> dict[str, Any]:
-        value = {} if value is None else value
-        if not isinstance(value, dict) or len(value) > 100_000 or not all(isinstance(k, str) for k in value):
-            raise error(f"{name} must map layer names to numbers, got {shown(value)}")
-        return {k: check(v, f"{name}[{shown(k)}]", error) for k, v in value.items()}
-
-    return inner
-
-
-# A LoRA adapter's settings (peft's LoraConfig, as adapter_config.json or diffusers' metadata hold them):
-# those read, those refused where set (other parameters than low-rank updates of existing layers), and any
-# other setting of peft's refused where it is not its default (null, false, empty)
-LORA_FIELDS: dict[str, Check] = {
-    "r": _int(1, 4096),
-    "lora_alpha": _float(0.0, 1e6, low_open=True),
-    "lora_dropout": _float(0.0, 1.0, high_open=True),
-    "use_rslora": FLAG,
-    "bias": _choice("none"),
-    "peft_type": _choice("LORA"),
-    "fan_in_fan_out": _choice(False),
-    "use_dora": _choice(False),
-    "rank_pattern": _pattern(_int(1, 4096)),
-    "alpha_pattern": _pattern(_float(0.0, 1e6, low_open=True)),
-}
-LORA_KEPT = (
-    "r", "lora_alpha", "lora_dropout", "use_rslora", "target_modules", "rank_pattern", "alpha_pattern"
-)  # fmt: skip
-LORA_IGNORED = (  # bookkeeping: where it came from, how it was initialised and run
-    "base_model_name_or_path", "revision", "task_type", "inference_mode", "init_lora_weights",
-    "peft_version", "auto_mapping", "runtime_config", "megatron_core", "qalora_group_size", "use_qalora",
-    "exclude_modules", "bias", "peft_type", "fan_in_fan_out", "use_dora",
-)  # fmt: skip
-
-
-def check_lora_config(config: Any, where: str, error: type[RoseError] = CheckpointError) -> dict[str, Any]:
-    """A LoRA adapter's settings as peft's ``LoraConfig`` keyword arguments: rank and scale in sane ranges,
-    the target layers as a list of names (peft reads a string as a regular expression: refused), and no
-    setting that adds other parameters (DoRA, biases, whole modules saved, tokens) or changes the layers."""
-    cfg = _fields(config, LORA_FIELDS, where, error)
-    for key in sorted(set(cfg) - set(LORA_KEPT) - set(LORA_IGNORED)):
-        if cfg[key] not in (None, False, [], {}, ""):
-            raise error(f"{where}: {key} = {shown(cfg[key])} is not modelled; roseood reads low-rank updates")
-    targets = cfg.get("target_modules")
-    if not isinstance(targets, list | tuple) or not targets or len(targets) > 100_000:
-        raise error(f"{where}: target_modules must be a list of layer names, got {shown(targets)}")
-    if not all(isinstance(t, str) and 0 < len(t) <= 1000 for t in targets):
-        raise error(f"{where}: target_modules must be a list of layer names, got {shown(targets)}")
-    return {k: cfg[k] for k in LORA_KEPT if k in cfg} | {"target_modules": list(targets)}
-
-
 DIT_FIELDS: dict[str, Check] = {
-    "num_attention_heads": _int(1, 1024),
-    "attention_head_dim": _int(1, MAX_CHANNELS),
-    "in_channels": _int(1, 256),
-    "out_channels": _int(1, 512, optional=True),
-    "num_layers": _int(1, MAX_LAYERS * 4),
-    "dropout": _float(0.0, 1.0, high_open=True),
-    "norm_num_groups": _int(1, MAX_CHANNELS),
-    "sample_size": _sample_size,
-    "patch_size": _int(1, 64),
-    "activation_fn": _choice("gelu-approximate", "gelu", "geglu", "geglu-approximate"),
-    "num_embeds_ada_norm": _int(1, MAX_CLASSES),
-    "norm_type": _choice("ada_norm_zero"),
-    "norm_eps": _float(0.0, 1.0, low_open=True),
+    "num_attention_heads": int_in(1, 1024),
+    "attention_head_dim": int_in(1, MAX_CHANNELS),
+    "in_channels": int_in(1, 256),
+    "out_channels": int_in(1, 512, optional=True),
+    "num_layers": int_in(1, MAX_LAYERS * 4),
+    "dropout": float_in(0.0, 1.0, high_open=True),
+    "norm_num_groups": int_in(1, MAX_CHANNELS),
+    "sample_size": sample_size,
+    "patch_size": int_in(1, 64),
+    "activation_fn": one_of("gelu-approximate", "gelu", "geglu", "geglu-approximate"),
+    "num_embeds_ada_norm": int_in(1, MAX_CLASSES),
+    "norm_type": one_of("ada_norm_zero"),
+    "norm_eps": float_in(0.0, 1.0, low_open=True),
     "attention_bias": FLAG,
     "upcast_attention": FLAG,
     "norm_elementwise_affine": FLAG,
@@ -425,7 +219,7 @@ def check_dit_config(
 ) -> dict[str, Any]:
     """A ``DiTTransformer2DModel`` config: every number in a sane range, patches that tile the latent, as
     many channels out as in (or twice: a learned variance), class labels (its adaLN-zero embeds them)."""
-    cfg = _fields(config, DIT_FIELDS, where, error)
+    cfg = check_fields(config, DIT_FIELDS, where, error)
     for key in ("sample_size", "num_embeds_ada_norm"):
         if cfg.get(key) is None:
             raise error(f"{where}: {key} is missing")
@@ -464,7 +258,7 @@ def check_scheduler_config(
     """A scheduler config roseood can score with the loss its model was trained by: one of DDPM's forward
     process (every number in a sane range, β_start ≤ β_end, trained betas in (0, 1), one per timestep) or
     a flow-matching one (a fixed shift of σ; not one that changes with the image size)."""
-    cfg = _fields(config, SCHEDULER_FIELDS, where, error)
+    cfg = check_fields(config, SCHEDULER_FIELDS, where, error)
     kind = cfg.get("_class_name", "DDPMScheduler")
     if kind in FLOW_SCHEDULERS:
         for flag, what in FLOW_REFUSED.items():
@@ -486,7 +280,7 @@ def check_scheduler_config(
         if not isinstance(betas, list) or len(betas) != steps:
             raise error(f"{where}: trained_betas must be a list of num_train_timesteps = {steps} numbers")
         for i, b in enumerate(betas):
-            _float(0.0, 1.0, low_open=True, high_open=True)(b, f"{where}: trained_betas[{i}]", error)
+            float_in(0.0, 1.0, low_open=True, high_open=True)(b, f"{where}: trained_betas[{i}]", error)
     return cfg
 
 
@@ -499,20 +293,20 @@ def is_flow_matching(config: Mapping[str, Any]) -> bool:
 
 AUTOENCODERS = ("VQModel", "AutoencoderKL")
 AUTOENCODER_FIELDS: dict[str, Check] = {
-    "in_channels": _int(1, 256),
-    "out_channels": _int(1, 256),
-    "latent_channels": _int(1, 256),
-    "vq_embed_dim": _int(1, 256, optional=True),
-    "num_vq_embeddings": _int(1, 1 << 20),
-    "block_out_channels": _widths,
-    "down_block_types": _names,
-    "up_block_types": _names,
-    "layers_per_block": _int(1, MAX_LAYERS),
-    "norm_num_groups": _int(1, MAX_CHANNELS),
-    "sample_size": _int(1, MAX_SAMPLE_SIZE),
-    "scaling_factor": _float(0.0, 1e3, low_open=True),
-    "act_fn": _choice("silu", "swish", "mish", "gelu", "relu"),
-    "norm_type": _choice("group", "spatial"),
+    "in_channels": int_in(1, 256),
+    "out_channels": int_in(1, 256),
+    "latent_channels": int_in(1, 256),
+    "vq_embed_dim": int_in(1, 256, optional=True),
+    "num_vq_embeddings": int_in(1, 1 << 20),
+    "block_out_channels": width_list,
+    "down_block_types": block_names,
+    "up_block_types": block_names,
+    "layers_per_block": int_in(1, MAX_LAYERS),
+    "norm_num_groups": int_in(1, MAX_CHANNELS),
+    "sample_size": int_in(1, MAX_SAMPLE_SIZE),
+    "scaling_factor": float_in(0.0, 1e3, low_open=True),
+    "act_fn": one_of("silu", "swish", "mish", "gelu", "relu"),
+    "norm_type": one_of("group", "spatial"),
     "mid_block_add_attention": FLAG,
     "lookup_from_codebook": FLAG,
     "force_upcast": FLAG,
@@ -526,7 +320,7 @@ def check_autoencoder_config(
 ) -> dict[str, Any]:
     """A ``VQModel`` or ``AutoencoderKL`` config (``_class_name`` says which): every number in a sane range,
     block lists of one length, groups dividing the channels, no latent statistics it would shift by."""
-    cfg = _fields(config, AUTOENCODER_FIELDS, where, error)
+    cfg = check_fields(config, AUTOENCODER_FIELDS, where, error)
     kind = cfg.get("_class_name")
     if kind not in AUTOENCODERS:
         raise error(f"{where} holds a {shown(kind)}; roseood reads {' and '.join(AUTOENCODERS)} autoencoders")
@@ -562,7 +356,7 @@ def check_denoising(
         "k": check_int(opts["k"], f"{where}.k", error=error),
         "t_min": check_float(opts["t_min"], f"{where}.t_min", low=0.0, high=1.0, error=error),
         "t_max": check_float(opts["t_max"], f"{where}.t_max", low=0.0, high=1.0, error=error),
-        "weighting": _choice(*WEIGHTINGS)(opts["weighting"], f"{where}.weighting", error),
+        "weighting": one_of(*WEIGHTINGS)(opts["weighting"], f"{where}.weighting", error),
         "seed": check_seed(opts["seed"], f"{where}.seed", error=error),
     }
     if out["t_min"] >= out["t_max"]:
@@ -572,7 +366,7 @@ def check_denoising(
 
 def check_ema_decay(value: Any, name: str = "ema_decay", error: type[RoseError] = RoseError) -> float:
     """An EMA decay in [0, 1)."""
-    return _float(0.0, 1.0, high_open=True)(value, name, error)
+    return float_in(0.0, 1.0, high_open=True)(value, name, error)
 
 
 def dit_shape(dit: dict[str, int]) -> dict[str, int]:

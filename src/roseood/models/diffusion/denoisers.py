@@ -16,9 +16,8 @@ from torch import Tensor
 
 from roseood.errors import RoseError, shown
 from roseood.memory import check_memory, module_bytes
+from roseood.models.diffusion.bounds import MAX_CHANNELS
 from roseood.models.diffusion.config import (
-    MAX_CHANNELS,
-    check_condition_unet_config,
     check_dit_config,
     check_unet_config,
     dit_config,
@@ -27,6 +26,7 @@ from roseood.models.diffusion.config import (
 )
 from roseood.models.diffusion.latent import Autoencoder, latent_shape
 from roseood.models.diffusion.library import diffusers_module, quiet_diffusers
+from roseood.models.diffusion.textconfig import check_condition_unet_config
 from roseood.models.state import first_line
 from roseood.validation import check_int
 

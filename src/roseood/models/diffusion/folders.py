@@ -17,7 +17,6 @@ from roseood.models.diffusion.config import (
     check_denoising,
     check_ema_decay,
     check_scheduler_config,
-    check_text_encoder_config,
 )
 from roseood.models.diffusion.denoisers import check_denoiser_config, meta_denoiser
 from roseood.models.diffusion.files import read_json, weight_file
@@ -25,6 +24,7 @@ from roseood.models.diffusion.latent import check_autoencoder_config
 from roseood.models.diffusion.library import diffusers_module
 from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model
 from roseood.models.diffusion.text import TextCondition, read_tokenizer
+from roseood.models.diffusion.textconfig import check_text_encoder_config
 from roseood.models.state import check_state, load_state
 from roseood.progress import state
 

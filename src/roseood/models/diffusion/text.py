@@ -15,8 +15,8 @@ from torch import Tensor, nn
 
 from roseood.errors import CheckpointError, RoseError, shown
 from roseood.memory import check_memory, module_bytes
-from roseood.models.diffusion.config import check_text_encoder_config
 from roseood.models.diffusion.files import read_json
+from roseood.models.diffusion.textconfig import check_text_encoder_config
 from roseood.models.state import first_line
 
 PROMPT = "prompt:"
