@@ -53,7 +53,7 @@ def demo_images() -> dict[str, np.ndarray]:
 
 def write_folders(root: str | Path) -> dict[str, str]:
     """Write ``FOLDERS`` into ``root`` as 28×28 grayscale PNG files (``0000.png``, …; ``photos/`` as
-    ``fashion_0000.png`` and ``digit_0000.png``) from the shipped sample, and return what each holds.
+    ``fashion_000.png`` and ``digit_000.png``) from the shipped sample, and return what each holds.
 
     Each folder is written under a temporary name and renamed when whole; the caller checks that none of
     them exists (``rose demo --folders`` refuses an existing one)."""
@@ -66,8 +66,9 @@ def write_folders(root: str | Path) -> dict[str, str]:
         for name, parts in FOLDERS.items():
             tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
             for key, first, count, prefix, _ in parts:
+                width = max(3, len(str(count - 1)))
                 for i, pixels in enumerate(d[key][first : first + count]):
-                    Image.fromarray(pixels).save(tmp / f"{prefix}{i:04d}.png")
+                    Image.fromarray(pixels).save(tmp / f"{prefix}{i:0{width}d}.png")
             os.chmod(tmp, 0o777 & ~_umask())
             os.rename(tmp, root / name)
             written[name] = " and ".join(f"{count} {what}" for _, _, count, _, what in parts)
