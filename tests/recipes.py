@@ -21,6 +21,7 @@ TINY = {
     "1000": "10",
     "500": "8",
     "300": "3",
+    "128": "8",
     "200": "3",
     "--images 64": "--images 2",
     "--epochs 100": "--epochs 1 --ngf 4 --nz 4",  # the paper's VAE at a tiny width: its fits are the cost
@@ -77,3 +78,18 @@ def commands(code: str) -> list[str]:
     """The commands of a bash block: comment lines dropped, ``\\`` continuations joined."""
     joined = re.sub(r"\\\n\s*", " ", code)
     return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def tiny_folders(monkeypatch) -> None:
+    """``rose demo --folders`` writing tiny folders: 30 images in ``clothes/`` (the fit and statistics
+    images the pages ask for, shrunk), at most 6 in each part of the others."""
+    from roseood import demo
+
+    tiny = {
+        name: tuple(
+            (key, first, min(count, 30 if name == "clothes" else 6), *rest)
+            for key, first, count, *rest in parts
+        )
+        for name, parts in demo.FOLDERS.items()
+    }
+    monkeypatch.setattr(demo, "FOLDERS", tiny)

@@ -161,3 +161,15 @@ def test_numbers_quoted_on_two_pages_agree_with_their_source():
     results = (ROOT / "docs" / "results.md").read_text()
     table = re.search(r"\| NLL \| ([\d.]+) \|\n\| ROSE-EKFAC \| ([\d.]+) \|", results)
     assert shown and table and shown.groups() == table.groups()
+
+
+def test_the_extras_table_lists_each_extra_of_pyproject_once():
+    """getting-started.md's table of extras names every optional dependency set of pyproject.toml, once."""
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    table = page[page.index("| extra | what for |") :].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `([^`]+)` \|", table, re.M)
+    assert sorted(listed) == sorted(extras), "the extras table and pyproject.toml's extras differ"

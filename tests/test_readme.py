@@ -13,19 +13,24 @@ import pytest
 from PIL import Image
 
 from roseood.cli import build_parser, main
-from tests.recipes import tiny
+from tests.recipes import tiny, tiny_folders
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
-def _block(section: str, language: str) -> str:
-    """The first ``language`` code block of the README section headed ``## section``."""
+def _blocks(section: str, language: str) -> list[str]:
+    """The ``language`` code blocks of the README section headed ``## section``, in order."""
     text = README[README.index(f"\n## {section}\n") + 1 :]
     text = text.split("\n## ", 1)[0]
-    block = re.search(rf"```{language}\n(.*?)```", text, re.S)
-    assert block, f"no {language} block under '## {section}'"
-    return block.group(1)
+    found = re.findall(rf"```{language}\n(.*?)```", text, re.S)
+    assert found, f"no {language} block under '## {section}'"
+    return found
+
+
+def _block(section: str, language: str) -> str:
+    """The first ``language`` code block of the README section headed ``## section``."""
+    return _blocks(section, language)[0]
 
 
 def test_readme_is_short_and_links_exist():
@@ -49,12 +54,12 @@ def test_set_up_is_what_ci_runs():
         for line in _block("Install", "bash").splitlines()
         for c in line.split("&&")
     ]
+    # from the source tree, as CI: no repository address to clone from is written anywhere
+    assert readme[-1] == ["pip", "install", "./zoo"]
     assert (
-        readme[0][:2] == ["git", "clone"]
-        and readme[1][0] == "cd"
-        and readme[-1] == ["pip", "install", "./zoo"]
-    )
-    assert readme[2:-1] == ci_installs  # the zoo is optional in a clone (found in zoo/), so CI leaves it
+        readme[:-1] == ci_installs
+    )  # the zoo is optional in the source tree (found in zoo/), so CI leaves it
+    assert "git clone" not in README and "<this repository>" not in README
     assert "python -m pytest" in ci[ci.index("# README: tests") :]
 
 
@@ -85,17 +90,23 @@ def readme_dir(tmp_path, monkeypatch):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.setenv("ROSEOOD_DATA", str(data))
     monkeypatch.chdir(tmp_path)
+    tiny_folders(monkeypatch)
     return tmp_path
 
 
 def test_command_line_and_python_examples_run(readme_dir, capsys):
     python = _block("Python", "python")
     assert len([line for line in python.splitlines() if line.strip()]) <= 14, "a ~10-line example"
-    for line in tiny(_block("Command line", "bash")).splitlines():
+    zoo, own = _blocks("Command line", "bash")
+    for line in tiny(zoo + own).splitlines():
         argv = shlex.split(line, comments=True)
         assert argv[0] == "rose"
         assert main(argv[1:]) == 0, line
     assert "usable" in capsys.readouterr().out
+    photos = (readme_dir / "photo_scores.csv").read_text().splitlines()  # every image rose demo wrote
+    assert photos[0] == "index,file,label,score,ood" and len(photos) == 1 + len(
+        list(Path("photos").iterdir())
+    )
     scores = (readme_dir / "my_scores.csv").read_text().splitlines()
     assert scores[0] == "index,file,label,score,ood" and len(scores) == 11
     assert (readme_dir / "my_report" / "report.md").exists()

@@ -19,7 +19,7 @@ from roseood.cli import build_parser, main
 from roseood.data import loading
 from roseood.detectors.base import DETECTORS, METHODS
 from tests.conftest import FULL
-from tests.recipes import ROOT, blocks, commands, tiny
+from tests.recipes import ROOT, blocks, commands, tiny, tiny_folders
 
 TINY_N = 20  # images of a generated set
 pytestmark = pytest.mark.slow  # trains tiny models and fits detectors: about a minute (FULL: four)
@@ -102,7 +102,7 @@ def shared(tmp_path_factory) -> Path:
     }
     for name, images in sets.items():
         np.savez(data / f"{name}.npz", images=images, labels=np.zeros(len(images), np.int64))
-    gray = ("my_images", "clothes", "photos", "held_out_clothes", "odd_images", "my_training_images")
+    gray = ("my_images", "my_training_images")  # the pages make clothes/, photos/ (rose demo --folders)
     for i, name in enumerate(gray):
         (root / name).mkdir()
         for j, pixels in enumerate(_gray(rng, 12, 40 + 20 * i)):
@@ -154,6 +154,7 @@ def test_every_block_runs_or_says_why_not(page, folder, monkeypatch, capsys):
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ROSEOOD_DATA", str(folder / "data"))
     monkeypatch.setattr(sys, "path", list(sys.path))
+    tiny_folders(monkeypatch)
     # generated sets (noise, constant) as tiny as the stored ones: the pages take the default counts
     generate = loading._generate
     monkeypatch.setattr(

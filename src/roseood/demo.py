@@ -1,4 +1,5 @@
-"""``rose demo``: ROSE vs the plain likelihood on Fashion-MNIST vs MNIST, fully offline.
+"""``rose demo``: ROSE vs the plain likelihood on Fashion-MNIST vs MNIST, fully offline; ``rose demo
+--folders DIR``: the same sample written as folders of PNG files, for the guides' worked examples.
 
 Uses only what ships inside the package: the authors' Fashion-MNIST VAE and a small real sample of
 Fashion-MNIST and MNIST (see ``roseood/assets/README.md`` for sources and licences).
@@ -6,6 +7,8 @@ Fashion-MNIST and MNIST (see ``roseood/assets/README.md`` for sources and licenc
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -22,6 +25,19 @@ from roseood.validation import check_int, check_seed
 
 ASSETS = files("roseood") / "assets"
 
+# The example folders ``write_folders`` makes (docs/own-images.md and docs/getting-started.md use them):
+# each folder's parts as (sample array, first image, images, file-name prefix, what they are). No image is
+# in two folders.
+FOLDERS: dict[str, tuple[tuple[str, int, int, str, str], ...]] = {
+    "clothes": (("fashion_mnist_train", 0, 1500, "", "Fashion-MNIST training images"),),
+    "photos": (
+        ("fashion_mnist_test", 0, 150, "fashion_", "Fashion-MNIST test images"),
+        ("mnist_test", 0, 50, "digit_", "MNIST digits"),
+    ),
+    "held_out_clothes": (("fashion_mnist_test", 150, 200, "", "other Fashion-MNIST test images"),),
+    "odd_images": (("mnist_test", 50, 200, "", "other MNIST digits"),),
+}
+
 
 def demo_model() -> RoseModel:
     """The ROSE authors' Fashion-MNIST VAE (ngf 32, latent 100) shipped with the package."""
@@ -33,6 +49,36 @@ def demo_images() -> dict[str, np.ndarray]:
     with np.load(Path(str(ASSETS / "demo_samples.npz"))) as d:
         keys = ("fashion_mnist_train", "fashion_mnist_test", "mnist_test")
         return {k: preprocess(d[k], channels=1, size=32, brightness=1.0) for k in keys}
+
+
+def write_folders(root: str | Path) -> dict[str, str]:
+    """Write ``FOLDERS`` into ``root`` as 28×28 grayscale PNG files (``0000.png``, …; ``photos/`` as
+    ``fashion_000.png`` and ``digit_000.png``) from the shipped sample, and return what each holds.
+
+    Each folder is written under a temporary name and renamed when whole; the caller checks that none of
+    them exists (``rose demo --folders`` refuses an existing one)."""
+    from PIL import Image
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    written = {}
+    with np.load(Path(str(ASSETS / "demo_samples.npz"))) as d:
+        for name, parts in FOLDERS.items():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+            for key, first, count, prefix, _ in parts:
+                width = max(3, len(str(count - 1)))
+                for i, pixels in enumerate(d[key][first : first + count]):
+                    Image.fromarray(pixels).save(tmp / f"{prefix}{i:0{width}d}.png")
+            os.chmod(tmp, 0o777 & ~_umask())
+            os.rename(tmp, root / name)
+            written[name] = " and ".join(f"{count} {what}" for _, _, count, _, what in parts)
+    return written
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def run_demo(

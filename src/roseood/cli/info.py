@@ -46,8 +46,17 @@ def cmd_zoo(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from roseood.demo import run_demo
+    from roseood.demo import FOLDERS, run_demo, write_folders
 
+    if args.folders is not None:
+        from roseood.serialization import check_output
+
+        root = check_output(
+            args.folders, folder=True, markers=list(FOLDERS), hint="remove it or name another folder"
+        )
+        for name, what in write_folders(root).items():
+            print(f"wrote {root / name}/: {what} (28×28 PNG)")
+        return
     run_demo(fit_samples=args.fit_samples, test_samples=args.test_samples, progress=not args.quiet)
 
 
@@ -64,5 +73,13 @@ def register(sub: Any) -> None:
     p = sub.add_parser("demo", help=COMMANDS["demo"])
     p.add_argument("--fit-samples", type=v.count, default=2000, help="Fashion-MNIST images for the Fisher")
     p.add_argument("--test-samples", type=v.count, default=1000, help="test images per set")
+    p.add_argument(
+        "--folders",
+        metavar="DIR",
+        help="instead of the demo, write the guides' example folders of PNG files into DIR from the "
+        "shipped sample: clothes/ (1500 Fashion-MNIST training images), photos/ (150 Fashion-MNIST test "
+        "images, 50 MNIST digits), held_out_clothes/ (200 other Fashion-MNIST test images), odd_images/ "
+        "(200 other MNIST digits); an existing one is refused",
+    )
     add_quiet(p)
     p.set_defaults(func=cmd_demo)
