@@ -160,6 +160,24 @@ def test_band_statistics_are_the_scored_rows_losses_with_no_further_denoiser_pas
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
+def test_the_last_layers_preset_is_named_and_its_backward_pass_stops_at_them(model):
+    """rose-bands-stats-last4 scores the denoiser's last 4 layers in forward order: a ROSE built with those
+    layers by hand is named after it, and no gradient reaches the down blocks (the backward pass stops at
+    the deepest layer scored, which is what makes it cheap)."""
+    det = make_detector("rose-bands-stats-last4", model, progress=False)
+    assert det.name == "rose-bands-stats-last4" and det.layers == model.rose_layers("last:4")
+    by_hand = ROSE(model, rows="bands", aggregate="gmm:k=auto", features="layers,stats", layers=det.layers)
+    assert by_hand.name == "rose-bands-stats-last4"
+    reached = []
+    handle = model.unet.down_blocks[0].register_full_backward_hook(lambda *a: reached.append(1))
+    try:
+        det.fit(images(24, 0), held_out=images(24, 1))
+        assert np.isfinite(det.score(images(3, 2))).all()
+    finally:
+        handle.remove()
+    assert reached == []
+
+
 def test_the_band_density_is_fitted_on_in_distribution_images_only(model):
     """The same spec with different OOD sets gives the same fitted detector, to the bit."""
     states = []

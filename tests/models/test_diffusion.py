@@ -137,3 +137,17 @@ def test_timestep_projections_a_one_channel_group_norm_removes_are_left_out() ->
     reports = {r.name: r for r in check_model(model)}
     assert all(not reports[n].usable and "one channel per group" in reports[n].note for n in inert)
     assert reports["unet.down_blocks.1.resnets.0.time_emb_proj"].usable
+
+
+def test_last_n_layers_are_the_output_side_in_forward_order_and_a_bad_n_is_one_line():
+    """``last:N`` follows the forward pass (diffusers registers mid_block after up_blocks): the last layers
+    are the output convolution and its norm, never the mid block's."""
+    model = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), attention=True)
+    every = model.rose_layers("all")
+    assert model.rose_layers("last:2") == ["unet.conv_norm_out", "unet.conv_out"]
+    order = model.forward_order(every)
+    assert order.index("unet.mid_block.resnets.0.conv1") < order.index("unet.up_blocks.0.resnets.0.conv1")
+    assert model.rose_layers(f"last:{len(every)}") == every
+    for bad in ("last:0", f"last:{len(every) + 1}", "last:x"):
+        with pytest.raises(RoseError, match=r"^layer set .*: last:N takes N from 1 to the model's"):
+            model.rose_layers(bad)

@@ -301,9 +301,14 @@ class Detector(ABC):
             (len(kwargs), name)
             for name, (cls, kwargs) in METHODS.items()
             if cls is type(self)
-            and all(k in names and getattr(self, k, None) == value for k, value in kwargs.items())
+            and all(k in names and self._matches(k, value) for k, value in kwargs.items())
         ]
         return max(matches)[1] if matches else self.method
+
+    def _matches(self, param: str, value: Any) -> bool:
+        """Whether parameter ``param`` holds a preset's ``value`` (a detector that resolves a value, as ROSE
+        resolves a named layer set to its layers, compares what it resolved)."""
+        return bool(getattr(self, param, None) == value)
 
     @classmethod
     def describe(cls) -> str:

@@ -67,7 +67,18 @@ class RoseModel(Protocol):
 
 
 def named_layers(model: Any, sets: dict[str, list[str]], which: str | None) -> list[str]:
-    """Pick one of ``sets`` by name (the first when ``which`` is None), with a clear error if unknown."""
+    """Pick one of ``sets`` by name (the first when ``which`` is None), with a clear error if unknown;
+    ``last:N``: the last N layers of ``all`` (else of the first set) in the order the forward pass runs
+    them (``forward_order``, where the model has one): the output side, which a backward pass reaches
+    first and stops after."""
+    if which is not None and which.startswith("last:"):
+        every = sets.get("all", next(iter(sets.values())))
+        n = which.removeprefix("last:")
+        if not n.isdigit() or not 1 <= int(n) <= len(every):
+            raise RoseError(f"layer set {which!r}: last:N takes N from 1 to the model's {len(every)} layers")
+        ordered = model.forward_order(every) if hasattr(model, "forward_order") else every
+        kept = set(ordered[-int(n) :])
+        return [name for name in every if name in kept]
     key = which or next(iter(sets))
     if key not in sets:
         name = model_name(model)

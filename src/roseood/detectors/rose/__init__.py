@@ -31,6 +31,12 @@ NEAR_OOD_METHODS = {
 BAND_METHODS = {
     "rose-bands": {"rows": "bands", "aggregate": "gmm:k=auto"},
     "rose-bands-stats": {"rows": "bands", "aggregate": "gmm:k=auto", "features": "layers,stats"},
+    "rose-bands-stats-last4": {
+        "rows": "bands",
+        "aggregate": "gmm:k=auto",
+        "features": "layers,stats",
+        "layers": "last:4",
+    },
 }
 register_detector(
     ROSE,

@@ -126,6 +126,14 @@ class ROSE(Detector):
         self._probed: dict[torch.device, tuple[dict[str, LayerShape], int]] = {}
         self._stated: set[int] = set()  # the images per batch stated so far
 
+    def _matches(self, param: str, value: Any) -> bool:
+        if param == "layers" and isinstance(value, str):  # a named set: the layers it names
+            try:
+                return self.layers == self.model.rose_layers(value)
+            except RoseError:  # a set this model does not have
+                return False
+        return super()._matches(param, value)
+
     @property
     def fisher_arguments(self) -> FisherArguments:
         """The settings that decide the fitted Fishers (ROSEs with equal ones can share a fit)."""

@@ -193,6 +193,24 @@ def layer_sets(net: torch.nn.Module, prefix: str = "") -> dict[str, list[str]]:
     return sets
 
 
+# The parts of a diffusers UNet in the order its forward pass runs them (it registers mid_block after
+# up_blocks); a name under none of them (a DiT's, whose registration is its order) keeps its place
+FORWARD_PARTS = (
+    "conv_in", "time_proj", "time_embedding", "class_embedding", "down_blocks", "mid_block", "up_blocks",
+    "conv_norm_out", "conv_out",
+)  # fmt: skip
+
+
+def forward_order(names: list[str], prefix: str = "") -> list[str]:
+    """``names`` (module names under ``prefix``) in the order the denoiser's forward pass runs them."""
+
+    def rank(name: str) -> int:
+        part = name.removeprefix(prefix).split(".")[0]
+        return FORWARD_PARTS.index(part) if part in FORWARD_PARTS else len(FORWARD_PARTS)
+
+    return sorted(names, key=rank)  # stable: registration order within a part
+
+
 def fresh_denoiser_config(
     in_channels: int,
     image_size: int,

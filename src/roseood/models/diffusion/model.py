@@ -26,6 +26,7 @@ from roseood.models.diffusion.denoisers import (
     build_denoiser,
     check_denoiser_config,
     denoiser_kind,
+    forward_order,
     fresh_denoiser_config,
     inert_layers,
     layer_sets,
@@ -494,6 +495,10 @@ class DiffusionModel(GenerativeModel):
         (convolutions and linear maps), ``down``/``mid``/``up`` (one part of a UNet, all layers); none
         of the ``inert_layers``."""
         return layer_sets(self.unet, "unet.")
+
+    def forward_order(self, names: list[str]) -> list[str]:
+        """Layer ``names`` in the order the denoiser runs them (``last:N`` takes the last N)."""
+        return forward_order(names, "unet.")
 
 
 def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
