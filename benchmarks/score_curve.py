@@ -1,0 +1,174 @@
+"""What the DDPM default's AUROC costs (issue 71): AUROC against scoring time for rose-bands-stats over a
+subset of the denoiser's layers at K (timestep, noise) pairs per image, on a zoo DDPM.
+
+``collect`` fits the EKFAC Fishers once per (K, pair seed) (rows summed, as rose-bands-stats does) and keeps
+every (image, pair, layer) score gᵀF⁻¹g and every pair's ε-MSE for the held-out images and the test sets;
+``report`` then scores any layer subset offline (a band per pair: the sum over the subset, with the pair's
+ε-MSE, under ``gmm:k=auto``); ``time`` measures the whole ``score`` of chosen (K, layers) candidates beside
+DiffPath in one process. The layer subsets: all, the named parts and ``last:N`` (the output side)::
+
+    python -m benchmarks.score_curve collect --model ddpm-fmnist-s0 --k 3 --seed 0 --out fm0_k3_s0.npz
+    python -m benchmarks.score_curve report 'fm0_k*_s0.npz'
+    python -m benchmarks.score_curve time --model ddpm-fmnist-s0 --candidates 8:all,3:last:4
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from benchmarks.diffusion_cost import cpu_name
+
+from roseood import load_images, load_model
+from roseood.detectors import DiffPath, make_detector
+from roseood.detectors.aggregation import make_aggregation
+from roseood.evaluation.metrics import metric_intervals, ood_metrics
+from roseood.machine import machine_description
+from roseood.models.diffusion import DiffusionModel
+
+SETS = {"fashion_mnist": ("mnist", "omniglot"), "cifar10": ("svhn", "celeba")}
+SUBSETS = ("all", "down", "mid", "up", "last:4", "last:8", "last:16", "last:32")
+
+
+def in_data(model: str) -> str:
+    return "fashion_mnist" if "fmnist" in model else "cifar10"
+
+
+def collect(args: argparse.Namespace) -> None:
+    """Fit the Fishers at K pairs (pair seed ``--seed``) and keep every per-(image, pair, layer) score."""
+    start = time.time()
+    model = load_model(args.model)
+    assert isinstance(model, DiffusionModel)
+    model.set_denoising(k=args.k, seed=args.seed)
+    data = in_data(args.model)
+    pool = load_images(f"{data}:train", n=args.fit + args.stats, seed=1).images
+    sets = {"held": pool[args.fit :], data: load_images(data, n=args.test, seed=2).images}
+    sets |= {o: load_images(o, n=args.test, seed=2).images for o in SETS[data]}
+    det = make_detector("rose-bands-stats", model, progress=False)
+    fishers = det.fit_fisher(pool[: args.fit])
+    out: dict[str, np.ndarray] = {
+        "layers": np.array(det.layers),
+        "fit_seconds": np.array(time.time() - start),
+    }
+    for name, images in sets.items():
+        x = det._check(images)  # the detector's own stream, stopped before the layers are summed
+        step = det._plan(x, fishers.kinds).images
+        quads, losses = [], []
+        for i in range(0, len(x), step):
+            layer: dict[str, torch.Tensor] = {}
+            batch = x[i : i + step]
+            loss = det._stream(batch, lambda n, g, layer=layer: layer.__setitem__(n, fishers[n].quad(g)))
+            quads.append(torch.stack([layer[n] for n in det.layers], 1).view(len(batch), args.k, -1).double())
+            losses.append(loss.double().view(len(batch), args.k))
+        out[f"q/{name}"], out[f"loss/{name}"] = torch.cat(quads).numpy(), torch.cat(losses).numpy()
+    np.savez(args.out, **out)
+    print(f"wrote {args.out} in {time.time() - start:.0f} s")
+
+
+def subset(model: DiffusionModel, names: list[str], which: str) -> list[int]:
+    chosen = set(model.rose_layers(which))
+    return [i for i, n in enumerate(names) if n in chosen]
+
+
+def aurocs(a: np.lib.npyio.NpzFile, idx: list[int], data: str) -> dict[str, tuple[float, float, float]]:
+    """AUROC [95 % bootstrap] of the band density over layers ``idx`` against each OOD set."""
+
+    def columns(s: str) -> np.ndarray:
+        return np.concatenate([a[f"q/{s}"][:, :, idx].sum(2), a[f"loss/{s}"]], 1)
+
+    agg = make_aggregation("gmm:k=auto")
+    agg.fit(columns("held"))
+    inside, out = agg(columns(data)), {}
+    for o in SETS[data]:
+        outside = agg(columns(o))
+        lo, hi = metric_intervals(inside, outside, resamples=1000)["auroc"]
+        out[o] = (ood_metrics(inside, outside)["auroc"], lo, hi)
+    return out
+
+
+def report(args: argparse.Namespace) -> None:
+    """AUROC of every layer subset of every collected file (K and pair seed read from the file name)."""
+    warnings.filterwarnings("ignore")
+    model = load_model(args.model)
+    assert isinstance(model, DiffusionModel)
+    data = in_data(args.model)
+    print(f"| K | pair seed | layers | {' | '.join(SETS[data])} |\n|---|---|---|---|---|")
+    for path in sorted(glob.glob(args.files)):
+        k, seed = (int(v) for v in re.findall(r"_k(\d+)_s(\d+)", path)[0])
+        a = np.load(path)
+        names = [str(n) for n in a["layers"]]
+        for which in SUBSETS:
+            idx = subset(model, names, which)
+            r = aurocs(a, idx, data)
+            cells = " | ".join(f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]" for v in r.values())
+            print(f"| {k} | {seed} | {which} ({len(idx)}) | {cells} |", flush=True)
+
+
+def best_of(fn: Callable[[], object], rounds: int = 2) -> float:
+    fn()
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def time_candidates(args: argparse.Namespace) -> None:
+    """ms per image of the whole rose-bands-stats score of each K:LAYERS candidate, DiffPath before and
+    after them (one process, ``--images`` per batch)."""
+    model = load_model(args.model)
+    assert isinstance(model, DiffusionModel)
+    data, n = in_data(args.model), args.images
+    fit = load_images(f"{data}:train", n=40, seed=0).images
+    test = load_images(data, n=n, seed=0).images
+    diffpath = DiffPath(model, progress=False)
+    x = diffpath._check(test)
+    rows: dict[str, float] = {"diffpath before": best_of(lambda: diffpath.statistics(x)) / n}
+    own = model.k
+    for cand in args.candidates.split(","):
+        k, which = cand.split(":", 1)
+        model.set_denoising(k=int(k))
+        det = make_detector("rose-bands-stats", model, progress=False, layers=which)
+        det.fit(fit[:16], held_out=fit[16:])
+        rows[cand] = best_of(lambda det=det: det.score(test)) / n
+    model.set_denoising(k=own)
+    rows["diffpath after"] = best_of(lambda: diffpath.statistics(x)) / n
+    settings = {"model": args.model, "images": n, "threads": torch.get_num_threads(), "cpu": cpu_name()}
+    settings |= machine_description()
+    print(f"ms per image, best of 2 warm rounds: {json.dumps(settings)}")
+    for name, seconds in rows.items():
+        print(f"| {name} | {1e3 * seconds:.1f} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--model", default="ddpm-fmnist-s0")
+    c.add_argument("--k", type=int, required=True)
+    c.add_argument("--seed", type=int, default=0, help="the pairs' noise seed")
+    c.add_argument("--fit", type=int, default=512)
+    c.add_argument("--stats", type=int, default=500)
+    c.add_argument("--test", type=int, default=300)
+    c.add_argument("--out", required=True)
+    r = sub.add_parser("report")
+    r.add_argument("files", help="a glob of collected files, named ..._kK_sSEED.npz")
+    r.add_argument("--model", default="ddpm-fmnist-s0", help="the model the files were collected on")
+    t = sub.add_parser("time")
+    t.add_argument("--model", default="ddpm-fmnist-s0")
+    t.add_argument("--candidates", required=True, help="K:LAYERS,... e.g. 8:all,3:last:4")
+    t.add_argument("--images", type=int, default=64)
+    args = p.parse_args()
+    {"collect": collect, "report": report, "time": time_candidates}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
