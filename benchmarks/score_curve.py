@@ -21,13 +21,15 @@ import re
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
 from benchmarks.diffusion_cost import cpu_name
 
 from roseood import load_images, load_model
-from roseood.detectors import DiffPath, make_detector
+from roseood.curvature import LayerGrad
+from roseood.detectors import ROSE, DiffPath, make_detector
 from roseood.detectors.aggregation import make_aggregation
 from roseood.evaluation.metrics import metric_intervals, ood_metrics
 from roseood.machine import machine_description
@@ -52,6 +54,7 @@ def collect(args: argparse.Namespace) -> None:
     sets = {"held": pool[args.fit :], data: load_images(data, n=args.test, seed=2).images}
     sets |= {o: load_images(o, n=args.test, seed=2).images for o in SETS[data]}
     det = make_detector("rose-bands-stats", model, progress=False)
+    assert isinstance(det, ROSE)
     fishers = det.fit_fisher(pool[: args.fit])
     out: dict[str, np.ndarray] = {
         "layers": np.array(det.layers),
@@ -63,12 +66,16 @@ def collect(args: argparse.Namespace) -> None:
         quads, losses = [], []
         for i in range(0, len(x), step):
             layer: dict[str, torch.Tensor] = {}
+
+            def quad(name: str, g: LayerGrad, layer: dict[str, torch.Tensor] = layer) -> None:
+                layer[name] = fishers[name].quad(g)
+
             batch = x[i : i + step]
-            loss = det._stream(batch, lambda n, g, layer=layer: layer.__setitem__(n, fishers[n].quad(g)))
+            loss = det._stream(batch, quad)
             quads.append(torch.stack([layer[n] for n in det.layers], 1).view(len(batch), args.k, -1).double())
             losses.append(loss.double().view(len(batch), args.k))
         out[f"q/{name}"], out[f"loss/{name}"] = torch.cat(quads).numpy(), torch.cat(losses).numpy()
-    np.savez(args.out, **out)
+    np.savez(args.out, **out)  # type: ignore[arg-type]
     print(f"wrote {args.out} in {time.time() - start:.0f} s")
 
 
@@ -138,7 +145,7 @@ def time_candidates(args: argparse.Namespace) -> None:
         model.set_denoising(k=int(k))
         det = make_detector("rose-bands-stats", model, progress=False, layers=which)
         det.fit(fit[:16], held_out=fit[16:])
-        rows[cand] = best_of(lambda det=det: det.score(test)) / n
+        rows[cand] = best_of(partial(det.score, test)) / n
     model.set_denoising(k=own)
     rows["diffpath after"] = best_of(lambda: diffpath.statistics(x)) / n
     settings = {"model": args.model, "images": n, "threads": torch.get_num_threads(), "cpu": cpu_name()}
