@@ -344,8 +344,8 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
         "--layers",
         help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
         "PixelCNN: all, first, last, body; gated PixelCNN: vertical, ...; "
-        "diffusion: all, weights, down, mid, up, and adapter, the default with a LoRA adapter; "
-        "`rose check-model` lists a model's sets)",
+        "diffusion: all, weights, down, mid, up, and adapter, the default with a LoRA adapter; any model: "
+        "last:N, its last N layers in forward order; `rose check-model` lists a model's sets)",
     )
     p.add_argument(
         "--aggregate",
