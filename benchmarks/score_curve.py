@@ -20,12 +20,11 @@ import json
 import re
 import time
 import warnings
-from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 import torch
-from benchmarks.diffusion_cost import cpu_name
+from benchmarks.diffusion_cost import best_of, cpu_name
 
 from roseood import load_images, load_model
 from roseood.curvature import LayerGrad
@@ -118,16 +117,6 @@ def report(args: argparse.Namespace) -> None:
             print(f"| {k} | {seed} | {which} ({len(idx)}) | {cells} |", flush=True)
 
 
-def best_of(fn: Callable[[], object], rounds: int = 2) -> float:
-    fn()
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
 def time_candidates(args: argparse.Namespace) -> None:
     """ms per image of the whole rose-bands-stats score of each K:LAYERS candidate, DiffPath before and
     after them (one process, ``--images`` per batch)."""
@@ -138,16 +127,16 @@ def time_candidates(args: argparse.Namespace) -> None:
     test = load_images(data, n=n, seed=0).images
     diffpath = DiffPath(model, progress=False)
     x = diffpath._check(test)
-    rows: dict[str, float] = {"diffpath before": best_of(lambda: diffpath.statistics(x)) / n}
+    rows: dict[str, float] = {"diffpath before": best_of(2, lambda: diffpath.statistics(x)) / n}
     own = model.k
     for cand in args.candidates.split(","):
         k, which = cand.split(":", 1)
         model.set_denoising(k=int(k))
         det = make_detector("rose-bands-stats", model, progress=False, layers=which)
         det.fit(fit[:16], held_out=fit[16:])
-        rows[cand] = best_of(partial(det.score, test)) / n
+        rows[cand] = best_of(2, partial(det.score, test)) / n
     model.set_denoising(k=own)
-    rows["diffpath after"] = best_of(lambda: diffpath.statistics(x)) / n
+    rows["diffpath after"] = best_of(2, lambda: diffpath.statistics(x)) / n
     settings = {"model": args.model, "images": n, "threads": torch.get_num_threads(), "cpu": cpu_name()}
     settings |= machine_description()
     print(f"ms per image, best of 2 warm rounds: {json.dumps(settings)}")
