@@ -118,6 +118,16 @@ def rows_per_input(model: object) -> int:
 
 
 @runtime_checkable
+class OrderedLayers(Protocol):
+    """A model whose layers' registration is not the order its forward pass runs them (a diffusers UNet
+    registers its mid block after its up blocks): ``last:N`` layer sets follow ``forward_order``."""
+
+    def forward_order(self, names: list[str]) -> list[str]:
+        """``names`` in the order the forward pass runs those layers."""
+        ...
+
+
+@runtime_checkable
 class ImageStatistics(Protocol):
     """A model that sums up how it fits each input in a few named positive statistics (a VAE: its ELBO's
     reconstruction and KL terms; a DDPM: its weighted ε-MSE at each of its K timesteps), for detectors

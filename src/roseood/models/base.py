@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from roseood.contracts import Configured, Described
+from roseood.contracts import Configured, Described, OrderedLayers
 from roseood.errors import RoseError
 
 INPUT_KINDS = ("image", "tensor", "tokens")
@@ -76,7 +76,7 @@ def named_layers(model: Any, sets: dict[str, list[str]], which: str | None) -> l
         n = which.removeprefix("last:")
         if not n.isdigit() or not 1 <= int(n) <= len(every):
             raise RoseError(f"layer set {which!r}: last:N takes N from 1 to the model's {len(every)} layers")
-        ordered = model.forward_order(every) if hasattr(model, "forward_order") else every
+        ordered = model.forward_order(every) if isinstance(model, OrderedLayers) else every
         kept = set(ordered[-int(n) :])
         return [name for name in every if name in kept]
     key = which or next(iter(sets))

@@ -31,18 +31,16 @@ NEAR_OOD_METHODS = {
 BAND_METHODS = {
     "rose-bands": {"rows": "bands", "aggregate": "gmm:k=auto"},
     "rose-bands-stats": {"rows": "bands", "aggregate": "gmm:k=auto", "features": "layers,stats"},
-    "rose-bands-stats-last4": {
-        "rows": "bands",
-        "aggregate": "gmm:k=auto",
-        "features": "layers,stats",
-        "layers": "last:4",
-    },
 }
+# the DDPM default over the denoiser's last 4 layers, about one DiffPath image per image: an option, its
+# AUROC against the default's in docs/diffusion.md ("What a score costs")
+LAST_LAYERS_METHODS = {"rose-bands-stats-last4": BAND_METHODS["rose-bands-stats"] | {"layers": "last:4"}}
 register_detector(
     ROSE,
     {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())}
     | NEAR_OOD_METHODS
-    | BAND_METHODS,
+    | BAND_METHODS
+    | LAST_LAYERS_METHODS,
 )
 
 __all__ = [
