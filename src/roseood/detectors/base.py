@@ -170,9 +170,9 @@ class Detector(ABC):
         """
         x = self._check(images)
         held = None if held_out is None else self._check(held_out)
-        self.fit_storage_ = None  # these images' is set by whoever knows it (``fit_detector``)
         self.check_counts(x.shape[0], None if held is None else held.shape[0])
-        self.held_out_scores_ = None
+        self.fit_storage_ = None  # these images' is set by whoever knows it (``fit_detector``)
+        self.held_out_scores_ = None  # set by a detector that scores its held-out images while fitting
         if not self.keeps_held_out:
             self._fit(x if held is None else torch.cat([x, held]))
         else:
@@ -251,10 +251,9 @@ class Detector(ABC):
         the ones fitted on) score at or below it; ``decide`` then calls higher scores OOD. ``None``: the
         held-out inputs ``fit`` scored already (``held_out_scores_``; ROSE's statistics images), not
         scored twice."""
-        if images is None and self.held_out_scores_ is None:
-            raise RoseError(f"{self.method} detector kept no held-out scores at fit: calibrate(images)")
         scores = self.held_out_scores_ if images is None else self.score(images)
-        assert scores is not None  # refused above
+        if scores is None:
+            raise RoseError(f"{self.method} detector kept no held-out scores at fit: calibrate(images)")
         self.threshold_ = threshold_at(scores, tpr)
         return self
 

@@ -346,8 +346,9 @@ class ROSE(Detector):
         distributed.check_enough(x.shape[0], "statistics images")
         x = x[distributed.shard(x.shape[0])]
         raw, rows = self._scores_and_loss(x, desc="ROSE layer statistics")
-        extra, self.extra_columns_ = self.extra_features(x, rows.sum(1), rows)
-        raw, loss = distributed.gather_rows(raw), distributed.gather_rows(rows.sum(1))
+        loss = rows.sum(1)
+        extra, self.extra_columns_ = self.extra_features(x, loss, rows)
+        raw, loss = distributed.gather_rows(raw), distributed.gather_rows(loss)
         check_statistics(raw.numpy(), self.columns, f"ROSE-{self.fisher}")
         extra = distributed.gather_rows(torch.from_numpy(extra)).numpy()
         check_positive(extra, self.extra_columns_)
@@ -437,9 +438,10 @@ class ROSE(Detector):
     def _score(self, x: Tensor) -> Tensor:
         assert self.aggregation_ is not None  # score() refuses an unfitted detector
         raw, rows = self._scores_and_loss(x)
-        columns = adjusted(raw.numpy(), rows.sum(1).numpy(), self.trend_, self.adjust)
+        loss = rows.sum(1)
+        columns = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
         if self.extra_columns_:
-            columns = np.concatenate([columns, self.extra_features(x, rows.sum(1), rows)[0]], 1)
+            columns = np.concatenate([columns, self.extra_features(x, loss, rows)[0]], 1)
         scores = self.aggregation_(columns)
         check_scores(scores, raw.numpy(), self.columns, f"ROSE-{self.fisher}")
         return torch.from_numpy(scores)
@@ -458,7 +460,7 @@ class ROSE(Detector):
             return [images[i : i + step].to(self.device) for i in range(0, len(images), step)]
 
         self.model.eval()
-        by_rows = rows if self.rows != "sum" and rows is not None and rows.shape[1] == self._k else None
+        by_rows = rows if self.rows != "sum" else None  # with "sum", one row per image: its summed loss
         return extra_columns(self.model, x, loss, self.features, batches, by_rows)
 
     def state(self) -> dict[str, Any]:
