@@ -20,6 +20,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.models import load_model
 from roseood.models.diffusion import DiffusionModel, diffusers_module
 from tests.curvature.test_grads import assert_batched_grads_exact
+from tests.models.test_diffusers_folders import refused
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -126,14 +127,6 @@ def copy(sd: Path, where: Path, edit: Callable[[Path], object] = lambda f: None)
     shutil.copytree(sd, folder)
     edit(folder)
     return folder
-
-
-def refused(folder: Path, *phrases: str) -> str:
-    with pytest.raises(CheckpointError) as info:
-        load_model(folder)
-    message = str(info.value)
-    assert "\n" not in message and all(p in message for p in phrases), message
-    return message
 
 
 def test_the_loss_is_the_unets_under_the_prompts_embedding_encoded_once(sd: Path) -> None:
