@@ -190,6 +190,27 @@ def read_autoencoder(folder: Path) -> tuple[dict[str, Any], dict[str, Tensor], P
     return config, weights, weights_file
 
 
+def read_scheduler(folder: Path, unet_dir: Path) -> dict[str, Any]:
+    """The checked scheduler config of ``folder`` (its ``scheduler/``, else one beside the denoiser's
+    folder ``unet_dir``); none: DDPM's defaults, said in one line."""
+    sched_dir = next(
+        (
+            s
+            for s in (folder / "scheduler", unet_dir.parent / "scheduler")
+            if (s / "scheduler_config.json").is_file()
+        ),
+        None,
+    )
+    if sched_dir is None:
+        state(
+            f"{folder}: no scheduler/scheduler_config.json; using DDPMScheduler's defaults "
+            "(1000 timesteps, linear betas 0.0001 to 0.02, ε prediction)"
+        )
+        return {}
+    sched_file = sched_dir / "scheduler_config.json"
+    return check_scheduler_config(read_json(sched_file), str(sched_file), CheckpointError)
+
+
 def load_diffusers(folder: str | Path) -> DiffusionModel:
     """A diffusion model from a diffusers folder: a pipeline (``model_index.json``, ``unet/``,
     ``scheduler/``), or a UNet2DModel's own folder (``config.json`` + weights; the scheduler then from a
@@ -217,23 +238,7 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
             "StableDiffusionPipeline folder (text_encoder/ and tokenizer/ beside unet/)"
         )
     unet = check_denoiser_config(raw, str(config_file), CheckpointError)
-    sched_dir = next(
-        (
-            s
-            for s in (folder / "scheduler", unet_dir.parent / "scheduler")
-            if (s / "scheduler_config.json").is_file()
-        ),
-        None,
-    )
-    if sched_dir is None:
-        state(
-            f"{folder}: no scheduler/scheduler_config.json; using DDPMScheduler's defaults "
-            "(1000 timesteps, linear betas 0.0001 to 0.02, ε prediction)"
-        )
-        scheduler: dict[str, Any] = {}
-    else:
-        sched_file = sched_dir / "scheduler_config.json"
-        scheduler = check_scheduler_config(read_json(sched_file), str(sched_file), CheckpointError)
+    scheduler = read_scheduler(folder, unet_dir)
     ours = next((f / ROSEOOD_JSON for f in (folder, unet_dir.parent) if (f / ROSEOOD_JSON).is_file()), None)
     extra = read_roseood_json(ours) if ours is not None else {}
     weights, weights_file = read_weights(unet_dir)
