@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import multivariate_normal
 from sklearn.covariance import LedoitWolf
+from sklearn.mixture import GaussianMixture
 
 from roseood.detectors import ROSE, Detector
 from roseood.detectors.aggregation import (
@@ -284,3 +286,33 @@ def test_every_constructor_parameter_is_accepted_in_a_spec():
     assert make_aggregation("gmm:k=auto,max_k=7").max_k == 7
     with pytest.raises(RoseError, match="does not take bogus; its parameters: k, reg, seed, max_k"):
         make_aggregation("gmm:bogus=1")
+
+
+@pytest.mark.parametrize("spec", ["gmm:k=auto", "gaussian", "diffpath"])
+def test_the_densities_fit_and_score_with_blas_on_one_thread(spec: str) -> None:
+    """Even where the caller allows BLAS more threads (two here), the mixtures' small matrices are fitted
+    and scored on one: more threads only waited on each other (20× slower beside other jobs)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from roseood.detectors import aggregation
+    from roseood.detectors.diffusion import MixtureDensity
+
+    seen: dict[str, list[set[int]]] = {"fit": [], "score": []}
+
+    def recording(what: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen[what].append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+            return real(*args, **kwargs)
+
+        return call
+
+    agg = MixtureDensity(components=(1, 2), folds=2) if spec == "diffpath" else make_aggregation(spec)
+    v = np.random.default_rng(0).lognormal(size=(60, 3))
+    with threadpool_limits(2, user_api="blas"), pytest.MonkeyPatch.context() as m:
+        for cls in (GaussianMixture, LedoitWolf):
+            m.setattr(cls, "fit", recording("fit", cls.fit))
+        m.setattr(aggregation, "logsumexp", recording("score", aggregation.logsumexp))
+        agg.fit(v)
+        assert np.isfinite(agg(v)).all()
+    assert seen["fit"] and seen["score"]
+    assert all(s == {1} for s in seen["fit"] + seen["score"]), seen

@@ -20,7 +20,7 @@ from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 
 from roseood.data.tensors import iter_batches
-from roseood.detectors.aggregation import mixture_nll
+from roseood.detectors.aggregation import mixture_nll, one_blas_thread
 from roseood.detectors.base import Detector, register_detector
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
@@ -164,6 +164,7 @@ class MixtureDensity:
         self.chosen_ = {"n_components": best[1].n_components, "covariance_type": best[1].covariance_type}
         return scaler, best[1]
 
+    @one_blas_thread
     def fit(self, v: np.ndarray) -> None:
         if not np.isfinite(v).all():
             raise RoseError("the in-distribution statistics are not finite")
