@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from threadpoolctl import threadpool_limits
 
 from roseood import memory
 from roseood.models import VAE
@@ -27,7 +28,8 @@ def _single_thread():
     two workers × two threads on two cores ran them about three times slower."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with threadpool_limits(1):  # numpy's and scipy's BLAS too (scikit-learn's mixtures, the eigenbases)
+        yield
     torch.set_num_threads(threads)
 
 
