@@ -166,8 +166,8 @@ def _damage_cases(path: Path) -> dict[str, Callable[[], None]]:
         "empty": lambda: path.write_bytes(b""),
         "folder": to_folder,
         "flipped byte": lambda: path.write_bytes(_flip(path.read_bytes())),
-        "wrong length": edit(lambda o: o.update(scores=o["scores"][:-3])),
-        "NaN-filled": edit(lambda o: o["scores"].fill_(float("nan"))),
+        "wrong length": edit(lambda o: o["arrays"].update(scores=o["arrays"]["scores"][:-3])),
+        "NaN-filled": edit(lambda o: o["arrays"]["scores"].fill_(float("nan"))),
         "another key": edit(lambda o: o.update(key="0" * 24)),
     }
 
@@ -226,3 +226,20 @@ def test_swapped_and_damaged_detector_entries_are_refitted_never_used(
     with pytest.warns(CacheWarning) as caught:
         evaluate(tiny_vae, spec, progress=False, cache=cache)
     assert {str(a), str(b)} == {str(w.message).split(": ")[0] for w in caught if w.category is CacheWarning}
+
+
+def test_scores_are_stored_beside_named_measurements_and_checked_by_name(tmp_path: Path) -> None:
+    """Scores and what was measured with them (the seconds they took: one value; the loss: a row each)
+    are separate named arrays, each read back as stored; an entry with other names, or a named array
+    of the wrong rows, is recomputed with a warning, never read as something else."""
+    cache = ResultCache(tmp_path)
+    stored = {"scores": np.arange(8.0).reshape(4, 2), "seconds": np.array(1.5), "loss": np.arange(4.0)}
+    got = cache.arrays("k", ("scores", "seconds", "loss"), lambda: stored, 4)
+    again = cache.arrays("k", ("scores", "seconds", "loss"), lambda: {}, 4)  # read: compute not called
+    for found in (got, again):
+        assert set(found) == set(stored) and all(np.array_equal(found[n], stored[n]) for n in stored)
+    with pytest.warns(CacheWarning, match=r"holds \['loss', 'scores', 'seconds'\], expected \['scores'\]"):
+        assert cache.scores("k", lambda: np.zeros(4), 4).tolist() == [0.0] * 4
+    cache.arrays("m", ("scores", "loss"), lambda: {"scores": np.zeros(3), "loss": np.zeros(2)})
+    with pytest.warns(CacheWarning, match="its loss hold"):
+        cache.arrays("m", ("scores", "loss"), lambda: {"scores": np.ones(3), "loss": np.ones(3)}, 3)

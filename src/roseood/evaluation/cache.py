@@ -95,12 +95,27 @@ class ResultCache:
     def scores(self, key: str, compute: Callable[[], np.ndarray], length: int | None = None) -> np.ndarray:
         """The score array stored under ``key`` (checked to hold ``length`` finite rows when given),
         else ``compute()`` it and store it if it is finite."""
+        return self.arrays(key, ("scores",), lambda: {"scores": compute()}, length)["scores"]
+
+    def arrays(
+        self,
+        key: str,
+        names: tuple[str, ...],
+        compute: Callable[[], dict[str, np.ndarray]],
+        rows: int | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The float64 arrays ``names`` stored under ``key`` (scores beside what was measured with them:
+        the seconds they took, the loss they are gradients of), else ``compute()`` them and store them if
+        all are finite; ``rows``: the rows of each array ("scores" always has rows; another may be one
+        value)."""
         path = self._path("scores", key)
-        if (stored := self._stored(path, lambda p: self._read_scores(p, key, length))) is not None:
+        if (stored := self._stored(path, lambda p: self._read_arrays(p, key, names, rows))) is not None:
             return stored
-        values = np.asarray(compute(), dtype=np.float64)
-        if np.isfinite(values).all():
-            save_file({"format": SCORES_FORMAT, "key": key, "scores": torch.from_numpy(values)}, path)
+        values = {name: np.asarray(v, dtype=np.float64) for name, v in compute().items()}
+        assert set(values) == set(names), (sorted(values), names)  # the caller's own two statements
+        if all(np.isfinite(v).all() for v in values.values()):
+            arrays = {name: torch.from_numpy(v) for name, v in values.items()}
+            save_file({"format": SCORES_FORMAT, "key": key, "arrays": arrays}, path)
         return values
 
     def state(
@@ -125,16 +140,24 @@ class ResultCache:
         return state
 
     @staticmethod
-    def _read_scores(path: Path, key: str, length: int | None) -> np.ndarray:
+    def _read_arrays(path: Path, key: str, names: tuple[str, ...], rows: int | None) -> dict[str, np.ndarray]:
         obj = safe_load(path, SCORES_FORMAT)
         if field(obj, "key", str) != key:
             raise CheckpointError("it holds another entry's scores")
-        values = tensor(field(obj, "scores", torch.Tensor), "scores")
-        if values.dtype != torch.float64:
-            raise CheckpointError(f"field 'scores' must be float64, found {values.dtype}")
-        if values.dim() == 0 or (length is not None and values.shape[0] != length):
-            raise CheckpointError(f"it holds {tuple(values.shape)} values, expected {length} rows")
-        return values.numpy()
+        arrays = field(obj, "arrays", dict)
+        if set(arrays) != set(names):
+            raise CheckpointError(f"it holds {sorted(map(str, arrays))}, expected {sorted(names)}")
+        out = {}
+        for name in names:
+            values = tensor(arrays[name], f"arrays.{name}")
+            if values.dtype != torch.float64:
+                raise CheckpointError(f"field 'arrays.{name}' must be float64, found {values.dtype}")
+            if (values.dim() == 0 and name == "scores") or (
+                rows is not None and values.dim() > 0 and values.shape[0] != rows
+            ):
+                raise CheckpointError(f"its {name} hold {tuple(values.shape)} values, expected {rows} rows")
+            out[name] = values.numpy()
+        return out
 
     def has_scores(self, key: str) -> bool:
         return self._path("scores", key).is_file()

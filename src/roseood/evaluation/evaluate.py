@@ -178,21 +178,20 @@ class _MethodRun:
         seconds of the original run, under ``digest``, the images' own unless given)."""
         layerwise = self.spec.layerwise
 
-        def compute() -> np.ndarray:
+        def compute() -> dict[str, np.ndarray]:
             det = self.detector()
             torch.manual_seed(self.spec.seed)
             t0 = time.perf_counter()
             values = det.layer_scores(images).numpy() if layerwise else det.score(images)
-            return np.append(values, time.perf_counter() - t0)
+            return {"scores": values, "seconds": np.array(time.perf_counter() - t0)}
 
         if self.cache is None:
             out = compute()
         else:
             digest = digest or array_digest(images)
             key = self.key | {"images": digest} | ({"layerwise": True} if layerwise else {})
-            out = self.cache.scores(cache_key(key), compute, None if layerwise else len(images) + 1)
-        values = out[:-1].reshape(len(images), -1) if layerwise else out[:-1]
-        return values, float(out[-1])
+            out = self.cache.arrays(cache_key(key), ("scores", "seconds"), compute, len(images))
+        return out["scores"], float(out["seconds"])
 
     def fit_warnings(self) -> list[str]:
         """The detector's degenerate-fit warnings (kept in its saved state, so cached runs have them; an

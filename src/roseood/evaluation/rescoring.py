@@ -74,10 +74,9 @@ class LayerScores:
         return cache_key(parts | ({"rows": self.rows} if self.rows != "sum" else {}))
 
     def __call__(self, images: np.ndarray) -> Columns:
-        both = self.cache.scores(
-            self._key("ablation-layer-scores-and-loss", images), lambda: self._compute(images), len(images)
-        )
-        raw, loss = both[:, :-1], both[:, -1]
+        key = self._key("ablation-layer-scores-and-loss", images)
+        both = self.cache.arrays(key, ("scores", "loss"), lambda: self._compute(images), len(images))
+        raw, loss = both["scores"], both["loss"]
         extra, names = np.empty((len(images), 0)), []
         if self.features != "layers":
             detector = self.detector(fit=False)
@@ -134,6 +133,6 @@ class LayerScores:
                 self.cache.state(key, lambda: det.fit_fisher(images).state(), load)
         return self._det
 
-    def _compute(self, images: np.ndarray) -> np.ndarray:
+    def _compute(self, images: np.ndarray) -> dict[str, np.ndarray]:
         raw, loss = self.detector(fit=True).layer_scores_and_loss(images)
-        return np.concatenate([raw.numpy(), loss.numpy()[:, None]], 1)
+        return {"scores": raw.numpy(), "loss": loss.numpy()}

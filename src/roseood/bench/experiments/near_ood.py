@@ -140,17 +140,17 @@ def _band_cost(ws: Workspace, bands: LayerScores, images: np.ndarray) -> tuple[f
     summed = bands.fishers_from
     assert summed is not None
 
-    def measure() -> np.ndarray:
-        seconds = []
-        for scorer in (bands, summed):
+    def measure() -> dict[str, np.ndarray]:
+        seconds = {}
+        for name, scorer in (("bands", bands), ("rose", summed)):
             det = scorer.detector()
             t0 = time.perf_counter()
             det.layer_scores_and_loss(images)
-            seconds.append((time.perf_counter() - t0) / len(images))
-        return np.array(seconds)
+            seconds[name] = np.array((time.perf_counter() - t0) / len(images))
+        return seconds
 
-    band, rose = ws.cache.scores(key, measure, 2)
-    return float(band), float(rose)
+    found = ws.cache.arrays(key, ("bands", "rose"), measure)
+    return float(found["bands"]), float(found["rose"])
 
 
 def _costs(
@@ -160,24 +160,22 @@ def _costs(
     (timed once on ``images`` and cached), and each variant's aggregation fit in seconds."""
     key = cache_key({"near-ood-costs": model_fingerprint(scorer.model), "images": array_digest(images)})
 
-    def measure() -> np.ndarray:
+    def measure() -> dict[str, np.ndarray]:
         det = scorer.detector()
         x = scorer.as_tensor(images)
         t0 = time.perf_counter()
         _, loss = det.layer_scores_and_loss(images)
-        rose = time.perf_counter() - t0
-        seconds = []
-        for features in ("layers,stats", "layers,complexity"):
+        seconds = {"rose": time.perf_counter() - t0}
+        for name, features in (("stats", "layers,stats"), ("complexity", "layers,complexity")):
             det.features = features
             t0 = time.perf_counter()
             det.extra_features(x, loss)
-            seconds.append(time.perf_counter() - t0)
+            seconds[name] = time.perf_counter() - t0
         det.features = ALL_FEATURES
-        return np.array([rose, *seconds]) / len(images)
+        return {name: np.array(s / len(images)) for name, s in seconds.items()}
 
-    rose, stat, complexity = ws.cache.scores(key, measure, 3)
-    return {"rose_s_per_image": float(rose), "stats_s_per_image": float(stat)} | {
-        "complexity_s_per_image": float(complexity),
+    found = ws.cache.arrays(key, ("rose", "stats", "complexity"), measure)
+    return {f"{name}_s_per_image": float(found[name]) for name in ("rose", "stats", "complexity")} | {
         **{f"fit_{v}_s": s for v, s in agg_seconds.items()},
         "held_out_images": float(len(stats.raw)),
     }
