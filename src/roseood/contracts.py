@@ -195,8 +195,19 @@ class SharesFishers(Protocol):
         share Fishers read each other's scores of the same images (None: drawn anew each time)."""
         ...
 
-    def fit_fisher(self, images: Any) -> Any:
-        """Fit the Fishers alone on ``images`` and return them."""
+    progress: bool
+
+    @property
+    def name(self) -> str: ...
+
+    def fisher_key(self, images: Any) -> tuple[Hashable, str, str]:
+        """What identifies the Fishers ``fit_fisher(images)`` fits: the settings, the weights' fingerprint,
+        the images' digest."""
+        ...
+
+    def fit_fisher(self, images: Any, fishers: Any = None) -> Any:
+        """Fit the Fishers alone on ``images`` (or take ``fishers``, fitted with the same key) and return
+        them."""
         ...
 
     def fit(self, images: Any, held_out: Any = None, *, fishers: Any = None) -> Any:

@@ -174,10 +174,10 @@ def test_a_rose_takes_the_fishers_of_another_fitted_on_the_same_images(tiny_vae,
 
 
 def test_the_roses_that_took_fishers_read_the_layer_scores_they_gave(tiny_vae, many, monkeypatch):
-    """The variants sharing a Fisher run the model once per image set: the ROSEs that took the Fishers
-    read the raw layer scores they gave of the same images (their scores as from a fit of their own); a
-    ROSE that fitted its own runs the model at each scoring (its timings stay honest), and weights
-    changed in place since are run again."""
+    """The variants sharing a Fisher run the model once per image set: the ROSEs given shared Fishers
+    (``FittedFishers.share``, as ``FisherPool`` hands them out) read the raw layer scores they gave of the
+    same images (their scores as from a fit of their own); a ROSE that fitted its own runs the model at
+    each scoring (its timings stay honest), and weights changed in place since are run again."""
     runs: list[int] = []
     real = ROSE._compute_scores_and_loss
 
@@ -192,7 +192,7 @@ def test_the_roses_that_took_fishers_read_the_layer_scores_they_gave(tiny_vae, m
     alone.score(test)
     assert runs == [id(alone)] * 3  # the statistics images, then the test images twice
     runs.clear()
-    fishers = ROSE(tiny_vae, progress=False).fit_fisher(fit)
+    fishers = ROSE(tiny_vae, progress=False).fit_fisher(fit).share()
     first = ROSE(tiny_vae, progress=False).fit(fit, held_out=held, fishers=fishers)
     first.score(test)
     assert runs == [id(first)] * 2  # the statistics images, the test images
@@ -213,9 +213,10 @@ def test_evaluate_fits_one_fisher_for_the_rose_variants_that_share_it(tiny_vae, 
     fitted = []
     real = ROSE.fit_fisher
 
-    def counting(self, x):
-        fitted.append(self.fisher)
-        return real(self, x)
+    def counting(self, x, fishers=None):
+        if fishers is None:  # a fit, not Fishers taken
+            fitted.append(self.fisher)
+        return real(self, x, fishers)
 
     monkeypatch.setattr(ROSE, "fit_fisher", counting)
     methods = ["rose-ekfac", "rose-diag", "rose-gmm", "rose-two-sided"]

@@ -64,8 +64,8 @@ def test_a_rose_variant_added_to_a_cached_evaluation_takes_the_stored_fishers(
     tiny_vae: VAE, spec: EvalSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Adding ``rose-two-sided`` to an evaluation whose ``rose-ekfac`` is cached fits no Fisher: it takes the
-    stored detector's (checked against the same settings, weights and images), and scores as it would
-    have with Fishers of its own."""
+    Fishers the first run's pool stored in the cache (checked against the same settings, weights and
+    images), and scores as it would have with Fishers of its own."""
     from dataclasses import replace
 
     from roseood.detectors import ROSE
@@ -74,7 +74,13 @@ def test_a_rose_variant_added_to_a_cached_evaluation_takes_the_stored_fishers(
     evaluate(tiny_vae, replace(spec, methods=["rose-ekfac"]), progress=False, cache=cache)
     fitted = []
     real = ROSE.fit_fisher
-    monkeypatch.setattr(ROSE, "fit_fisher", lambda self, x: fitted.append(1) or real(self, x))
+
+    def counted(self: ROSE, x: Any, fishers: Any = None) -> Any:
+        if fishers is None:  # a fit, not Fishers taken
+            fitted.append(1)
+        return real(self, x, fishers)
+
+    monkeypatch.setattr(ROSE, "fit_fisher", counted)
     both = replace(spec, methods=["rose-ekfac", "rose-two-sided"])
     added = evaluate(tiny_vae, both, progress=False, cache=cache)
     assert fitted == []
@@ -84,16 +90,14 @@ def test_a_rose_variant_added_to_a_cached_evaluation_takes_the_stored_fishers(
     # tests/detectors/test_rose_fitted.py measures for Fishers saved and loaded
     for name, values in fresh.scores["rose-two-sided"].items():
         np.testing.assert_allclose(added.scores["rose-two-sided"][name], values, rtol=1e-5)
-    # a detector file from before the digest was kept: its Fishers cannot be checked, so the variant fits
+    # without the stored Fishers (a cache from before the pool kept them), the variant fits its own
     for entry in (tmp_path / "cache" / "scores").glob("*.pt"):
         entry.unlink()
+    for entry in (tmp_path / "cache" / "states").glob("*.pt"):
+        entry.unlink()
     for path in (tmp_path / "cache" / "detectors").glob("*.pt"):
-        obj = torch.load(path, weights_only=True)
-        if obj["params"]["aggregate"] != "relu-norm":
+        if torch.load(path, weights_only=True)["params"]["aggregate"] != "relu-norm":
             path.unlink()  # the variant's own entry: it must be fitted again
-            continue
-        del obj["state"]["fisher_images"]
-        torch.save(seal(obj), path)
     evaluate(tiny_vae, both, progress=False, cache=cache)
     assert fitted == [1, 1]
 
@@ -216,8 +220,10 @@ def test_swapped_and_damaged_detector_entries_are_refitted_never_used(
         again = evaluate(tiny_vae, spec, progress=False, cache=cache)
     for method in spec.methods:
         for name, values in first.scores[method].items():
-            # refitted on the same images in this process: measured 0 (AMD AVX2, default, MKL_CBWR=COMPATIBLE)
-            np.testing.assert_allclose(again.scores[method][name], values, rtol=1e-6)
+            # refitted on the Fishers the evaluation's pool stored in the cache: equal up to the stored
+            # eigenbases' compact form (Householder vectors), rounding at 1e-6 relative, as
+            # tests/detectors/test_rose_fitted.py measures for Fishers saved and loaded (3.4e-6 measured)
+            np.testing.assert_allclose(again.scores[method][name], values, rtol=1e-5)
     for scores in (tmp_path / "cache" / "scores").glob("*.pt"):
         scores.unlink()
     a.write_bytes(b"")

@@ -114,7 +114,7 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
             det = make_detector(method, model, progress=False, **extra)
             if isinstance(det, ROSE):
                 if det.fisher_arguments not in fishers:
-                    fishers[det.fisher_arguments] = det.fit_fisher(fit)
+                    fishers[det.fisher_arguments] = det.fit_fisher(fit).share()
                 det.fit(fit, held_out=held, fishers=fishers[det.fisher_arguments])
             else:
                 det.fit(fit, held_out=held)

@@ -10,6 +10,7 @@ score and decision.
 ``ood_metrics`` / ``fpr_at_tpr`` compute AUROC, AUPRC and FPR80/95 for any two score arrays, and
 ``metric_intervals`` their bootstrap intervals. ``AcrossModels`` holds one result per model (e.g.
 per training seed) and every metric's spread across them; ``write_across_report`` reports it.
+``FisherPool`` hands ROSE detectors with equal Fisher settings one fit of their Fishers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import FittedDetector, evaluate, fit_calibrated, fit_detector
+from roseood.evaluation.fishers import FisherPool
 from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
 from roseood.evaluation.scoring import decision_rows, score_chunks, write_decisions, write_scores
@@ -46,6 +48,7 @@ __all__ = [
     "AcrossModels",
     "EvalSpec",
     "EvaluationResult",
+    "FisherPool",
     "FittedDetector",
     "ResultCache",
     "decision_rows",

@@ -5,7 +5,7 @@ sharing one Fisher fit), score the test sets and collect metrics. What the image
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from roseood.detectors import METHODS, Detector, Ensemble, make_detector, method
 from roseood.detectors.base import threshold_at
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
+from roseood.evaluation.fishers import FisherPool
 from roseood.evaluation.forecast import forecast_evaluation, forecast_images
 from roseood.evaluation.gallery import extremes
 from roseood.evaluation.histories import compression_report, storage_of
@@ -55,28 +56,17 @@ def assembled(members: list[Detector], model: RoseModel | list[RoseModel], progr
     return Ensemble(members, progress=progress) if isinstance(model, list) else members[0]
 
 
-SharedFishers = dict[Hashable, tuple[str, Any]]  # fisher_arguments -> (the method that fitted them, them)
-
-
-def fit_detector(
-    det: Detector, fit: ImageSet, spec: EvalSpec, fishers: SharedFishers | None = None
-) -> Detector:
+def fit_detector(det: Detector, fit: ImageSet, spec: EvalSpec, pool: FisherPool | None = None) -> Detector:
     """Fit a built detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics), and
     record how the images it fitted on were stored (``fit_storage_``, saved with it: ``rose score``
-    checks its images against it). ``fishers``: the Fishers fitted so far in this evaluation on these
-    images, by ``fisher_arguments``: a ROSE takes those of equal arguments, else fits them once and adds
-    them, so the ROSE variants compared share one Fisher fit and one backward pass per image set."""
+    checks its images against it). ``pool``: where a ROSE's Fishers come from, so the ROSE variants
+    compared share one Fisher fit and one backward pass per image set."""
     n_fisher = fisher_count(spec, len(fit))
     images, held_out = fit.images[:n_fisher], fit.images[n_fisher:] if n_fisher < len(fit) else None
-    if fishers is None or not isinstance(det, SharesFishers) or held_out is None:
+    if pool is None or not isinstance(det, SharesFishers) or held_out is None:
         det.fit(images, held_out=held_out)
     else:
-        key = det.fisher_arguments
-        if key not in fishers:
-            fishers[key] = det.name, det.fit_fisher(images)
-        elif det.progress:
-            note(f"{det.name}: the Fishers fitted for {fishers[key][0]} (the same settings and images)")
-        det.fit(images, held_out=held_out, fishers=fishers[key][1])
+        det.fit(images, held_out=held_out, fishers=pool.fishers(det, images))
     det.fit_storage_ = storage_of(fit.name, images)
     return det
 
@@ -132,9 +122,8 @@ class _MethodRun:
     progress: bool | None
     cache: ResultCache | None
     key: dict[str, Any]  # what determines the fitted detector: its cache key
-    fishers: SharedFishers  # the ROSE Fishers fitted so far in this evaluation (shared by its runs)
+    pool: FisherPool  # the ROSE Fishers of this evaluation (shared by its runs, kept in its cache)
     built: Detector  # unfitted; fitted only when the cache has no fitted one
-    siblings: list[_MethodRun]  # every method's run in this evaluation, this one too
     _det: Detector | None = None
 
     def detector(self) -> Detector:
@@ -148,25 +137,7 @@ class _MethodRun:
         return self._det
 
     def _build(self) -> Detector:
-        self._take_stored_fishers()
-        return fit_detector(self.built, self.fit, self.spec, self.fishers)
-
-    def _take_stored_fishers(self) -> None:
-        """Where the cache holds another method's detector of this evaluation fitted with equal Fisher
-        settings on these images (an earlier run's), take its Fishers instead of fitting them again: a
-        ROSE variant added to a cached evaluation costs its statistics and scores alone."""
-        if self.cache is None or not isinstance(self.built, SharesFishers):
-            return
-        args = self.built.fisher_arguments
-        if args in self.fishers:
-            return
-        for other in self.siblings:
-            same = isinstance(other.built, SharesFishers) and other.built.fisher_arguments == args
-            if other is not self and same and self.cache.has_detector(cache_key(other.key)):
-                fitted = getattr(other.detector(), "fishers_", None)  # ROSE's, loaded with its file
-                if getattr(fitted, "images", None) is not None:  # files from before it was kept lack it
-                    self.fishers.setdefault(args, (other.method, fitted))
-                return
+        return fit_detector(self.built, self.fit, self.spec, self.pool)
 
     def _load(self, path: Path) -> Detector:
         kwargs = self.spec.detector_kwargs.get(self.method, {})
@@ -242,12 +213,12 @@ def evaluate(
     sets = {spec.in_data: test, **ood}
     digests = {name: array_digest(s.images) for name, s in sets.items()} if cache is not None else {}
     started = time.monotonic()
-    fishers: SharedFishers = {}
+    pool = FisherPool(cache)
     runs: list[_MethodRun] = []
     for method in spec.methods:
         key = fit_key | {"method": method, "params": result.settings["detectors"][method]}
         det = assembled(built[method], model, progress)
-        runs.append(_MethodRun(method, model, fit, spec, progress, cache, key, fishers, det, runs))
+        runs.append(_MethodRun(method, model, fit, spec, progress, cache, key, pool, det))
     for i, (method, run) in enumerate(zip(spec.methods, runs, strict=True)):
         _evaluate_method(run, result, sets, examples, tpr, digests)
         if progress and len(spec.methods) > 1:

@@ -7,7 +7,6 @@ exactly as ``ROSE.fit_stats`` fits it, by the same functions (``adjusted``, ``ma
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -16,8 +15,8 @@ from torch import Tensor
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
 from roseood.detectors.features import COMPLEXITY_COLUMN
-from roseood.detectors.rose import FittedFishers
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
+from roseood.evaluation.fishers import FisherPool
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 
@@ -47,8 +46,9 @@ def _feature_of(name: str) -> str:
 class LayerScores:
     """``scorer(images)`` → ``Columns`` of one model and Fisher (fitted once, on ``fisher_images``, when a
     set's columns are not cached yet); ``features``: the extra columns to compute beside the layers;
-    ``rows``: ``ROSE(rows=...)``; ``fishers_from``: a scorer whose Fishers this one takes instead of fitting
-    its own (the same model, Fisher arguments and images, as ``ROSE.fit(fishers=...)`` takes them)."""
+    ``rows``: ``ROSE(rows=...)``; ``pool``: where its Fishers come from (unset: a pool of its own on
+    ``cache``); scorers made from one by ``dataclasses.replace`` share its pool, so one with the same
+    Fisher settings (another ``rows`` or ``features``) takes its Fishers instead of fitting them."""
 
     cache: ResultCache
     model: RoseModel
@@ -59,8 +59,12 @@ class LayerScores:
     features: str = "layers"
     progress: bool = False
     rows: str = "sum"
-    fishers_from: LayerScores | None = None
+    pool: FisherPool | None = field(default=None, repr=False)
     _det: ROSE | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.pool is None:
+            self.pool = FisherPool(self.cache)
 
     def _key(self, what: str, images: np.ndarray) -> str:
         parts = {
@@ -113,24 +117,9 @@ class LayerScores:
                 rows=self.rows,
             )
         if fit and self._det.fishers_ is None:
-            det, images = self._det, self.as_tensor(self.fisher_images)
-            fingerprint, digest = model_fingerprint(self.model), array_digest(images.numpy())
-            if self.fishers_from is not None:
-                taken = self.fishers_from.detector().fishers_
-                assert taken is not None  # detector() fits them
-                taken.check(det.fisher_arguments, fingerprint, digest)
-                det.fishers_ = taken
-            else:  # fitted once per model, Fisher arguments and images, then read from the cache
-                key = cache_key(
-                    {"rose-fishers": det.fisher_arguments.as_dict(), "model": fingerprint, "images": digest}
-                )
-
-                def load(state: dict[str, Any]) -> None:
-                    det.fishers_ = FittedFishers.from_state(
-                        state, det.fisher_arguments, model=fingerprint, images=digest
-                    )
-
-                self.cache.state(key, lambda: det.fit_fisher(images).state(), load)
+            assert self.pool is not None  # __post_init__ makes one
+            images = self.as_tensor(self.fisher_images)
+            self._det.fit_fisher(images, fishers=self.pool.fishers(self._det, images))
         return self._det
 
     def _compute(self, images: np.ndarray) -> dict[str, np.ndarray]:

@@ -114,7 +114,7 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
     plan = [(v, how, columns) for v, how in VARIANTS.items()]
     bands = None
     if rows_per_input(model) > 1:
-        bands = replace(scorer, rows="bands", features="layers,stats", fishers_from=scorer, _det=None)
+        bands = replace(scorer, rows="bands", features="layers,stats", _det=None)  # its Fishers: the pool's
         band_columns = {k: bands(v) for k, v in sets.items()}
         plan += [(v, how, band_columns) for v, how in BANDS.items()]
     aurocs, agg_seconds = {}, {}
@@ -128,17 +128,19 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
         aurocs[variant] = {s: float(ood_metrics(scores[data], scores[s])["auroc"]) for s in ood_sets}
     costs = _costs(ws, scorer, test[:TIMED], columns[STATS], agg_seconds)
     if bands is not None:
-        costs["bands_s_per_image"], costs["bands_rose_s_per_image"] = _band_cost(ws, bands, test[:TIMED])
+        costs["bands_s_per_image"], costs["bands_rose_s_per_image"] = _band_cost(
+            ws, bands, scorer, test[:TIMED]
+        )
     return {"auroc": aurocs, "costs": costs}
 
 
-def _band_cost(ws: Workspace, bands: LayerScores, images: np.ndarray) -> tuple[float, float]:
+def _band_cost(
+    ws: Workspace, bands: LayerScores, summed: LayerScores, images: np.ndarray
+) -> tuple[float, float]:
     """Seconds per image of the band scores (every row's gradient) and of ROSE-EKFAC's layer scores (each
     image's summed gradient), timed in turn on ``images`` in one run, so both see the same machine load;
     cached."""
     key = cache_key({"near-ood-band-costs": model_fingerprint(bands.model), "images": array_digest(images)})
-    summed = bands.fishers_from
-    assert summed is not None
 
     def measure() -> dict[str, np.ndarray]:
         seconds = {}

@@ -117,7 +117,6 @@ class ROSE(Detector):
         if "complexity" in features and model.input_kind != "image":
             raise RoseError("features=...,complexity needs an image model (it compresses the images)")
         self.fishers_: FittedFishers | None = None  # fitted (or taken) by fit, restored by load
-        self.shares_fishers_ = False  # whether fit took another ROSE's Fishers
         self.aggregation_: Aggregation | None = None
         self.trend_ = LikelihoodTrend()
         self.extra_columns_: list[str] = []
@@ -279,9 +278,7 @@ class ROSE(Detector):
         ``fishers``: Fishers fitted on the same ``images`` and weights with equal ``fisher_arguments``
         (another ROSE's ``fishers_``, or ``FittedFishers.load``), taken instead of fitting new ones;
         refused in one line otherwise (``rose evaluate`` fits them once for the ROSE variants it compares)."""
-        self.fishers_, self.shares_fishers_ = fishers, fishers is not None
-        if fishers is not None:
-            fishers.shared = True  # from now on they remember what they score, for every ROSE using them
+        self.fishers_ = fishers  # taken, after their check, by _fit_apart
         return super().fit(images, held_out if held_out is not None else stats_images)
 
     def held_out_share(self) -> float:
@@ -298,28 +295,38 @@ class ROSE(Detector):
             )
         if held_out.shape == x.shape and torch.equal(held_out, x):
             raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
-        if self.fishers_ is None:
-            self.fit_fisher(x)
-        else:
-            digest = array_digest(x.detach().cpu().numpy())
-            self.fishers_.check(self.fisher_arguments, model_fingerprint(self.model), digest)
+        self._fit_fisher(x, self.fishers_)
         self.fit_stats(held_out)
 
-    def fit_fisher(self, images: ImageData) -> FittedFishers:
-        """Fit each layer's Fisher on ``images`` (two passes for EKFAC) into ``fishers_`` and return them.
+    def fisher_key(self, images: ImageData) -> tuple[FisherArguments, str, str]:
+        """What identifies the Fishers ``fit_fisher(images)`` fits, as ``FittedFishers`` records it: the
+        Fisher settings, the weights' fingerprint and the images' digest (the key they are shared by)."""
+        return self._fisher_key(self._check(images))
+
+    def _fisher_key(self, x: Tensor) -> tuple[FisherArguments, str, str]:
+        return self.fisher_arguments, model_fingerprint(self.model), array_digest(x.detach().cpu().numpy())
+
+    def fit_fisher(self, images: ImageData, fishers: FittedFishers | None = None) -> FittedFishers:
+        """Fit each layer's Fisher on ``images`` (two passes for EKFAC) into ``fishers_`` and return them;
+        given ``fishers`` (fitted on these images with equal settings: another ROSE's, a file's, a
+        cache's), take them instead, refused in one line when their ``fisher_key`` differs.
 
         Under torchrun each process accumulates its shard of ``x``; the sums are added together (float64)
         before each pass ends, and rank 0's eigendecompositions are shared with every process. With a
         deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
         instead of running the model again."""
-        x = self._check(images)
+        return self._fit_fisher(self._check(images), fishers)
+
+    def _fit_fisher(self, x: Tensor, taken: FittedFishers | None) -> FittedFishers:
+        arguments, model, digest = self._fisher_key(x)  # all the images, before this process's shard
+        if taken is not None:
+            taken.check(arguments, model, digest)
+            self.fishers_ = taken
+            return taken
         distributed.check_enough(x.shape[0], "Fisher images")
-        digest = array_digest(x.detach().cpu().numpy())  # all the images, before this shard
         x = x[distributed.shard(x.shape[0])]
-        arguments = self.fisher_arguments
         made = {n: arguments.make(kind) for n, kind in arguments.kinds(self._probe(x)[0]).items()}
-        self.fishers_ = FittedFishers(arguments, made, model=model_fingerprint(self.model), images=digest)
-        self.shares_fishers_ = False
+        self.fishers_ = FittedFishers(arguments, made, model=model, images=digest)
         passes = max(f.passes for f in made.values())
         plan = self._plan(x, self.fishers_.kinds)
         room = plan.budget - plan.peak if plan.budget is not None else self.grad_cache_bytes
@@ -392,7 +399,7 @@ class ROSE(Detector):
         if self.fishers_ is None:
             raise RoseError("ROSE detector is not fitted: call fit() or load() first")
         key = self._memo_key(x)
-        found = self.fishers_.remembered(key) if key is not None and self.shares_fishers_ else None
+        found = self.fishers_.remembered(key) if key is not None else None
         if found is None:
             found = self._compute_scores_and_loss(x, desc)
             if key is not None:
@@ -400,8 +407,8 @@ class ROSE(Detector):
         return found
 
     def _memo_key(self, x: Tensor) -> MemoKey | None:
-        """Where Fishers that a ROSE took remember these scores: the weights', the images' and the rows'
-        names (None when no ROSE took them, or when the loss is drawn anew each time)."""
+        """Where shared Fishers (``FittedFishers.share``) remember these scores: the weights', the images'
+        and the rows' names (None when they are not shared, or when the loss is drawn anew each time)."""
         if self.fishers_ is None or not self.fishers_.shared or self.stochastic:
             return None
         return model_fingerprint(self.model), array_digest(x.detach().cpu().numpy()), self.rows
@@ -484,7 +491,6 @@ class ROSE(Detector):
         images = stored_digest(state, "fisher_images", "state.fisher_images")
         model = model_fingerprint(self.model)
         self.fishers_ = FittedFishers.from_state(state, self.fisher_arguments, model=model, images=images)
-        self.shares_fishers_ = False
         n = (len(self.columns),)
         self.mean_ = tensor(state.get("mean"), "state.mean", shape=n, finite=False).double()
         self.std_ = tensor(state.get("std"), "state.std", shape=n, finite=False).double()

@@ -27,9 +27,10 @@ class FittedFishers(Mapping[str, Fisher]):
     fitted with and the fingerprints of the ``model``'s weights and of the fit ``images`` (None: not
     known, as in a detector file). A ROSE with equal arguments, on the same weights and images, takes
     them: ``ROSE(...).fit(images, fishers=other.fishers_)``; ``save``/``load`` keep them in a file of
-    their own. Scoring never changes them. Once ``shared`` (a ROSE took them), the raw scores they give are
-    remembered by weights, images and rows (the last ``keep`` sets) and read by the ROSEs that took them,
-    so the variants ``rose evaluate`` compares run the model once per image set."""
+    their own. Scoring never changes them. Once ``share()`` is called (by whoever hands them to several
+    ROSEs: ``roseood.evaluation.FisherPool``), the raw scores they give are remembered by weights, images
+    and rows (the last ``keep`` sets) and read by every ROSE using them, so the variants ``rose evaluate``
+    compares run the model once per image set."""
 
     keep = 16
 
@@ -39,7 +40,7 @@ class FittedFishers(Mapping[str, Fisher]):
         self.arguments = arguments
         self.model = model
         self.images = images
-        self.shared = False  # set once a ROSE takes them: then they remember what they score
+        self.shared = False  # share() sets it: then they remember what they score
         self._fishers = dict(fishers)
         self._memo: OrderedDict[MemoKey, tuple[Tensor, Tensor]] = OrderedDict()
 
@@ -69,6 +70,12 @@ class FittedFishers(Mapping[str, Fisher]):
             raise RoseError(f"these Fishers were fitted on model {self.model}, this ROSE's is {model}")
         if images != self.images:
             raise RoseError("these Fishers were fitted on other images; pass the images they were fitted on")
+
+    def share(self) -> FittedFishers:
+        """Mark them as handed to several ROSEs: from now on they remember the raw scores they give (by
+        weights, images and rows), which every ROSE using them reads instead of running the model."""
+        self.shared = True
+        return self
 
     def remembered(self, key: MemoKey) -> tuple[Tensor, Tensor] | None:
         """A copy of the raw scores and losses remembered under ``key``, if any."""
