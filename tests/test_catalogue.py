@@ -47,3 +47,26 @@ def test_the_diffusion_loss_and_resizing_constants_are_the_ones_the_library_chec
         assert Preprocessing(resize=resize).resize == resize
     with pytest.raises(DataError):
         Preprocessing(resize="bogus")
+
+
+def test_roses_defaults_are_declared_once_in_the_catalogue() -> None:
+    """ROSE's keywords and both typed views of its settings default to the catalogue's ROSE_DEFAULTS (what
+    `rose --help` states), each setting of the views being one of ROSE's keywords."""
+    import inspect
+    from dataclasses import fields
+
+    from roseood.catalogue import ROSE_DEFAULTS
+    from roseood.detectors import ROSE
+    from roseood.detectors.rose import FisherArguments, ScoreArguments
+
+    keywords = inspect.signature(ROSE).parameters
+    for name, default in ROSE_DEFAULTS.items():
+        assert keywords[name].default == default, name
+    for view in (FisherArguments, ScoreArguments):
+        for f in fields(view):
+            assert f.name in keywords, f.name
+            if f.name in ROSE_DEFAULTS:
+                assert f.default == ROSE_DEFAULTS[f.name], (view.__name__, f.name)
+    assert set(ROSE_DEFAULTS) == {f.name for v in (FisherArguments, ScoreArguments) for f in fields(v)} - {
+        "layers"
+    }

@@ -15,6 +15,7 @@ from roseood.catalogue import (
     DEFAULT_AGGREGATION,
     FIT_COUNTS,
     GALLERY,
+    ROSE_DEFAULTS,
     ROWS,
     add_pair_options,
     family_counts,
@@ -356,14 +357,15 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
         "--max-size",
         metavar="SIZE",
         help="largest saved ROSE Fisher, e.g. 150M: the layers with the largest eigenbases fall back to "
-        "diagonal Fishers until it fits; auto (default): the layers' own weights or 128 MiB, whichever is "
-        "more; none: no bound",
+        "diagonal Fishers until it fits; auto: the layers' own weights or 128 MiB, whichever is "
+        f"more; none: no bound (default: {ROSE_DEFAULTS['max_size']})",
     )
     p.add_argument(
         "--adjust",
         choices=ADJUSTMENTS,
         help="beyond the paper: nll divides each ROSE layer score by its in-distribution trend in the "
-        "image's −log p(x); both aggregates raw and adjusted layer scores (default: none, the paper)",
+        "image's −log p(x); both aggregates raw and adjusted layer scores "
+        f"(default: {ROSE_DEFAULTS['adjust']}, the paper)",
     )
     add_pair_options(p, trained=False)
     p.add_argument(
@@ -380,8 +382,8 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
         choices=ROWS,
         help="beyond the paper, for a diffusion model's K (timestep, noise) pairs: each scores every "
         "(image, pair) row's own gradient, one ROSE column per layer and timestep; bands sums each row's "
-        "layers, one column per timestep, against the images' Fisher (default: sum, the gradient of the "
-        "image's summed loss)",
+        f"layers, one column per timestep, against the images' Fisher (default: {ROSE_DEFAULTS['rows']}, the "
+        "gradient of the image's summed loss)",
     )
 
 

@@ -4,11 +4,10 @@ made, so a bad setting is refused in one line before any image is read."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from roseood.catalogue import DEFAULT_AGGREGATION, ROWS
+from roseood.catalogue import ROSE_DEFAULTS, ROWS
 from roseood.contracts import RowsModel
 from roseood.curvature import FISHERS, Fisher, LayerShape, make_fisher
 from roseood.detectors.adjustment import check_adjust
@@ -46,16 +45,16 @@ class FisherArguments:
     None (or ``"none"``): no bound. The choice per layer is in ``FittedFishers.kinds`` and the saved file.
     """
 
-    fisher: str = "ekfac"
+    fisher: str = ROSE_DEFAULTS["fisher"]
     layers: tuple[str, ...] = ()
-    damping: float = 1e-8
-    rcond: float | None = None
-    rows: str = "sum"
-    stochastic: bool = False
-    seed: int = 0
-    max_size: int | str | None = "auto"
-    memory: int | str | None = None
-    batch_size: int = 64
+    damping: float = ROSE_DEFAULTS["damping"]
+    rcond: float | None = ROSE_DEFAULTS["rcond"]
+    rows: str = ROSE_DEFAULTS["rows"]
+    stochastic: bool = ROSE_DEFAULTS["stochastic"]
+    seed: int = ROSE_DEFAULTS["seed"]
+    max_size: int | str | None = ROSE_DEFAULTS["max_size"]
+    memory: int | str | None = ROSE_DEFAULTS["memory"]
+    batch_size: int = ROSE_DEFAULTS["batch_size"]
 
     def __post_init__(self) -> None:
         FISHERS.get(self.fisher)  # an unknown kind: the registry's one-line refusal, naming the kinds
@@ -130,13 +129,13 @@ class ScoreArguments:
     block-diagonal ROSE score at each timestep band, few enough columns for a density to judge.
     """
 
-    rows: str = "sum"
-    aggregate: str = DEFAULT_AGGREGATION
-    beta: float | tuple[float, ...] = 0.0
-    p: float = math.inf
-    adjust: str = "none"
-    features: str = "layers"
-    stats_fraction: float = 0.2
+    rows: str = ROSE_DEFAULTS["rows"]
+    aggregate: str = ROSE_DEFAULTS["aggregate"]
+    beta: float | tuple[float, ...] = ROSE_DEFAULTS["beta"]
+    p: float = ROSE_DEFAULTS["p"]
+    adjust: str = ROSE_DEFAULTS["adjust"]
+    features: str = ROSE_DEFAULTS["features"]
+    stats_fraction: float = ROSE_DEFAULTS["stats_fraction"]
 
     def __post_init__(self) -> None:
         if self.rows not in ROWS:
@@ -153,7 +152,7 @@ class ScoreArguments:
     def aggregation(self) -> Aggregation:
         """A fresh, unfitted aggregation of these settings (``beta`` and ``p`` passed only when set)."""
         beta = list(self.beta) if isinstance(self.beta, tuple) else self.beta
-        given = {k: v for k, v, default in (("beta", beta, 0.0), ("p", self.p, math.inf)) if v != default}
+        given = {k: v for k, v in (("beta", beta), ("p", self.p)) if v != ROSE_DEFAULTS[k]}
         return make_aggregation(self.aggregate, **given)
 
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import fields
 from functools import cached_property, partial
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.catalogue import DEFAULT_AGGREGATION
+from roseood.catalogue import ROSE_DEFAULTS
 from roseood.contracts import RowsModel, rows_per_input
 from roseood.curvature import (
     FISHERS,
@@ -47,6 +47,7 @@ from roseood.progress import note
 from roseood.randomness import per_input_seed
 from roseood.serialization import array_digest
 
+View = TypeVar("View", FisherArguments, ScoreArguments)
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
 
@@ -81,22 +82,22 @@ class ROSE(Detector):
         model: RoseModel | torch.nn.Module | None,
         *,
         loss_fn: LossFn | None = None,
-        fisher: str = "ekfac",
+        fisher: str = FisherArguments.fisher,
         layers: str | list[str] | None = None,
-        damping: float = 1e-8,
-        rcond: float | None = None,
-        beta: float | list[float] = 0.0,
-        p: float = math.inf,
-        stats_fraction: float = 0.2,
-        stochastic: bool = False,
-        seed: int = 0,
-        rows: str = "sum",
-        aggregate: str = DEFAULT_AGGREGATION,
-        adjust: str = "none",
-        features: str = "layers",
-        batch_size: int = 64,
-        max_size: int | str | None = "auto",
-        memory: int | str | None = None,
+        damping: float = FisherArguments.damping,
+        rcond: float | None = FisherArguments.rcond,
+        beta: float | list[float] = ROSE_DEFAULTS["beta"],
+        p: float = ScoreArguments.p,
+        stats_fraction: float = ScoreArguments.stats_fraction,
+        stochastic: bool = FisherArguments.stochastic,
+        seed: int = FisherArguments.seed,
+        rows: str = ScoreArguments.rows,
+        aggregate: str = ScoreArguments.aggregate,
+        adjust: str = ScoreArguments.adjust,
+        features: str = ScoreArguments.features,
+        batch_size: int = FisherArguments.batch_size,
+        max_size: int | str | None = FisherArguments.max_size,
+        memory: int | str | None = FisherArguments.memory,
         progress: bool | None = None,
     ) -> None:
         if loss_fn is not None and isinstance(model, torch.nn.Module):
@@ -136,19 +137,20 @@ class ROSE(Detector):
     @property
     def fisher_arguments(self) -> FisherArguments:
         """The settings that decide the fitted Fishers (ROSEs with equal ones can share a fit)."""
-        rows = "each" if self.rows == "each" else "sum"
-        return FisherArguments(
-            self.fisher, tuple(self.layers), self.damping, self.rcond, rows, self.stochastic, self.seed,
-            self.max_size, self.memory, self.batch_size,
-        )  # fmt: skip
+        # the Fishers of "bands" rows are those of the images' summed gradients ("sum")
+        return self._view(
+            FisherArguments, layers=tuple(self.layers), rows="each" if self.rows == "each" else "sum"
+        )
 
     @property
     def score_arguments(self) -> ScoreArguments:
         """The settings that turn raw layer scores into one score."""
-        beta = tuple(self.beta) if isinstance(self.beta, list) else self.beta
-        return ScoreArguments(
-            self.rows, self.aggregate, beta, self.p, self.adjust, self.features, self.stats_fraction
-        )
+        return self._view(ScoreArguments, beta=tuple(self.beta) if isinstance(self.beta, list) else self.beta)
+
+    def _view(self, cls: type[View], **given: Any) -> View:
+        """``cls`` (a typed view of the settings) made of this detector's settings of its fields' names,
+        by name; ``given`` where the view holds them otherwise."""
+        return cls(**{f.name: given.get(f.name, getattr(self, f.name)) for f in fields(cls)})
 
     @property
     def score_key(self) -> tuple[FisherArguments, str] | None:
