@@ -230,3 +230,30 @@ def test_evaluate_fits_one_fisher_for_the_rose_variants_that_share_it(tiny_vae, 
     alone = evaluate(tiny_vae, replace(spec, methods=["rose-two-sided"]), progress=False)
     got, want = result.metrics(), alone.metrics()
     assert got["rose-two-sided"]["mnist"]["auroc"] == pytest.approx(want["rose-two-sided"]["mnist"]["auroc"])
+
+
+@pytest.mark.parametrize(
+    "settings", [{"adjust": "both"}, {"aggregate": "gmm:k=auto", "features": "layers,stats"}]
+)
+def test_fit_columns_is_fit_stats_on_columns_already_computed(tiny_vae, many, settings):
+    """A ROSE fitted on the statistics images' columns (raw layer scores, loss, extra columns: what the
+    bench compares settings on) scores as the ROSE fitted on the images, with the same fit warnings;
+    scoring an unfitted one, or columns that give non-finite scores, is refused in one line."""
+    fit, held, test = many[:30], many[30:], many[:8]
+    det = ROSE(tiny_vae, progress=False, **settings).fit(fit, held_out=held)
+    raw, loss = det.layer_scores_and_loss(held)
+    extra, names = det.extra_features(held, loss)
+    other = ROSE(tiny_vae, progress=False, **settings)
+    with pytest.raises(RoseError, match="not fitted"):
+        other.score_columns(raw.numpy(), loss.numpy())
+    other.fit_columns(raw.numpy(), loss.numpy(), extra, names)
+    assert other.fit_warnings_ == det.fit_warnings_ and other.extra_columns_ == det.extra_columns_
+    np.testing.assert_array_equal(other.held_out_scores_, det.held_out_scores_)
+    t_raw, t_loss = det.layer_scores_and_loss(test)
+    t_extra = det.extra_features(test, t_loss)[0]
+    np.testing.assert_array_equal(
+        other.score_columns(t_raw.numpy(), t_loss.numpy(), t_extra), det.score(test)
+    )
+    t_raw[0, 0] = float("nan")
+    with pytest.raises(RoseError, match="non-finite scores"):
+        other.score_columns(t_raw.numpy(), t_loss.numpy(), t_extra)

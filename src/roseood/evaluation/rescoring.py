@@ -6,6 +6,8 @@ exactly as ``ROSE.fit_stats`` fits it, by the same functions (``adjusted``, ``ma
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +17,7 @@ from torch import Tensor
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
 from roseood.detectors.features import COMPLEXITY_COLUMN
+from roseood.errors import DegenerateFitWarning
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.fishers import FisherPool
 from roseood.models.base import RoseModel
@@ -33,9 +36,36 @@ class Columns:
 
     def features(self, features: str) -> np.ndarray:
         """The extra columns a ``ROSE(features=...)`` detector adds, in its order (none for ``layers``)."""
+        return self.extra[:, self._kept(features)]
+
+    def feature_names(self, features: str) -> list[str]:
+        """The names of ``features(features)``'s columns."""
+        return [self.extra_names[i] for i in self._kept(features)]
+
+    def _kept(self, features: str) -> list[int]:
         wanted = set(features.split(","))
-        keep = [i for i, name in enumerate(self.extra_names) if _feature_of(name) in wanted]
-        return self.extra[:, keep]
+        return [i for i, name in enumerate(self.extra_names) if _feature_of(name) in wanted]
+
+
+def fit_on_columns(det: ROSE, stats: Columns, keep: list[int] | None = None) -> ROSE:
+    """``det`` with its statistics fitted on ``stats`` by its own ``fit_columns`` (every check and warning
+    of ``fit``; the warnings kept in ``fit_warnings_``, not shown): how the bench compares ROSE settings on
+    one scorer's columns. ``keep``: the raw columns ``det`` judges (its layers among the scorer's)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateFitWarning)
+        return det.fit_columns(*_parts(det, stats, keep), stats.feature_names(det.features))
+
+
+def scores_on_columns(
+    det: ROSE, sets: Mapping[str, Columns], keep: list[int] | None = None
+) -> dict[str, np.ndarray]:
+    """Each set's scores by ``det`` once ``fit_on_columns`` fitted it (``ROSE.score_columns``)."""
+    return {name: det.score_columns(*_parts(det, c, keep)) for name, c in sets.items()}
+
+
+def _parts(det: ROSE, c: Columns, keep: list[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What ``det`` judges of ``c``: the raw columns ``keep`` (all: None), the loss, its extra columns."""
+    return (c.raw if keep is None else c.raw[:, keep]), c.loss, c.features(det.features)
 
 
 def _feature_of(name: str) -> str:

@@ -22,11 +22,11 @@ from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.data import load_images
 from roseood.demo import demo_model
-from roseood.detectors.adjustment import LikelihoodTrend, adjusted, column_names
-from roseood.detectors.aggregation import layer_problems, make_aggregation, tie_problem, tie_share
+from roseood.detectors import ROSE
+from roseood.detectors.aggregation import tie_share
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.rescoring import LayerScores
+from roseood.evaluation.rescoring import LayerScores, fit_on_columns, scores_on_columns
 from roseood.evaluation.splits import OVERALL, fisher_count, load_fit_images, load_ood_sets, overall_scores
 from roseood.models.base import GenerativeModel
 
@@ -89,29 +89,20 @@ def ablation_rows(
             ws.cache, model, fisher, union, fisher_images, spec.batch_size, progress=ws.progress
         )
         sets = {STATS: stats, in_data: test} | {k: v.images for k, v in ood_sets.items()}
-        raw = {k: (c.raw, c.loss) for k, c in ((k, scorer(v)) for k, v in sets.items())}
+        columns = {k: scorer(v) for k, v in sets.items()}
         for set_name, names in layer_sets.items():
-            cols = [union.index(n) for n in names]
-            sub = {k: (v[:, cols], loss) for k, (v, loss) in raw.items()}
-            trend = LikelihoodTrend()
-            trend.fit(*sub[STATS])
-            # each adjustment's columns and layer problems once, shared by its aggregations
-            by_adjust = {
-                adjust: {k: adjusted(v, loss, trend, adjust) for k, (v, loss) in sub.items()}
-                for adjust in dict.fromkeys(a for _, a in VARIANTS)
-            }
-            labels = {adjust: column_names(names, adjust) for adjust in by_adjust}
-            problems = {adjust: layer_problems(c[STATS], labels[adjust]) for adjust, c in by_adjust.items()}
+            keep = [union.index(n) for n in names]
             for aggregate, adjust in VARIANTS:
-                columns = by_adjust[adjust]
-                agg = make_aggregation(aggregate)
-                agg.fit(columns[STATS])
-                scores = {k: agg(v) for k, v in columns.items()}
+                det = ROSE(
+                    model, fisher=fisher, layers=names, aggregate=aggregate, adjust=adjust, progress=False
+                )
+                scores = scores_on_columns(fit_on_columns(det, columns[STATS], keep), columns, keep)
                 if OVERALL in ood:
                     scores[OVERALL] = overall_scores(scores, list(ood_sets), spec.overall_per_set, spec.seed)
-                warned = problems[adjust] + tie_problem(columns[STATS], labels[adjust], agg)
                 variant = {"fisher": fisher, "layers": set_name, "aggregate": aggregate, "adjust": adjust}
-                rows.append(variant | _judged(scores, in_data, list(ood_sets)) | {"warnings": warned})
+                rows.append(
+                    variant | _judged(scores, in_data, list(ood_sets)) | {"warnings": det.fit_warnings_}
+                )
     return rows
 
 

@@ -38,11 +38,11 @@ from roseood.bench.experiments.diffusion import DATA_SEED, OOD, mean_interval
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.data import load_images
-from roseood.detectors.aggregation import make_aggregation
+from roseood.detectors import ROSE
 from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.rescoring import LayerScores
+from roseood.evaluation.rescoring import LayerScores, fit_on_columns, scores_on_columns
 from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets
 from roseood.models import zoo
 from roseood.models.checkpoint import load_model
@@ -103,10 +103,9 @@ def setting_scores(
             scorer = LayerScores(
                 ws.cache, model, s["fisher"], every, fit[:n], spec.batch_size, progress=ws.progress
             )
-            raw = {k: scorer(v).raw[:, cols] for k, v in sets.items()}
-            agg = make_aggregation("relu-norm")
-            agg.fit(raw[STATS])
-            scores = {k: agg(v) for k, v in raw.items()}
+            columns = {k: scorer(v) for k, v in sets.items()}
+            det = ROSE(model, fisher=s["fisher"], layers=model.layer_sets()[s["layers"]], progress=False)
+            scores = scores_on_columns(fit_on_columns(det, columns[STATS], cols), columns, cols)
             mean, std = scores[STATS].mean(), scores[STATS].std() or 1.0
             for k, v in scores.items():
                 z = (v - mean) / std if s["draws"] > 1 else v

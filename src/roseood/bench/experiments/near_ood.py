@@ -36,13 +36,13 @@ from roseood.bench.workspace import Workspace
 from roseood.contracts import rows_per_input
 from roseood.data import load_images
 from roseood.demo import demo_model
-from roseood.detectors.aggregation import make_aggregation
+from roseood.detectors import ROSE
 from roseood.detectors.rose import BAND_METHODS, NEAR_OOD_METHODS
 from roseood.evaluation.cache import array_digest, cache_key
 from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.rescoring import Columns, LayerScores
+from roseood.evaluation.rescoring import Columns, LayerScores, fit_on_columns, scores_on_columns
 from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets
 from roseood.models.base import RoseModel, model_name
 from roseood.models.checkpoint import load_model, model_fingerprint
@@ -111,20 +111,21 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
     )
     sets = {STATS: fit[n_fisher:], data: test} | {k: v.images for k, v in ood_sets.items()}
     columns = {k: scorer(v) for k, v in sets.items()}
-    plan = [(v, how, columns) for v, how in VARIANTS.items()]
+    plan = [(v, how, scorer.rows, columns) for v, how in VARIANTS.items()]
     bands = None
     if rows_per_input(model) > 1:
         bands = replace(scorer, rows="bands", features="layers,stats", _det=None)  # its Fishers: the pool's
         band_columns = {k: bands(v) for k, v in sets.items()}
-        plan += [(v, how, band_columns) for v, how in BANDS.items()]
+        plan += [(v, how, bands.rows, band_columns) for v, how in BANDS.items()]
     aurocs, agg_seconds = {}, {}
-    for variant, (aggregate, features), cols in plan:
-        x = {k: np.concatenate([c.raw, c.features(features)], 1) for k, c in cols.items()}
-        agg = make_aggregation(aggregate)
+    for variant, (aggregate, features), rows, cols in plan:
+        det = ROSE(
+            model, layers=scorer.layers, rows=rows, aggregate=aggregate, features=features, progress=False
+        )
         t0 = time.perf_counter()
-        agg.fit(x[STATS])
+        fit_on_columns(det, cols[STATS])
         agg_seconds[variant] = time.perf_counter() - t0
-        scores = {k: agg(v) for k, v in x.items()}
+        scores = scores_on_columns(det, cols)
         aurocs[variant] = {s: float(ood_metrics(scores[data], scores[s])["auroc"]) for s in ood_sets}
     costs = _costs(ws, scorer, test[:TIMED], columns[STATS], agg_seconds)
     if bands is not None:

@@ -358,14 +358,29 @@ class ROSE(Detector):
         loss = rows.sum(1)
         extra, self.extra_columns_ = self.extra_features(x, loss, rows)
         raw, loss = distributed.gather_rows(raw), distributed.gather_rows(loss)
-        check_statistics(raw.numpy(), self.columns, f"ROSE-{self.fisher}")
         extra = distributed.gather_rows(torch.from_numpy(extra)).numpy()
+        self.fit_columns(raw.numpy(), loss.numpy(), extra, self.extra_columns_)
+
+    def fit_columns(
+        self,
+        raw: np.ndarray,
+        loss: np.ndarray,
+        extra: np.ndarray | None = None,
+        extra_names: list[str] | None = None,
+    ) -> Self:
+        """Fit the z-normalisation and the aggregation on held-out images' columns already computed: raw
+        layer scores (N, ``columns``), the loss they are gradients of (N,) and the ``features``' extra
+        columns (N, E) named ``extra_names``, with every check and warning of ``fit``. What ``fit_stats``
+        does once it has scored the images; ``rose bench`` compares settings on one set of columns so."""
+        extra = np.empty((len(raw), 0)) if extra is None else extra
+        self.extra_columns_ = list(extra_names or [])
+        check_statistics(raw, self.columns, f"ROSE-{self.fisher}")
         check_positive(extra, self.extra_columns_)
-        self.mean_ = raw.mean(0)
-        self.std_ = raw.std(0).clamp_min(1e-12)
+        stats = torch.from_numpy(raw)
+        self.mean_, self.std_ = stats.mean(0), stats.std(0).clamp_min(1e-12)
         if self.adjust != "none":
-            self.trend_.fit(raw.numpy(), loss.numpy())
-        values = np.concatenate([adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust), extra], 1)
+            self.trend_.fit(raw, loss)
+        values = np.concatenate([adjusted(raw, loss, self.trend_, self.adjust), extra], 1)
         columns = column_names(self.columns, self.adjust) + self.extra_columns_
         aggregation = self.score_arguments.aggregation()
         self.fit_warnings_ = self._warn(fit_problems(values, columns, self.extra_columns_, aggregation))
@@ -373,6 +388,19 @@ class ROSE(Detector):
         self.aggregation_ = aggregation
         self.fit_warnings_ += self._warn(tie_problem(values, columns, aggregation))
         self.held_out_scores_ = aggregation(values)  # these images' scores: calibrate() reads them
+        return self
+
+    def score_columns(self, raw: np.ndarray, loss: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
+        """Scores (N,) of images' columns already computed, as ``fit_columns`` takes them: what ``score``
+        does once it has the layer scores (refusing non-finite scores in one line)."""
+        if self.aggregation_ is None:
+            raise RoseError("ROSE detector is not fitted: call fit() or fit_columns() first")
+        columns = adjusted(raw, loss, self.trend_, self.adjust)
+        if extra is not None and extra.shape[1]:
+            columns = np.concatenate([columns, extra], 1)
+        scores = self.aggregation_(columns)
+        check_scores(scores, raw, self.columns, f"ROSE-{self.fisher}")
+        return scores
 
     def _warn(self, messages: list[str]) -> list[str]:
         for message in messages:
@@ -445,15 +473,10 @@ class ROSE(Detector):
         return (self._layer_scores(x) - self.mean_) / self.std_
 
     def _score(self, x: Tensor) -> Tensor:
-        assert self.aggregation_ is not None  # score() refuses an unfitted detector
         raw, rows = self._scores_and_loss(x)
         loss = rows.sum(1)
-        columns = adjusted(raw.numpy(), loss.numpy(), self.trend_, self.adjust)
-        if self.extra_columns_:
-            columns = np.concatenate([columns, self.extra_features(x, loss, rows)[0]], 1)
-        scores = self.aggregation_(columns)
-        check_scores(scores, raw.numpy(), self.columns, f"ROSE-{self.fisher}")
-        return torch.from_numpy(scores)
+        extra = self.extra_features(x, loss, rows)[0] if self.extra_columns_ else None
+        return torch.from_numpy(self.score_columns(raw.numpy(), loss.numpy(), extra))
 
     def extra_features(
         self, x: Tensor, loss: Tensor, rows: Tensor | None = None
