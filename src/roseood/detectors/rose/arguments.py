@@ -4,8 +4,8 @@ made, so a bad setting is refused in one line before any image is read."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, fields
+from typing import Any, TypeVar
 
 from roseood.catalogue import ROSE_DEFAULTS, ROWS
 from roseood.contracts import RowsModel
@@ -154,6 +154,15 @@ class ScoreArguments:
         beta = list(self.beta) if isinstance(self.beta, tuple) else self.beta
         given = {k: v for k, v in (("beta", beta), ("p", self.p)) if v != ROSE_DEFAULTS[k]}
         return make_aggregation(self.aggregate, **given)
+
+
+View = TypeVar("View", FisherArguments, ScoreArguments)
+
+
+def view(cls: type[View], source: Any, **given: Any) -> View:
+    """``cls`` (a typed view of ROSE's settings) made of ``source``'s attributes of its fields' names, by
+    name; ``given`` where the view holds them otherwise (ROSE's ``fisher_arguments``, ``score_arguments``)."""
+    return cls(**{f.name: given.get(f.name, getattr(source, f.name)) for f in fields(cls)})
 
 
 def check_rows(rows: str, model: RoseModel, stochastic: bool) -> str:

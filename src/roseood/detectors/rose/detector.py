@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import fields
 from functools import cached_property, partial
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -30,14 +28,14 @@ from roseood.curvature import (
 )
 from roseood.curvature.memory import MemoryPlan, saved_bytes
 from roseood.data.tensors import ImageData, iter_batches
-from roseood.detectors.adjustment import LikelihoodTrend, adjusted, column_names
-from roseood.detectors.aggregation import Aggregation, tie_problem
+from roseood.detectors.adjustment import LikelihoodTrend, column_names
+from roseood.detectors.aggregation import Aggregation
 from roseood.detectors.base import Detector
-from roseood.detectors.features import check_positive, extra_columns
-from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments, check_rows
+from roseood.detectors.features import extra_columns
+from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments, check_rows, view
 from roseood.detectors.rose.fitted import FittedFishers, MemoKey, stored_digest
-from roseood.detectors.rose.problems import check_scores, check_statistics, fit_problems
-from roseood.errors import CheckpointError, DataError, DegenerateFitWarning, RoseError, shown
+from roseood.detectors.rose.statistics import fit_statistics, statistics_scores
+from roseood.errors import CheckpointError, DataError, RoseError, shown
 from roseood.integrity import same, tensor
 from roseood.memory import budget, in_use
 from roseood.models.base import RoseModel
@@ -47,7 +45,6 @@ from roseood.progress import note
 from roseood.randomness import per_input_seed
 from roseood.serialization import array_digest
 
-View = TypeVar("View", FisherArguments, ScoreArguments)
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
 
@@ -138,19 +135,13 @@ class ROSE(Detector):
     def fisher_arguments(self) -> FisherArguments:
         """The settings that decide the fitted Fishers (ROSEs with equal ones can share a fit)."""
         # the Fishers of "bands" rows are those of the images' summed gradients ("sum")
-        return self._view(
-            FisherArguments, layers=tuple(self.layers), rows="each" if self.rows == "each" else "sum"
-        )
+        rows = "each" if self.rows == "each" else "sum"
+        return view(FisherArguments, self, layers=tuple(self.layers), rows=rows)
 
     @property
     def score_arguments(self) -> ScoreArguments:
         """The settings that turn raw layer scores into one score."""
-        return self._view(ScoreArguments, beta=tuple(self.beta) if isinstance(self.beta, list) else self.beta)
-
-    def _view(self, cls: type[View], **given: Any) -> View:
-        """``cls`` (a typed view of the settings) made of this detector's settings of its fields' names,
-        by name; ``given`` where the view holds them otherwise."""
-        return cls(**{f.name: given.get(f.name, getattr(self, f.name)) for f in fields(cls)})
+        return view(ScoreArguments, self, beta=tuple(self.beta) if isinstance(self.beta, list) else self.beta)
 
     @property
     def score_key(self) -> tuple[FisherArguments, str] | None:
@@ -297,15 +288,13 @@ class ROSE(Detector):
             )
         if held_out.shape == x.shape and torch.equal(held_out, x):
             raise DataError("the held-out images are the Fisher's; ROSE's statistics need other ones")
-        self._fit_fisher(x, self.fishers_)
+        self.fit_fisher(x, self.fishers_)
         self.fit_stats(held_out)
 
     def fisher_key(self, images: ImageData) -> tuple[FisherArguments, str, str]:
         """What identifies the Fishers ``fit_fisher(images)`` fits, as ``FittedFishers`` records it: the
         Fisher settings, the weights' fingerprint and the images' digest (the key they are shared by)."""
-        return self._fisher_key(self._check(images))
-
-    def _fisher_key(self, x: Tensor) -> tuple[FisherArguments, str, str]:
+        x = self._check(images)
         return self.fisher_arguments, model_fingerprint(self.model), array_digest(x.detach().cpu().numpy())
 
     def fit_fisher(self, images: ImageData, fishers: FittedFishers | None = None) -> FittedFishers:
@@ -317,14 +306,12 @@ class ROSE(Detector):
         before each pass ends, and rank 0's eigendecompositions are shared with every process. With a
         deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
         instead of running the model again."""
-        return self._fit_fisher(self._check(images), fishers)
-
-    def _fit_fisher(self, x: Tensor, taken: FittedFishers | None) -> FittedFishers:
-        arguments, model, digest = self._fisher_key(x)  # all the images, before this process's shard
-        if taken is not None:
-            taken.check(arguments, model, digest)
-            self.fishers_ = taken
-            return taken
+        x = self._check(images)
+        arguments, model, digest = self.fisher_key(x)  # all the images, before this process's shard
+        if fishers is not None:
+            fishers.check(arguments, model, digest)
+            self.fishers_ = fishers
+            return fishers
         distributed.check_enough(x.shape[0], "Fisher images")
         x = x[distributed.shard(x.shape[0])]
         made = {n: arguments.make(kind) for n, kind in arguments.kinds(self._probe(x)[0]).items()}
@@ -334,15 +321,15 @@ class ROSE(Detector):
         room = plan.budget - plan.peak if plan.budget is not None else self.grad_cache_bytes
         store = GradientStore(min(self.grad_cache_bytes, room) if passes > 1 and not self.stochastic else 0)
         for pass_index in range(passes):
-            fishers = {n: f for n, f in made.items() if pass_index < f.passes}
+            pending = {n: f for n, f in made.items() if pass_index < f.passes}
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             with closing(iter_batches(x, plan.images, desc)) as batches:
                 stream = partial(self._stream, rows=arguments.rows)
-                fisher_pass(fishers, batches, pass_index, store, stream)
-            if pass_index == 0 and self.progress and (line := settled_line(self.fisher, fishers, len(x))):
+                fisher_pass(pending, batches, pass_index, store, stream)
+            if pass_index == 0 and self.progress and (line := settled_line(self.fisher, pending, len(x))):
                 note(line)
             factors = FactorCache()
-            for f in fishers.values():
+            for f in pending.values():
                 if distributed.active():
                     f.reduce_sums(pass_index, distributed.all_reduce)
                 f.end_pass(pass_index, factors)
@@ -368,59 +355,38 @@ class ROSE(Detector):
         extra: np.ndarray | None = None,
         extra_names: list[str] | None = None,
     ) -> Self:
-        """Fit the z-normalisation and the aggregation on held-out images' columns already computed: raw
-        layer scores (N, ``columns``), the loss they are gradients of (N,) and the ``features``' extra
-        columns (N, E) named ``extra_names``, with every check and warning of ``fit``. What ``fit_stats``
-        does once it has scored the images; ``rose bench`` compares settings on one set of columns so."""
+        """``fit_stats`` on held-out images' columns already computed (``statistics.fit_statistics``: raw
+        layer scores, their loss, extra columns): how ``rose bench`` compares settings on one scoring."""
         extra = np.empty((len(raw), 0)) if extra is None else extra
         self.extra_columns_ = list(extra_names or [])
-        check_statistics(raw, self.columns, f"ROSE-{self.fisher}")
-        check_positive(extra, self.extra_columns_)
-        stats = torch.from_numpy(raw)
-        self.mean_, self.std_ = stats.mean(0), stats.std(0).clamp_min(1e-12)
-        if self.adjust != "none":
-            self.trend_.fit(raw, loss)
-        values = np.concatenate([adjusted(raw, loss, self.trend_, self.adjust), extra], 1)
-        columns = column_names(self.columns, self.adjust) + self.extra_columns_
-        aggregation = self.score_arguments.aggregation()
-        self.fit_warnings_ = self._warn(fit_problems(values, columns, self.extra_columns_, aggregation))
-        aggregation.fit(values)
-        self.aggregation_ = aggregation
-        self.fit_warnings_ += self._warn(tie_problem(values, columns, aggregation))
-        self.held_out_scores_ = aggregation(values)  # these images' scores: calibrate() reads them
+        what, names = f"ROSE-{self.fisher}", self.extra_columns_
+        f = fit_statistics(raw, loss, extra, names, self.columns, self.score_arguments, self.trend_, what)
+        self.mean_, self.std_, self.aggregation_, self.fit_warnings_ = (
+            f.mean,
+            f.std,
+            f.aggregation,
+            f.warnings,
+        )
+        self.held_out_scores_ = f.held_out_scores  # these images' scores: calibrate() reads them
         return self
 
     def score_columns(self, raw: np.ndarray, loss: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
-        """Scores (N,) of images' columns already computed, as ``fit_columns`` takes them: what ``score``
-        does once it has the layer scores (refusing non-finite scores in one line)."""
+        """Scores (N,) of images' columns as ``fit_columns`` takes them: ``score`` once it has them."""
         if self.aggregation_ is None:
             raise RoseError("ROSE detector is not fitted: call fit() or fit_columns() first")
-        columns = adjusted(raw, loss, self.trend_, self.adjust)
-        if extra is not None and extra.shape[1]:
-            columns = np.concatenate([columns, extra], 1)
-        scores = self.aggregation_(columns)
-        check_scores(scores, raw, self.columns, f"ROSE-{self.fisher}")
-        return scores
-
-    def _warn(self, messages: list[str]) -> list[str]:
-        for message in messages:
-            warnings.warn(f"ROSE-{self.fisher}: {message}", DegenerateFitWarning, stacklevel=4)
-        return messages
+        a, what = self.aggregation_, f"ROSE-{self.fisher}"
+        return statistics_scores(raw, loss, extra, a, self.trend_, self.adjust, self.columns, what)
 
     def layer_scores(self, images: ImageData, desc: str = "ROSE scoring") -> Tensor:
         """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, columns), float64 (``columns``: one per layer, or
         per layer and timestep with ``rows="each"``)."""
-        return self._layer_scores(self._check(images), desc)
+        return self._scores_and_loss(self._check(images), desc)[0]
 
     def layer_scores_and_loss(self, images: Tensor | np.ndarray) -> tuple[Tensor, Tensor]:
         """Raw per-layer scores (N, layers) and the per-sample loss they are gradients of (N,), float64:
         what the likelihood adjustment is fitted on."""
         raw, rows = self._scores_and_loss(self._check(images))
         return raw, rows.sum(1)
-
-    def _layer_scores(self, x: Tensor, desc: str = "ROSE scoring") -> Tensor:
-        """``layer_scores`` of already validated images (each public call validates once)."""
-        return self._scores_and_loss(x, desc)[0]
 
     def _scores_and_loss(self, x: Tensor, desc: str = "ROSE scoring") -> tuple[Tensor, Tensor]:
         """Raw layer scores (N, columns) and the loss of each image's rows (N, K; K = 1 with
@@ -466,11 +432,9 @@ class ROSE(Detector):
 
     def normalized_layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
         """Layer scores z-normalised with the in-distribution statistics, (N, layers)."""
-        return self._normalized(self._check(images))
-
-    def _normalized(self, x: Tensor) -> Tensor:
-        assert self.mean_ is not None and self.std_ is not None
-        return (self._layer_scores(x) - self.mean_) / self.std_
+        if self.mean_ is None or self.std_ is None:
+            raise RoseError("ROSE detector is not fitted: call fit() or load() first")
+        return (self._scores_and_loss(self._check(images))[0] - self.mean_) / self.std_
 
     def _score(self, x: Tensor) -> Tensor:
         raw, rows = self._scores_and_loss(x)

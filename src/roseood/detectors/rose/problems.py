@@ -5,10 +5,12 @@ Degenerate but usable fits (exploding, constant or tied scores, too few images) 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from roseood.detectors.aggregation import Aggregation, density_problem, layer_problems, zscore_problem
-from roseood.errors import RoseError
+from roseood.errors import DegenerateFitWarning, RoseError
 
 CAUSE = "a singular or damaged Fisher, or overflowing gradients"
 
@@ -56,3 +58,12 @@ def fit_problems(
     is fitted on them: exploding, constant or tied layer scores, too few images for a density or z-score."""
     found = layer_problems(values, columns, extras) + density_problem(values, aggregation)
     return found + zscore_problem(values, aggregation)
+
+
+def warned(messages: list[str], what: str) -> list[str]:
+    """``messages`` (degenerate-fit problems of ``what``, e.g. ROSE-ekfac), each raised as a one-line
+    ``DegenerateFitWarning`` (at the frame ROSE's warnings named before fit_statistics and fit_columns
+    came between), and returned for the detector's ``fit_warnings_``."""
+    for message in messages:
+        warnings.warn(f"{what}: {message}", DegenerateFitWarning, stacklevel=7)
+    return messages
