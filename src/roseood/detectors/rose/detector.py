@@ -118,7 +118,7 @@ class ROSE(Detector):
         self.aggregation_: Aggregation | None = None
         self.trend_ = LikelihoodTrend()
         self.extra_columns_: list[str] = []
-        self.mean_: Tensor | None = None
+        self.mean_: Tensor | None = None  # the held-out layer scores' mean and spread (z-scores)
         self.std_: Tensor | None = None
         self._probed: dict[torch.device, tuple[dict[str, LayerShape], int]] = {}
         self._stated: set[int] = set()  # the images per batch stated so far
@@ -292,8 +292,7 @@ class ROSE(Detector):
         self.fit_stats(held_out)
 
     def fisher_key(self, images: ImageData) -> tuple[FisherArguments, str, str]:
-        """What identifies the Fishers ``fit_fisher(images)`` fits, as ``FittedFishers`` records it: the
-        Fisher settings, the weights' fingerprint and the images' digest (the key they are shared by)."""
+        """What identifies the Fishers ``fit_fisher(images)`` fits (the key they are shared by)."""
         x = self._check(images)
         return self.fisher_arguments, model_fingerprint(self.model), array_digest(x.detach().cpu().numpy())
 
@@ -383,8 +382,7 @@ class ROSE(Detector):
         return self._scores_and_loss(self._check(images), desc)[0]
 
     def layer_scores_and_loss(self, images: Tensor | np.ndarray) -> tuple[Tensor, Tensor]:
-        """Raw per-layer scores (N, layers) and the per-sample loss they are gradients of (N,), float64:
-        what the likelihood adjustment is fitted on."""
+        """Raw per-layer scores (N, layers) and the per-sample loss they are gradients of (N,), float64."""
         raw, rows = self._scores_and_loss(self._check(images))
         return raw, rows.sum(1)
 
@@ -432,9 +430,9 @@ class ROSE(Detector):
 
     def normalized_layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
         """Layer scores z-normalised with the in-distribution statistics, (N, layers)."""
-        if self.mean_ is None or self.std_ is None:
-            raise RoseError("ROSE detector is not fitted: call fit() or load() first")
-        return (self._scores_and_loss(self._check(images))[0] - self.mean_) / self.std_
+        raw = self._scores_and_loss(self._check(images))[0]  # refuses a detector with no Fishers
+        assert self.mean_ is not None and self.std_ is not None  # fitted with them
+        return (raw - self.mean_) / self.std_
 
     def _score(self, x: Tensor) -> Tensor:
         raw, rows = self._scores_and_loss(x)
