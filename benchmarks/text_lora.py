@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from roseood.data import load_images
-from roseood.models.diffusion import diffusers_module
+from roseood.models.diffusion import DiffusionModel, diffusers_module
 
 CLASSES = (
     "t-shirt",
@@ -286,6 +286,36 @@ def train_lora(args: argparse.Namespace) -> None:
         print(f"wrote {where}", flush=True)
 
 
+def export(args: argparse.Namespace) -> None:
+    """The zoo's folder ``--to``: the base pipeline, the LoRA of ``--seed`` as ``sneaker-lora/``, and
+    ``curve.csv`` (the base's training length, its held-out ε-MSE per latent dimension under the empty
+    prompt on the first 100 Fashion-MNIST test images, the LoRA's under its prompt on the first 100
+    test sneakers)."""
+    import shutil
+
+    from roseood.models import load_model
+
+    base, to = Path(args.out) / BASE, Path(args.to)
+    shutil.rmtree(to, ignore_errors=True)
+    shutil.copytree(base, to, ignore=shutil.ignore_patterns("sneaker-lora-s*"))
+    shutil.copytree(base / f"sneaker-lora-s{args.seed}", to / "sneaker-lora")
+    log = json.loads((Path(args.out) / "base.json").read_text())
+    steps, seconds = log["unet_steps"], log["log"][-1][3]
+    x, labels = fashion("test")
+    images = ((x + 1) * 127.5).round().to(torch.uint8)
+    model, tuned = load_model(to), load_model(to / "sneaker-lora")
+    assert isinstance(model, DiffusionModel) and isinstance(tuned, DiffusionModel)
+    tuned.set_loss_settings(condition=f"prompt:{prompt(SNEAKER)}")
+    held = model.held_out_metrics(images[:100])["eps_mse"]
+    sneaker = tuned.held_out_metrics(images[np.flatnonzero(labels == SNEAKER)[:100]])["eps_mse"]
+    epochs = steps * log["batch"] / (log["images"] or 60_000)  # all of Fashion-MNIST's training images
+    (to / "curve.csv").write_text(
+        "epoch,step,seconds,held_out_eps_mse,lora_held_out_eps_mse\n"
+        f"{epochs:.2f},{steps},{seconds:.1f},{held:.6g},{sneaker:.6g}\n"
+    )
+    print(f"wrote {to}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -304,9 +334,13 @@ def main() -> None:
     lora.add_argument("--lora-images", type=int, default=1000, help="sneaker training images it learns")
     lora.add_argument("--lora-steps", type=int, default=300)
     lora.add_argument("--lr", type=float, default=1e-3)
+    out = sub.add_parser("export")
+    out.add_argument("--out", default="runs/text_lora", help="the run folder")
+    out.add_argument("--seed", type=int, default=0, help="the LoRA's seed")
+    out.add_argument("--to", default="zoo/sd-fmnist-s0", help="the zoo folder to write")
     args = p.parse_args()
     torch.set_num_threads(1)
-    (train_base if args.command == "train-base" else train_lora)(args)
+    {"train-base": train_base, "train-lora": train_lora, "export": export}[args.command](args)
 
 
 if __name__ == "__main__":
