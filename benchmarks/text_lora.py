@@ -42,6 +42,7 @@ CLASSES = (
 SNEAKER = CLASSES.index("sneaker")
 SIZE, CHANNELS = 16, 1  # Fashion-MNIST's 28×28 resized to 16×16, grayscale: 4×8×8 latents
 TOKENS = 32  # the letter tokenizer's length: "a photo of an ankle boot" is 21 tokens with its ends
+LETTERS = "abcdefghijklmnopqrstuvwxyz-"  # what the class prompts are written in ("t-shirt")
 LORA: dict[str, Any] = {"r": 4, "lora_alpha": 4, "target_modules": ["to_q", "to_k", "to_v", "to_out.0"]}
 BASE, CHECKPOINT = "base", "base.ckpt"
 
@@ -52,18 +53,18 @@ def prompt(label: int) -> str:
     return f"a photo of {'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
-def tokenizer(folder: Path) -> Any:
-    """A CLIP tokenizer of single letters and '-' (its vocab and merges files written in ``folder``),
-    ``TOKENS`` long: every prompt here is read offline, without CLIP's 49 408-word vocabulary."""
+def tokenizer(folder: Path, tokens: int = TOKENS, characters: str = LETTERS) -> Any:
+    """A CLIP tokenizer of single ``characters`` (its vocab and merges files written in ``folder``),
+    ``tokens`` long: prompts read offline, without CLIP's 49 408-word vocabulary."""
     from transformers import CLIPTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for c in "abcdefghijklmnopqrstuvwxyz-":
+    for c in characters:
         vocab[c], vocab[c + "</w>"] = len(vocab), len(vocab) + 1
     (folder / "vocab.json").write_text(json.dumps(vocab))
     (folder / "merges.txt").write_text("#version: 0.2\n")
-    return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=TOKENS)
+    return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=tokens)
 
 
 def components(seed: int) -> dict[str, Any]:

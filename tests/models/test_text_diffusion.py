@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import string
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,9 @@ TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 
 def tokenizer(folder: Path) -> Any:
     """A CLIP tokenizer of single letters (its vocab and merges files written here), 8 tokens long."""
-    from transformers import CLIPTokenizer
+    from benchmarks.text_lora import tokenizer as letters
 
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for c in "abcdefghijklmnopqrstuvwxyz":
-        vocab[c], vocab[c + "</w>"] = len(vocab), len(vocab) + 1
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=8)
+    return letters(folder, 8, string.ascii_lowercase)
 
 
 def stable_diffusion(folder: Path) -> Path:
