@@ -23,13 +23,22 @@ case "$name" in
   ldm-fmnist-s[0-9]*) arch=(diffusion --data fashion_mnist --size 32 --autoencoder vq --autoencoder-widths 32,64
                             --latent-channels 3 --codebook 256 --autoencoder-epochs 1 --widths 32,64,64
                             --layers-per-block 1 --batch-size 128 --subset 30000 --epochs 2 --held-out 100) ;;
+  # text-conditioned latent (Stable Diffusion's layout) and its sneaker LoRA: issue 74's demonstration script
+  sd-fmnist-s[0-9]*) arch=() ;;
   *) echo "zoo/build.sh: unknown zoo model $name (ddpm-fmnist-sN, ddpm-cifar10-sN, vae-cifar10-sN, fm-fmnist-sN," \
-          "cddpm-fmnist-sN, dit-fmnist-sN or ldm-fmnist-sN)" >&2; exit 2 ;;
+          "cddpm-fmnist-sN, dit-fmnist-sN, ldm-fmnist-sN or sd-fmnist-sN)" >&2; exit 2 ;;
 esac
 seed=${name##*-s}
 work=${ZOO_WORK:-runs/zoo}
 here=${ZOO_OUT:-$(cd "$(dirname "$0")" && pwd)}
 mkdir -p "$work"
+if [[ $name == sd-* ]]; then  # options go to train-base (e.g. --minutes 20; rerun to resume)
+  python benchmarks/text_lora.py train-base --out "$work/$name" --seed "$seed" --vae-steps 400 --unet-steps 900 "$@"
+  [[ -d $work/$name/base ]] || { echo "zoo/build.sh: $name stopped, checkpointed: rerun to resume"; exit 0; }
+  python benchmarks/text_lora.py train-lora --out "$work/$name" --seed 0 --batch 64 --lora-steps 300
+  python benchmarks/text_lora.py export --out "$work/$name" --seed 0 --to "$here/$name"
+  exit 0
+fi
 rose train "${arch[0]}" --held-out 500 "${arch[@]:1}" --seed "$seed" \
   --curve "$work/$name.curve.csv" --out "$work/$name.pt" "$@"
 if [[ $name != vae-* ]]; then

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import string
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,9 @@ TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 
 def tokenizer(folder: Path) -> Any:
     """A CLIP tokenizer of single letters (its vocab and merges files written here), 8 tokens long."""
-    from transformers import CLIPTokenizer
+    from benchmarks.text_lora import tokenizer as letters
 
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for c in "abcdefghijklmnopqrstuvwxyz":
-        vocab[c], vocab[c + "</w>"] = len(vocab), len(vocab) + 1
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=8)
+    return letters(folder, 8, string.ascii_lowercase)
 
 
 def stable_diffusion(folder: Path) -> Path:
@@ -332,3 +327,32 @@ def test_adapters_that_do_not_fit_are_refused_in_one_line(sd: Path, tmp_path: Pa
     refused(base / "sks-lora", "use_dora must be one of False")
     (base / "sks-lora" / "pytorch_lora_weights.safetensors").write_bytes(b"")
     refused(base / "sks-lora", "holds two adapters")
+
+
+def test_the_text_lora_benchmarks_folder_and_adapter_are_read_with_whole_prompts(tmp_path: Path) -> None:
+    """benchmarks/text_lora.py's pipeline folder loads as a 1×16×16 text-conditioned latent model whose
+    letter tokenizer reads every class prompt whole (no unknown token, nothing truncated), and its LoRA
+    file loads as the rank-4 adapter of the UNet it was written from."""
+    from benchmarks.text_lora import CLASSES, LORA, TOKENS, components, prompt, save_lora, save_pipeline
+    from peft import LoraConfig
+
+    parts = components(0)
+    folder = save_pipeline(parts, tmp_path / "base")
+    model = load_model(folder)
+    assert isinstance(model, DiffusionModel) and model.input_shape == (1, 16, 16)
+    assert "1×16×16 images → 4×8×8 latents by AutoencoderKL" in model.describe()
+    tok, unknown = model.condition.tokenizer, model.condition.tokenizer.unk_token_id
+    for c in range(len(CLASSES)):
+        ids = tok(prompt(c)).input_ids
+        assert len(ids) < TOKENS and unknown not in ids[1:-1], prompt(c)
+    unet = parts["unet"]
+    unet.add_adapter(LoraConfig(**LORA, init_lora_weights="gaussian"))
+    tuned = load_model(save_lora(unet, folder / "sneaker-lora-s0"))
+    assert isinstance(tuned, DiffusionModel) and tuned.adapter is not None
+    assert (tuned.adapter.rank, tuned.adapter.layers) == (4, 32)
+    z, t, context = torch.randn(2, 4, 8, 8), torch.tensor([3, 700]), torch.randn(2, TOKENS, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            tuned.unet(z, t, encoder_hidden_states=context).sample,
+            unet(z, t, encoder_hidden_states=context).sample,
+        )

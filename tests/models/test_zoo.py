@@ -40,8 +40,9 @@ def test_every_zoo_model_matches_its_checksums_loads_by_name_and_runs(name):
     model = load_model(name)
     assert folder.name == name
     channels = 1 if zoo_data(name) == "fashion_mnist" else 3
-    assert model.input_shape == (channels, 32, 32)
-    x = torch.rand(1, channels, 32, 32, generator=torch.Generator().manual_seed(0))
+    size = 16 if name.startswith("sd-") else 32  # the text-conditioned one is CPU-sized
+    assert model.input_shape == (channels, size, size)
+    x = torch.rand(1, channels, size, size, generator=torch.Generator().manual_seed(0))
     loss = model.nll(x)
     assert loss.shape == (1,) and torch.isfinite(loss).all()
     if name.startswith("vae-"):
@@ -52,10 +53,16 @@ def test_every_zoo_model_matches_its_checksums_loads_by_name_and_runs(name):
         # each kind read as what it is: its objective, conditioning, denoiser and space
         kind = name.split("-")[0]
         assert (model.objective == "flow") == (kind == "fm")
-        assert model.condition.spec == {"cddpm": "marginal", "dit": "null"}.get(kind, "marginal")
+        assert model.condition.spec == {"cddpm": "marginal", "dit": "null", "sd": "prompt:"}.get(
+            kind, "marginal"
+        )
         assert model.condition.classes == (10 if kind in ("cddpm", "dit") else None)
         assert (type(model.unet).__name__ == "DiTTransformer2DModel") == (kind == "dit")
-        assert (model.autoencoder is not None) == (kind == "ldm")
+        assert (model.autoencoder is not None) == (kind in ("ldm", "sd"))
+        if kind == "sd":  # its sneaker LoRA, beside the base it was trained on
+            tuned = load_model(folder / "sneaker-lora")
+            assert isinstance(tuned, DiffusionModel) and tuned.adapter is not None
+            assert (tuned.adapter.rank, tuned.adapter.layers) == (4, 32)
         # a trained model's loss per dimension on a uniform-noise image stays within a few times the
         # variance of its target (ε, or the velocity ε − x)
         assert 0 < loss.item() / (8 * math.prod(model.space_shape)) < 5

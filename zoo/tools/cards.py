@@ -154,6 +154,47 @@ FAMILY = {
         "held_out_n": 100,
         "metrics": (("held_out_eps_mse", "held-out ε-MSE per latent dimension", "{:.5f}"),),
     },
+    "sd": {
+        "library": "diffusers",
+        "pipeline": "text-to-image",
+        "kind": "text-conditioned latent diffusion model (Stable Diffusion 1.x/2.x's layout, CPU-sized)",
+        "format": "a diffusers `StableDiffusionPipeline` folder (`AutoencoderKL` + a frozen random "
+        "`CLIPTextModel` with a letter `CLIPTokenizer` + `UNet2DConditionModel` + `DDPMScheduler`; 1×16×16 "
+        "images, 4×8×8 latents), float32, with a rank-4 LoRA of the UNet's attention fine-tuned on the "
+        "sneakers in `sneaker-lora/` (diffusers' `pytorch_lora_weights.safetensors`; `--model "
+        "…/sd-fmnist-s0/sneaker-lora --condition 'prompt:a photo of a sneaker'` judges with it)",
+        "train_family": "diffusion",
+        "recipe": (
+            "`benchmarks/text_lora.py train-base` (the autoencoder 400 steps: reconstruction MSE + 1e-4 KL, "
+            "its scaling factor one over its latents' spread; then the UNet 900 steps on ε-prediction, "
+            'T = 1000 linear-β steps, each image under its class\'s prompt "a photo of a sneaker" …, 10 % '
+            "dropped to the empty prompt; Adam 1e-3, gradient clipping at 1, batch 128, no EMA), then "
+            "`train-lora --seed 0 --batch 64 --lora-steps 300` (rank 4, alpha 4, on 1 000 training sneakers "
+            'under "a photo of a sneaker"); on a 2-core AMD EPYC CPU, one thread, beside other jobs, '
+            "2026-12-06; `zoo/build.sh {name}` rebuilds it"
+        ),
+        "arch": {
+            "fmnist": "AutoencoderKL widths 16/32; UNet widths 32/64, 1 ResNet layer per block, "
+            "cross-attention to the text at 8×8, in the middle and on the way up; CLIP text encoder "
+            "2 layers × 32 wide, 32 tokens"
+        },
+        "train": "the 60 000 training images, 28×28 grayscale, resized to 16×16, each with its class's "
+        "prompt",
+        "held_out_n": 100,
+        "metrics": (
+            ("held_out_eps_mse", "held-out ε-MSE per latent dimension, the empty prompt", "{:.5f}"),
+            (
+                "lora_held_out_eps_mse",
+                "the LoRA's held-out ε-MSE per latent dimension on the first 100 test sneakers, under the "
+                "sneaker prompt",
+                "{:.5f}",
+            ),
+        ),
+        "results": "`docs/diffusion.md` (its sneaker LoRA judged: text-conditioned models and LoRA "
+        "fine-tunes)",
+        "length": "Its training loss had nearly flattened (0.075 at step 600, 0.073 at 900, each the mean of "
+        "the last 100 steps; no held-out curve was kept), but it is a small, briefly trained model.",
+    },
     "vae": {
         "library": "roseood",
         "pipeline": "unconditional-image-generation",
@@ -168,6 +209,12 @@ FAMILY = {
         "metrics": (("held_out_bits_per_dim", "held-out negative ELBO (one sample), bits/dim", "{:.3f}"),),
     },
 }
+
+
+UNDER_TRAINED = (
+    "It is under-trained by design (its training was kept short, so that the zoo can be rebuilt in minutes "
+    "to\nhours): the held-out figures still fell at the last epoch."
+)
 
 
 def parameters(name: str) -> int:
@@ -238,8 +285,7 @@ rose evaluate --model {name} --ood mnist --test-samples 500   # --in: its own {d
 {fam["arch"][short]}; {fam["recipe"].format(name=name)}. Trained for {last["epoch"]} epochs
 ({spaced(int(last["step"]))} steps, {minutes:.1f} min of wall time); its learning curve is
 `curve.csv`.
-It is under-trained by design (its training was kept short, so that the zoo can be rebuilt in minutes to
-hours): the held-out figures still fell at the last epoch.
+{fam.get("length", UNDER_TRAINED)}
 
 ## Held-out metrics
 
@@ -253,7 +299,7 @@ On {data["held_out"]}:
 
 Benchmarking and trying OOD detectors (ROSE and its baselines) on images processed like its training
 data. roseood's default detector for this family is `{detector}` (`docs/detectors.md`); the OOD
-results measured on it are in `docs/zoo.md` and `docs/results.md`.
+results measured on it are in {fam.get("results", "`docs/zoo.md` and `docs/results.md`")}.
 
 ## Limitations
 

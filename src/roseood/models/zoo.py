@@ -3,7 +3,8 @@ from it as the distribution ``roseood-zoo`` (``pip install ./zoo``), named famil
 ``ddpm-fmnist-s0`` … ``ddpm-cifar10-s2`` (``rose train diffusion``, diffusers folders), the VAEs
 ``vae-cifar10-s0`` … ``-s2`` (``rose train vae``, a roseood checkpoint ``model.pt`` in their folder), and
 one Fashion-MNIST model of each newer kind: ``fm-fmnist-s0`` (flow matching), ``cddpm-fmnist-s0``
-(class-conditional), ``dit-fmnist-s0`` (a DiT) and ``ldm-fmnist-s0`` (latent: a VQ-VAE and a UNet).
+(class-conditional), ``dit-fmnist-s0`` (a DiT), ``ldm-fmnist-s0`` (latent: a VQ-VAE and a UNet) and
+``sd-fmnist-s0`` (text-conditioned latent, Stable Diffusion's layout, with a sneaker LoRA inside).
 
 A name loads wherever a model path is taken (``--model ddpm-fmnist-s0``, ``load_model("vae-cifar10-s1")``)
 once its folder's files match ``zoo/SHA256SUMS``; ``$ROSEOOD_ZOO`` points to another copy of the folder.
@@ -23,7 +24,7 @@ from roseood.serialization import file_digest
 ZOO_DATA = {"fmnist": "fashion_mnist", "cifar10": "cifar10"}  # name part -> training data set
 ZOO_SEEDS = (0, 1, 2)  # the training seeds of a family trained three times
 # family -> the data sets it has: DDPMs and VAEs; a flow-matching UNet, a class-conditional UNet, a DiT
-# and a latent model (VQ-VAE + UNet), the kinds trained once on the CPU (seed 0)
+# a latent model (VQ-VAE + UNet) and a text-conditioned latent one, the kinds trained once on the CPU (seed 0)
 ZOO_FAMILIES = {
     "ddpm": ("fmnist", "cifar10"),
     "vae": ("cifar10",),
@@ -31,8 +32,9 @@ ZOO_FAMILIES = {
     "cddpm": ("fmnist",),
     "dit": ("fmnist",),
     "ldm": ("fmnist",),
+    "sd": ("fmnist",),
 }
-ZOO_ONCE = frozenset({"fm", "cddpm", "dit", "ldm"})
+ZOO_ONCE = frozenset({"fm", "cddpm", "dit", "ldm", "sd"})
 
 
 def family_seeds(family: str) -> tuple[int, ...]:
