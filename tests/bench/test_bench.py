@@ -141,7 +141,10 @@ def test_a_given_model_file_stands_in_for_its_recipe_and_must_match_it(tmp_path)
     save_model(ws.vae("fashion_mnist", capacity=2.0).build(), tmp_path / "wider.pt")
     ws.given = {recipe.name: tmp_path / "given.pt"}
     model = ws.model(recipe)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), given.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), given.state_dict().values(), strict=True)
+    )
     assert ws.trained == {recipe.name: {"file": str(tmp_path / "given.pt")}}
     assert not (tmp_path / "cache").exists()  # nothing trained
     ws.given = {recipe.name: tmp_path / "wider.pt"}
