@@ -106,39 +106,85 @@ def test_results_stays_a_summary():
 
 
 def test_the_paper_page_is_what_its_committed_results_render():
-    """docs/paper.md is ``benchmarks.paper_page``'s rendering of docs/generated/paper/; a row shows Δ, bold
-    beyond 0.05, and † when the paper's number lies outside our interval."""
+    """docs/paper.md is ``benchmarks.paper_page``'s rendering of docs/generated/paper/: no "no data" row,
+    every claim of its summary found with our number and the paper's, every picture it shows present."""
+    import re
+
     from benchmarks import paper_page
 
-    assert (ROOT / "docs" / "paper.md").read_text() == paper_page.render(), (
-        "python -m benchmarks.paper_page --write"
-    )
-    run = {
-        "experiment": "table2",
-        "title": "Table 2",
-        "wall_seconds": 600.0,
-        "profile": {"name": "cpu", "cuts": "fewer epochs"},
-        "machine": {"cpu": "2 cores"},
-        "comparison": [
-            {"labels": ["vae", "mnist"], "ours": 0.99, "paper": 0.98, "interval": [0.985, 0.995], "why": ""},
-            {"labels": ["glow", "svhn"], "ours": 0.80, "paper": 0.90, "interval": [0.78, 0.82], "why": "x"},
-        ],
-    }
-    text = paper_page.section(run)
-    assert "| vae / mnist | 0.980 | 0.990 † | +0.010 |" in text
-    assert "| glow / svhn | 0.900 | 0.800 † | **-0.100** | x |" in text
-    assert "no date: 10.0 min on cpu 2 cores" in text
-    noted = paper_page.section(
-        run
-        | {
-            "date": "2026-11-29 09:40 UTC",
-            "note": "VAE rows only.",
-            "models": {"vae-a": {"reused": True}, "vae-b": {"reused": False}},
+    text = (ROOT / "docs" / "paper.md").read_text()
+    assert text == paper_page.render(), "python -m benchmarks.paper_page --write"
+    assert "no data" not in text
+    runs = paper_page.load_runs()
+    for claim in paper_page.CLAIMS:
+        row, _ = paper_page.claim_row(runs, claim)
+        assert row.ours is not None and row.paper is not None, claim.text
+    for image in re.findall(r"\]\((img/paper/[^)]+)\)", text):
+        assert (ROOT / "docs" / image).is_file(), image
+
+
+def test_a_table_rerun_later_is_shown_from_the_rerun_without_its_missing_sets():
+    """Two runs hold the same table: the newer (e.g. on the authors' VAE, a given file) is shown, the
+    sets its machine lacked are named once instead of shown as rows, and Δ beyond 0.05 is bold."""
+    from benchmarks import paper_page
+
+    def run(date: str, ours: float, models: dict[str, dict[str, object]]) -> dict[str, object]:
+        rows = [(["mnist", "rose-ekfac"], ours, 0.995, ""), (["svhn", "rose-ekfac"], None, 1.0, "no data")]
+        return {
+            "experiment": "table2",
+            "date": date,
+            "wall_seconds": 600.0,
+            "profile": {"name": "cpu", "cuts": "fewer epochs; fewer images"},
+            "machine": {"cpu": "2 cores"},
+            "models": models,
+            "headers": {"T": ["OOD set", "method"]},
+            "comparison": [
+                {"table": "T", "labels": labels, "ours": o, "paper": p, "why": why, "interval": None}
+                for labels, o, p, why in rows
+            ],
         }
-    )
+
+    runs = {
+        "table2": run("2026-11-29 12:55 UTC", 0.5, {"vae-a": {"epochs": 1, "images": 10, "reused": True}}),
+        "table2-fashion_mnist-vae": run("2026-12-06 11:00 UTC", 0.99, {"vae-a": {"file": "x/vae.pt"}}),
+    }
+    shown = paper_page.shown_tables(runs)
+    assert shown == {"T": "table2-fashion_mnist-vae"}
+    text = paper_page.section("table2", runs, shown)
+    assert "| mnist | 0.990 (0.995) |" in text and "0.500" not in text
+    assert "| mnist | rose-ekfac | 0.995 | 0.990 | -0.005 |" in text  # the folded Δ row
+    assert "left out: svhn." in text and "| svhn" not in text
+    assert "--model-file vae-a=x/vae.pt" in text and "`vae.pt`" in text
+    assert "VAEs 1 epoch (" in text
+    assert '??? note "Run details: table2, 2026-11-29 12:55 UTC"' in text
+
+
+def test_adding_a_run_commits_its_results_and_figures(tmp_path, monkeypatch):
+    """``--add``: the run's results file gets its date and note, its figures are copied where the page
+    shows them, beside what the paper's figure shows."""
+    import json
+
+    from benchmarks import paper_page
+
+    folder = tmp_path / "cpu" / "figure3"
+    folder.mkdir(parents=True)
+    (folder / "roc.png").write_bytes(b"png")
+    run = {
+        "experiment": "figure3",
+        "profile": {"name": "cpu"},
+        "figures": [{"file": "roc.png", "caption": "ROC"}],
+    }
+    (folder / "results.json").write_text(json.dumps(run))
+    monkeypatch.setattr(paper_page, "RESULTS", tmp_path / "generated")
+    monkeypatch.setattr(paper_page, "IMAGES", tmp_path / "img")
+    paper_page.add(folder / "results.json", "a note")
+    saved = json.loads((tmp_path / "generated" / "figure3-cpu.json").read_text())
+    assert saved["note"] == "a note" and saved["date"].endswith(" UTC")
+    assert (tmp_path / "img" / "figure3" / "roc.png").read_bytes() == b"png"
+    shown = paper_page.figures("figure3", saved)
     assert (
-        "2026-11-29 09:40 UTC: 10.0 min (reusing from its cache: vae-a) on cpu 2 cores. VAE rows only."
-        in noted
+        shown[0].startswith("The paper's Figure 3: ROC curves")
+        and "![ROC](img/paper/figure3/roc.png)" in shown
     )
 
 

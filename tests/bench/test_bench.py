@@ -116,6 +116,49 @@ def test_comparison_table_gives_intervals_and_marks_paper_numbers_outside_them()
     assert lines[3] == "| noise | rose | 0.995 | 0.990 [0.980, 1.000] | -0.005 |"
 
 
+def test_comparison_table_adds_a_notes_column_and_rows_round_trip_through_json() -> None:
+    """The summary's "why they differ" column; a row read back from results.json is the row written."""
+    rows = [Row(("claim a",), 0.9, 0.995, interval=(0.88, 0.92)), Row(("claim b",), 0.99, 0.995)]
+    lines = comparison_table(("claim",), rows, ("why", ["short training", "agree"])).splitlines()
+    assert lines[0] == "| claim | paper | ours | Δ | why |"
+    assert lines[2] == "| claim a | 0.995 | 0.900 [0.880, 0.920] † | **-0.095** | short training |"
+    for row in [*rows, Row(("svhn", "rose"), None, 1.0, "no data")]:
+        assert Row.from_json(json.loads(json.dumps(row.to_json("T")))) == row
+
+
+def test_a_given_model_file_stands_in_for_its_recipe_and_must_match_it(tmp_path) -> None:
+    """``--model-file RECIPE=FILE`` (the authors' released VAE): the file is used instead of training and
+    recorded as given; a file of another architecture is refused in one line."""
+    import torch
+
+    from roseood.models import save_model
+
+    ws = smoke_workspace(tmp_path)
+    recipe = ws.vae("fashion_mnist")
+    torch.manual_seed(5)
+    given = recipe.build()
+    save_model(given, tmp_path / "given.pt")
+    save_model(ws.vae("fashion_mnist", capacity=2.0).build(), tmp_path / "wider.pt")
+    ws.given = {recipe.name: tmp_path / "given.pt"}
+    model = ws.model(recipe)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), given.state_dict().values(), strict=True)
+    )
+    assert ws.trained == {recipe.name: {"file": str(tmp_path / "given.pt")}}
+    assert not (tmp_path / "cache").exists()  # nothing trained
+    ws.given = {recipe.name: tmp_path / "wider.pt"}
+    with pytest.raises(RoseError, match=r"wider.pt: a vae model .* not the vae of vae-fashion_mnist"):
+        ws.model(recipe)
+
+
+def test_model_file_option_is_checked_before_any_work(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "table2", "--profile", "smoke", "--model-file", "vae-x"]) == 2
+    assert "expected RECIPE=FILE" in capsys.readouterr().err
+    assert main(["bench", "table2", "--model-file", f"vae-x={tmp_path / 'none.pt'}"]) == 2
+    assert "no such model file" in capsys.readouterr().err
+
+
 def test_overview_grid_lays_out_rows_like_the_paper() -> None:
     rows = [
         Row(("mnist", "rose"), 0.9, 0.995),

@@ -33,6 +33,25 @@ class Row:
     why: str = ""
     interval: tuple[float, float] | None = None
 
+    def to_json(self, table: str) -> dict[str, Any]:
+        """The row as ``results.json`` stores it, under its table's heading."""
+        interval = list(self.interval) if self.interval else None
+        return {
+            "table": table,
+            "labels": list(self.labels),
+            "ours": self.ours,
+            "paper": self.paper,
+            "why": self.why,
+            "interval": interval,
+        }
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any]) -> Row:
+        """A row read back from a ``results.json`` comparison entry."""
+        low_high = entry["interval"]
+        interval = (low_high[0], low_high[1]) if low_high else None
+        return cls(tuple(entry["labels"]), entry["ours"], entry["paper"], entry["why"], interval)
+
     @property
     def paper_outside(self) -> bool:
         """The paper's number lies outside our interval: more than test-image noise separates them."""
@@ -50,9 +69,13 @@ def ours_paper(ours: float | None, paper: float | None) -> str:
     return f"{_fmt(ours)} ({_fmt(paper)})"
 
 
-def comparison_table(headers: tuple[str, ...], rows: list[Row]) -> str:
+def comparison_table(
+    headers: tuple[str, ...], rows: list[Row], notes: tuple[str, list[str]] | None = None
+) -> str:
     """Markdown table ``labels… | paper | ours | Δ``; ours with its interval (``†`` when the paper's number
-    is outside it), Δ beyond ``DELTA_FLAG`` bold, a missing measurement says why (e.g. "no data")."""
+    is outside it), Δ beyond ``DELTA_FLAG`` bold, a missing measurement says why (e.g. "no data");
+    ``notes`` (header, one text per row) adds a last column, e.g. why ours and the paper's differ. The
+    bench's reports and docs/paper.md both write their Δ tables with it."""
 
     def cells(row: Row) -> list[str]:
         if row.ours is None:
@@ -66,7 +89,10 @@ def comparison_table(headers: tuple[str, ...], rows: list[Row]) -> str:
             delta = f"**{d:+.3f}**" if abs(d) > DELTA_FLAG else f"{d:+.3f}"
         return [*row.labels, _fmt(row.paper), ours, delta]
 
-    return markdown_rows([*headers, "paper", "ours", "Δ"], [cells(r) for r in rows])
+    if notes is None:
+        return markdown_rows([*headers, "paper", "ours", "Δ"], [cells(r) for r in rows])
+    lines = [[*cells(r), n] for r, n in zip(rows, notes[1], strict=True)]
+    return markdown_rows([*headers, "paper", "ours", "Δ", notes[0]], lines)
 
 
 def overview_grid(headers: tuple[str, str], rows: list[Row]) -> str:
@@ -85,6 +111,14 @@ def overview_grid(headers: tuple[str, str], rows: list[Row]) -> str:
     return markdown_rows([f"{headers[0]} / {headers[1]}: ours (paper)", *across], grid)
 
 
+def _model_row(name: str, trained: dict[str, Any]) -> list[str]:
+    """One row of a report's Models table: how the run got the model (trained, cached or a given file)."""
+    if "file" in trained:
+        return [name, "–", "–", f"given: {trained['file']} (not trained here)"]
+    how = "reused from cache" if trained.get("reused") else f"trained {trained['train_seconds']} s"
+    return [name, str(trained["epochs"]), str(trained["images"]), how]
+
+
 @dataclass
 class BenchReport:
     """Sections and machine-readable results of one experiment run."""
@@ -96,6 +130,8 @@ class BenchReport:
     results: dict[str, Any] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     tables: list[str] = field(default_factory=list)  # the heading of each row's table
+    headers: dict[str, list[str]] = field(default_factory=dict)  # heading -> its row-label columns
+    figures: list[dict[str, str]] = field(default_factory=list)  # file (relative to the report), caption
 
     def section(self, heading: str, *body: str) -> None:
         self.parts += [f"## {heading}", *body]
@@ -105,13 +141,16 @@ class BenchReport:
         layout); the rows also go to ``results.json``."""
         self.rows += rows
         self.tables += [heading] * len(rows)
+        self.headers[heading] = list(headers)
         body = [caption] if caption else []
         if len(headers) == 2 and rows:
             body.append(overview_grid(headers, rows))
         self.section(heading, *body, comparison_table(headers, rows))
 
     def figure(self, path: Path, caption: str, out: Path) -> None:
-        self.parts += [f"![{caption}]({path.relative_to(out).as_posix()})", f"*{caption}*"]
+        file = path.relative_to(out).as_posix()
+        self.parts += [f"![{caption}]({file})", f"*{caption}*"]
+        self.figures.append({"file": file, "caption": caption})
 
     def _summary(self) -> str:
         """How our numbers compare with the paper's: the flagged differences and the paper numbers
@@ -179,15 +218,7 @@ class BenchReport:
             "### Models",
             markdown_rows(
                 ["model", "epochs", "training images", "this run"],
-                [
-                    [
-                        name,
-                        str(t["epochs"]),
-                        str(t["images"]),
-                        "reused from cache" if t.get("reused") else f"trained {t['train_seconds']} s",
-                    ]
-                    for name, t in ws.trained.items()
-                ],
+                [_model_row(name, t) for name, t in ws.trained.items()],
             )
             if ws.trained
             else "No trained models (this experiment needs none).",
@@ -201,17 +232,9 @@ class BenchReport:
             "models": ws.trained,
             "machine": machine_description(),
             "results": self.results,
-            "comparison": [
-                {
-                    "table": table,
-                    "labels": list(r.labels),
-                    "ours": r.ours,
-                    "paper": r.paper,
-                    "why": r.why,
-                    "interval": list(r.interval) if r.interval else None,
-                }
-                for r, table in zip(self.rows, self.tables, strict=True)
-            ],
+            "headers": self.headers,
+            "figures": self.figures,
+            "comparison": [r.to_json(table) for r, table in zip(self.rows, self.tables, strict=True)],
         }
         write_json(out / "results.json", payload, indent=1)
         return out / "report.md"

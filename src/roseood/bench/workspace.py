@@ -94,6 +94,8 @@ class Workspace:
     datasets: tuple[str, ...] = DEFAULT_DATASETS  # which in-distribution sets
     trained: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe name -> training summary
     experiment: str = ""  # the experiment running now; selects the profile's experiment_overrides
+    # recipe name -> a model file used in its place (e.g. the authors' released VAE), never trained here
+    given: dict[str, Path] = field(default_factory=dict)
     _histories: dict[str, JpegHistory | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -183,6 +185,8 @@ class Workspace:
     def model(self, recipe: ModelRecipe) -> RoseModel:
         """The trained model of ``recipe``: loaded when its checkpoint has every epoch, else trained
         (resuming from the last finished epoch)."""
+        if recipe.name in self.given:
+            return self._given(recipe)
         path = self.root / "cache" / "models" / f"{recipe.name}.pt"
         if path.exists():
             model, obj = load_checkpoint(path)
@@ -231,6 +235,22 @@ class Workspace:
             "train_seconds": round(time.time() - t0, 1),
         }
         model, _ = load_checkpoint(path)
+        return model.to(self.device).eval()
+
+    def _given(self, recipe: ModelRecipe) -> RoseModel:
+        """The model file given for ``recipe`` (``--model-file``), refused in one line unless it is a
+        model of the recipe's family, channels and architecture."""
+        path = self.given[recipe.name]
+        model, obj = load_checkpoint(path)
+        config = obj.get("config", {})
+        wanted = {"in_channels": recipe.channels, **dict(recipe.arch)}
+        differ = {k: (config.get(k), v) for k, v in wanted.items() if config.get(k) != v}
+        if obj.get("kind") != recipe.kind or differ:
+            raise RoseError(
+                f"{path}: a {obj.get('kind')} model with {config}, not the {recipe.kind} of {recipe.name} "
+                f"(file vs recipe: {differ})"
+            )
+        self.trained[recipe.name] = {"file": str(path)}  # trained elsewhere: no epochs or images here
         return model.to(self.device).eval()
 
     # -- evaluation --------------------------------------------------------------------------------

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from roseood import validation as v
 from roseood.cli.common import add_data_dir, add_device, add_quiet, checked_output, csv_list
+from roseood.errors import RoseWarning
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
@@ -35,12 +37,17 @@ def cmd_bench(args: argparse.Namespace) -> None:
         progress=not args.quiet,
         models=tuple(csv_list(args.models)) if args.models else DEFAULT_MODELS,
         datasets=tuple(csv_list(args.datasets)) if args.datasets else DEFAULT_DATASETS,
+        given=dict(args.model_file or []),
     )
     checked_output(args, args.out, folder=True)
+    used: set[str] = set()  # the models the experiments used, to name a --model-file none did
     for name in names:
         t0 = time.time()
         report = run_experiment(name, ws)
+        used |= set(ws.trained)
         print(f"{name}: {report} ({(time.time() - t0) / 60:.1f} min)")
+    for recipe in sorted(set(ws.given) - used):
+        warnings.warn(f"--model-file {recipe}: no experiment used a model of that name", RoseWarning, 2)
     print(f"index: {ws.root / 'index.html'}")
 
 
@@ -60,7 +67,26 @@ def register(sub: Any) -> None:
         "--datasets",
         help="in-distribution sets to include (fashion_mnist, cifar10; unset: both), e.g. ablation-cifar10",
     )
+    p.add_argument(
+        "--model-file",
+        action="append",
+        type=_model_file,
+        metavar="RECIPE=FILE",
+        help="use FILE in place of training the model RECIPE (a name in a report's Models table), e.g. "
+        "vae-fashion_mnist-c1-ngf32-nz100-nall-s0=src/roseood/assets/fmnist_vae_ngf32.pt, the authors' "
+        "released VAE; repeatable",
+    )
     add_data_dir(p)
     add_device(p)
     add_quiet(p)
     p.set_defaults(func=cmd_bench)
+
+
+def _model_file(text: str) -> tuple[str, Path]:
+    """``RECIPE=FILE`` → (recipe name, an existing file), refused in one line otherwise."""
+    recipe, sep, file = text.partition("=")
+    if not sep or not recipe or not file:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected RECIPE=FILE")
+    if not Path(file).is_file():
+        raise argparse.ArgumentTypeError(f"{file}: no such model file")
+    return recipe, Path(file)
