@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from roseood.errors import RoseError
-from roseood.memory import check_memory
+from roseood.memory import check_memory, module_bytes
 from roseood.models.base import GenerativeModel
 from roseood.models.diffusion.adapter import Adapter, check_same_adapter
 from roseood.models.diffusion.conditioning import Condition
@@ -48,6 +49,9 @@ class DiffusionModel(GenerativeModel):
     ``classes`` labels, one where unset); or a full diffusers ``unet`` config (a UNet's or a DiT's) and
     ``scheduler`` config for a model brought from a diffusers folder (a ``UNet2DConditionModel``'s with
     its ``text`` encoder, ``...diffusion.text``; a LoRA ``adapter`` put in by ``...diffusion.adapter``).
+    ``read``: a folder reader's model (``load_diffusers``): its denoiser built empty where it can be, for
+    the reader to assign the file's weights (``build_denoiser``), and the optimised weights made only if
+    it trains (a model to score holds one denoiser: a copy of Stable Diffusion's UNet is 3.4 GB).
     ``denoising``: the K (timestep, noise) pairs of the per-image loss — ``k``, the timestep range
     ``t_min``..``t_max`` (fractions of the train timesteps; the K timesteps are the midpoints of K
     equal strata of it), ``weighting`` ("simple": ε-MSE; "elbo": each term weighted as in the DDPM
@@ -66,7 +70,7 @@ class DiffusionModel(GenerativeModel):
     loss_timesteps: Tensor
     loss_noise: Tensor
     unet: Any
-    online: Any
+    online: Any  # None in a model read to score until it trains (``train``): it holds one denoiser
 
     def __init__(
         self,
@@ -85,6 +89,7 @@ class DiffusionModel(GenerativeModel):
         classes: int | None = None,
         dit: dict[str, int] | None = None,
         text: TextCondition | None = None,
+        read: bool = False,
     ) -> None:
         d = diffusers_module()
         codec = None if autoencoder is None else Autoencoder(autoencoder)
@@ -103,7 +108,7 @@ class DiffusionModel(GenerativeModel):
         flow = is_flow_matching(scheduler)
         # what train_loss is: the ε-MSE (DDPM) or the velocity's MSE (flow matching), not a likelihood
         self.objective, self.train_objective = ("flow", "v_mse") if flow else ("ddpm", "eps_mse")
-        net = build_denoiser(unet, denoising["k"])
+        net = build_denoiser(unet, denoising["k"], copies=1 if read else 2, empty=read)
         sched, alphas = build_schedule(d, scheduler, flow)
         # the class the folder or config holds (a DDIMScheduler: DDPM's forward process, read as such)
         self.scheduler_class = str(scheduler.get("_class_name", type(sched).__name__))
@@ -113,8 +118,8 @@ class DiffusionModel(GenerativeModel):
         self.space_shape = space  # what the UNet models: the images, or their latents
         self.autoencoder = codec
         self.unet = net  # the EMA weights: what evaluation, ROSE and export use
-        self.online = copy.deepcopy(net)  # the optimised weights
-        self.online.requires_grad_(True)
+        # the optimised weights: from the start in a model built to train, once it trains in one read
+        self.register_module("online", None if read else copy.deepcopy(net))
         self.scheduler = sched
         self.register_buffer("ema_steps", torch.zeros((), dtype=torch.long))
         self.register_buffer("alphas_cumprod", alphas.clone())
@@ -263,6 +268,50 @@ class DiffusionModel(GenerativeModel):
         if self.condition.recorded:
             config["condition"] = self.condition.spec
         return config
+
+    # -- the optimised weights: a second denoiser only once training needs one -------------------
+    def train(self, mode: bool = True) -> DiffusionModel:
+        """Train mode; in a model read to score, the optimised copy of the EMA weights is made the first
+        time (refused in one line where it cannot fit): call it before an optimiser takes the parameters."""
+        if mode and self.online is None:
+            self._make_online()
+        return super().train(mode)
+
+    def _make_online(self) -> None:
+        """The optimised weights, a copy of the EMA ones (an adapter's base frozen in it as in them)."""
+        size = module_bytes(lambda: self.unet)
+        check_memory(
+            size,
+            f"the optimised copy of the {type(self.unet).__name__}'s weights, which training needs",
+            device=self.ema_steps.device,
+            hint="the model is too large to train on this machine",
+        )
+        self.online = copy.deepcopy(self.unet)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """``nn.Module``'s, the optimised weights under ``online.`` as ever: until training makes them, the
+        EMA weights' own tensors (no copy), so that a model's files and fingerprint are the same whether
+        or not it has held a second denoiser."""
+        out = super().state_dict(*args, **kwargs)
+        if self.online is None:
+            prefix = kwargs.get("prefix", "")
+            ema = f"{prefix}unet."
+            for key in [k for k in out if k.startswith(ema)]:
+                out[f"{prefix}online.{key.removeprefix(ema)}"] = out[key]
+        return out
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any:
+        """``nn.Module``'s; optimised weights (``online.``) unlike the EMA ones (a checkpoint written while
+        training) make the optimised copy first, so that they load; equal ones (a model that has not
+        trained since it was read) leave the model one denoiser."""
+        if self.online is None and any(
+            k.startswith("online.") and not _same(v, state_dict.get(f"unet.{k.removeprefix('online.')}"))
+            for k, v in state_dict.items()
+        ):
+            self._make_online()
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     # -- the network as an ε-predictor -----------------------------------------------------------
     def net(self) -> Any:
@@ -499,6 +548,11 @@ class DiffusionModel(GenerativeModel):
     def forward_order(self, names: list[str]) -> list[str]:
         """Layer ``names`` in the order the denoiser runs them (``last:N`` takes the last N)."""
         return forward_order(names, "unet.")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are equal tensors (of one shape and dtype)."""
+    return isinstance(b, Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
 
 def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
