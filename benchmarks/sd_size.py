@@ -11,12 +11,12 @@ encoder, 77 tokens, of a two-token vocabulary: the empty prompt's, roseood's def
 123 M parameter ones: both run without gradients, once per image and once per prompt, so the UNet's pass
 dominates what is measured.
 
-Then, each phase in a fresh process (its own peak resident memory, ``ru_maxrss``): ``load`` (read the
+Then, each phase in a fresh process (its own peak resident memory, VmHWM): ``load`` (read the
 folder), ``fit`` (ROSE over the adapter's layers only, ``--fisher``, on ``--fit`` images with ``--held-out``
 held-out images; roseood's memory plan line and its time forecast are printed first) and ``score``
 (``--score`` images with the saved detector). Images are uniform noise: cost does not depend on them.
 
-    nice -n 10 python benchmarks/sd_size.py --k 1 --fit 2 --held-out 2 --score 1
+    nice -n 10 python -m benchmarks.sd_size --k 1 --fit 2 --held-out 2 --score 1
 
 Prints each phase's peak memory, wall time and seconds per image, with the settings and the machine.
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from benchmarks.diffusion_cost import cpu_name
+from benchmarks.scale import peak_rss
 
 from roseood.machine import machine_description
 
@@ -156,7 +157,7 @@ def phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
         out["score_s"] = time.perf_counter() - start
         out["s_per_image"] = out["score_s"] / args.score
         out["scores"] = scores
-    out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GiB
+    out["peak_rss_gib"] = peak_rss() / GiB
     return out
 
 
@@ -184,12 +185,12 @@ def main() -> None:
             (Path(tmp) / "pipe").rename(args.folder)
         print(f"built {args.folder} in {time.perf_counter() - start:.0f} s", flush=True)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "phase"}
-    results: dict[str, Any] = {"settings": settings, "machine": machine_description()}
+    results: dict[str, Any] = {"settings": settings, "machine": machine_description() | {"cpu": cpu_name()}}
     root = Path(__file__).resolve().parents[1]
-    env = os.environ | {"PYTHONPATH": str(root / "src")}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
     for name in args.phases.split(","):
-        cmd = [sys.executable, __file__, *sys.argv[1:], "--phase", name]
-        run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        cmd = [sys.executable, "-m", "benchmarks.sd_size", *sys.argv[1:], "--phase", name]
+        run = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
         notes = [line for line in run.stderr.splitlines() if "≈" in line]
         if run.returncode:
             sys.exit(f"phase {name} failed:\n{run.stderr[-4000:]}")
