@@ -37,7 +37,9 @@ def weight_file(path: Path) -> dict[str, Tensor]:
         from safetensors.torch import load_file
 
         try:
-            state: Any = load_file(path)
+            # read into the process's own memory, not mapped: a denoiser takes these tensors themselves
+            # (``load_state(assign=True)``), which must not change when the file is rewritten
+            state: Any = load_file(path, backend="pread")
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
     else:
