@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from roseood.errors import RoseError
-from roseood.memory import check_memory, module_bytes
+from roseood.memory import check_memory
 from roseood.models.base import GenerativeModel
 from roseood.models.diffusion.adapter import Adapter, check_same_adapter
 from roseood.models.diffusion.conditioning import Condition
@@ -33,6 +32,7 @@ from roseood.models.diffusion.denoisers import (
     layer_sets,
     predict,
 )
+from roseood.models.diffusion.ema import EMAWeights
 from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes
 from roseood.models.diffusion.library import build_schedule, diffusers_module, plain_config
 from roseood.models.diffusion.text import TextCondition, text_condition
@@ -40,7 +40,7 @@ from roseood.models.diffusion.text import TextCondition, text_condition
 ROWS_PER_CALL = 512  # denoiser rows per call when no gradient is taken (a batch of 64 images at K = 8)
 
 
-class DiffusionModel(GenerativeModel):
+class DiffusionModel(GenerativeModel, EMAWeights):
     """A DDPM, or a flow-matching model, on images in [0, 1] (seen by the UNet in [-1, 1]).
 
     Architecture: ``widths`` (block_out_channels), ``layers_per_block``, ``attention`` (a mid-block
@@ -66,11 +66,8 @@ class DiffusionModel(GenerativeModel):
 
     kind = "diffusion"
     alphas_cumprod: Tensor
-    ema_steps: Tensor
     loss_timesteps: Tensor
     loss_noise: Tensor
-    unet: Any
-    online: Any  # None in a model read to score until it trains (``train``): it holds one denoiser
 
     def __init__(
         self,
@@ -268,50 +265,6 @@ class DiffusionModel(GenerativeModel):
         if self.condition.recorded:
             config["condition"] = self.condition.spec
         return config
-
-    # -- the optimised weights: a second denoiser only once training needs one -------------------
-    def train(self, mode: bool = True) -> DiffusionModel:
-        """Train mode; in a model read to score, the optimised copy of the EMA weights is made the first
-        time (refused in one line where it cannot fit): call it before an optimiser takes the parameters."""
-        if mode and self.online is None:
-            self._make_online()
-        return super().train(mode)
-
-    def _make_online(self) -> None:
-        """The optimised weights, a copy of the EMA ones (an adapter's base frozen in it as in them)."""
-        size = module_bytes(lambda: self.unet)
-        check_memory(
-            size,
-            f"the optimised copy of the {type(self.unet).__name__}'s weights, which training needs",
-            device=self.ema_steps.device,
-            hint="the model is too large to train on this machine",
-        )
-        self.online = copy.deepcopy(self.unet)
-
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        """``nn.Module``'s, the optimised weights under ``online.`` as ever: until training makes them, the
-        EMA weights' own tensors (no copy), so that a model's files and fingerprint are the same whether
-        or not it has held a second denoiser."""
-        out = super().state_dict(*args, **kwargs)
-        if self.online is None:
-            prefix = kwargs.get("prefix", "")
-            ema = f"{prefix}unet."
-            for key in [k for k in out if k.startswith(ema)]:
-                out[f"{prefix}online.{key.removeprefix(ema)}"] = out[key]
-        return out
-
-    def load_state_dict(
-        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
-    ) -> Any:
-        """``nn.Module``'s; optimised weights (``online.``) unlike the EMA ones (a checkpoint written while
-        training) make the optimised copy first, so that they load; equal ones (a model that has not
-        trained since it was read) leave the model one denoiser."""
-        if self.online is None and any(
-            k.startswith("online.") and not _same(v, state_dict.get(f"unet.{k.removeprefix('online.')}"))
-            for k, v in state_dict.items()
-        ):
-            self._make_online()
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     # -- the network as an ε-predictor -----------------------------------------------------------
     def net(self) -> Any:
@@ -525,15 +478,6 @@ class DiffusionModel(GenerativeModel):
         steps = options.get("steps", 50)
         return sample_images(self, n=n, steps=steps, seed=seed, progress=progress, labels=labels)
 
-    @torch.no_grad()
-    def _update_ema(self) -> None:
-        """EMA with diffusers' warm-up: decay min(ema_decay, (1 + s) / (10 + s)) at step s."""
-        s = int(self.ema_steps)
-        decay = min(self.ema_decay, (1 + s) / (10 + s))
-        for e, p in zip(self.unet.parameters(), self.online.parameters(), strict=True):
-            e.lerp_(p, 1 - decay)
-        self.ema_steps += 1
-
     def inert_layers(self) -> dict[str, str]:
         """The denoiser's layers whose gradient is zero by construction, each with why (``inert_layers``
         of ``...diffusion.denoisers``): their layer scores would be rounding noise."""
@@ -548,11 +492,6 @@ class DiffusionModel(GenerativeModel):
     def forward_order(self, names: list[str]) -> list[str]:
         """Layer ``names`` in the order the denoiser runs them (``last:N`` takes the last N)."""
         return forward_order(names, "unet.")
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Whether ``a`` and ``b`` are equal tensors (of one shape and dtype)."""
-    return isinstance(b, Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
 
 def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
