@@ -168,6 +168,16 @@ class Payload:
         return (Path.write_text, (Path(tempfile.gettempdir()) / "rose-h34a-pwned", "ran"))
 
 
+def test_a_safetensors_without_pread_is_one_line_naming_the_version(
+    pipeline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import safetensors.torch
+
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda filename, device="cpu": {})  # 0.7's
+    with pytest.raises(RoseError, match=r"^reading weight files needs safetensors 0.8 or later"):
+        load_model(pipeline)
+
+
 def test_bin_and_sharded_weights_load_weights_only(pipeline: Path, tmp_path: Path) -> None:
     x = torch.rand(2, 1, 8, 8)
     expected = load_model(pipeline).nll(x)
