@@ -168,6 +168,16 @@ class Payload:
         return (Path.write_text, (Path(tempfile.gettempdir()) / "rose-h34a-pwned", "ran"))
 
 
+def test_a_safetensors_without_pread_is_one_line_naming_the_version(
+    pipeline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import safetensors.torch
+
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda filename, device="cpu": {})  # 0.7's
+    with pytest.raises(RoseError, match=r"^reading weight files needs safetensors 0.8 or later"):
+        load_model(pipeline)
+
+
 def test_bin_and_sharded_weights_load_weights_only(pipeline: Path, tmp_path: Path) -> None:
     x = torch.rand(2, 1, 8, 8)
     expected = load_model(pipeline).nll(x)
@@ -248,8 +258,12 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_built(
 ) -> None:
     model = load_model(pipeline)
     monkeypatch.setattr(memory, "available", lambda device=None: 100_000)
-    with pytest.raises(CheckpointError, match=r"EMA and optimised copies.*more than the 98 KiB free"):
+    with pytest.raises(
+        CheckpointError, match=r"a UNet2DModel of .* weights with .*more than the 98 KiB free"
+    ):
         load_diffusers(pipeline)
+    with pytest.raises(RoseError, match=r"^the optimised copy of the UNet2DModel's weights, which training"):
+        model.train()  # a loaded model holds one denoiser; training checks its second before making it
     with pytest.raises(RoseError, match="a UNet batch of 64 rows"):
         model.nll(torch.rand(32, 1, 8, 8))
 

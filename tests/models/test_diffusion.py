@@ -68,6 +68,31 @@ def test_training_moves_the_ema_weights_and_eval_uses_them():
     assert model.net() is model.unet
 
 
+def test_a_model_read_to_score_holds_one_denoiser_and_its_files_do_not_show_it(tmp_path):
+    """A model read from a folder to score holds no optimised copy: its state dict names the optimised
+    weights as ever, the EMA ones' own tensors, so its files and fingerprint are those of the model it was
+    exported from; training makes the copy, and a checkpoint written while training loads into it."""
+    from roseood.models import load_weights, model_fingerprint
+
+    model = tiny()  # built to train: both copies
+    read = load_model(export_diffusers(model, tmp_path / "pipe"))
+    state = read.state_dict()
+    assert read.online is None and model_fingerprint(read) == model_fingerprint(model)
+    assert all(state[f"online.{k}"].data_ptr() == v.data_ptr() for k, v in read.unet.state_dict().items())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    model.train_loss(torch.rand(4, 1, 8, 8)).mean().backward()
+    opt.step()
+    save_model(model.eval(), tmp_path / "trained.pt")  # optimised weights unlike the EMA ones
+    load_weights(read, tmp_path / "trained.pt")
+    assert read.online is not None and model_fingerprint(read) == model_fingerprint(model)
+    for a, b in zip(read.online.parameters(), model.online.parameters(), strict=True):
+        assert torch.equal(a, b)
+    again = load_model(tmp_path / "pipe")
+    before = model_fingerprint(again)
+    assert again.train().online is not None and model_fingerprint(again) == before
+
+
 def test_checkpoint_and_diffusers_folder_round_trip(tmp_path):
     model = tiny()
     x = torch.rand(3, 1, 8, 8)

@@ -192,6 +192,7 @@ def test_a_diffusers_lora_is_the_default_layer_set_with_exact_per_sample_gradien
     # 4 transformer blocks (down, mid, 2 up) × 2 attentions × 4 projections, each a lora_A and a lora_B
     assert len(names) == 64 and all(".lora_A." in n or ".lora_B." in n for n in names)
     assert all("lora_" in n for n, p in model.unet.named_parameters() if p.requires_grad)  # base frozen
+    assert model.online is None  # read to score: one denoiser, no optimised copy
     reference = lora(sd / "unet", 0)  # the very factors written to the file
     x = torch.rand(2, 3, 16, 16)
     z, t = torch.randn(2, 4, 8, 8), torch.tensor([10, 600])
@@ -204,6 +205,9 @@ def test_a_diffusers_lora_is_the_default_layer_set_with_exact_per_sample_gradien
     assert_batched_grads_exact(model, model.rose_loss, x, names)
     assert "rank 2 on 32 layers" in model.describe() and model.adapter.digest in model.describe()
     assert model.loss_settings()["adapter"] == model.adapter.digest
+    model.train()  # the optimised copy, made to train, has the adapter in and its base frozen too
+    assert all("lora_" in n for n, p in model.online.named_parameters() if p.requires_grad)
+    assert sum("lora_" in n for n, _ in model.online.named_parameters()) == len(names)
 
 
 def test_fit_score_and_a_detector_of_another_adapter_refused(sd: Path, tmp_path: Path, capsys) -> None:

@@ -58,12 +58,19 @@ def check_state(module: nn.Module, state: Any, path: str | Path, what: str) -> N
         raise _refuse(problem, path, what)
 
 
-def load_state(module: RoseModel | nn.Module, state: Any, path: str | Path, what: str) -> None:
+def load_state(
+    module: RoseModel | nn.Module, state: Any, path: str | Path, what: str, assign: bool = False
+) -> None:
     """Load ``state`` into ``module`` strictly: a missing, unexpected or misshapen tensor is a one-line
-    ``CheckpointError`` naming ``path``, ``what`` it should match, and the first few tensors at fault."""
+    ``CheckpointError`` naming ``path``, ``what`` it should match, and the first few tensors at fault.
+    ``assign``: the module takes ``state``'s tensors themselves (in its own dtypes), not copies: a module
+    built on the meta device gets its weights without a second copy in memory."""
     assert isinstance(module, nn.Module)
     check_state(module, state, path, what)
+    if assign:
+        own = module.state_dict()
+        state = {k: v.to(own[k].dtype) for k, v in state.items()}
     try:
-        module.load_state_dict(state)
+        module.load_state_dict(state, assign=assign)
     except (TypeError, KeyError, RuntimeError, AttributeError, ValueError) as exc:
         raise _refuse(first_line(exc), path, what) from None

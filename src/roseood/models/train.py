@@ -387,6 +387,7 @@ def train(
     unit, per_dim = _per_dimension(model)
     gen = torch.Generator().manual_seed(cfg.seed)
     model.to(device)
+    model.train()  # before the optimiser takes the parameters: a DDPM makes its optimised copy here
     opt = _optimizer(model, cfg)
     y, digest = _with_labels(x, labels)
     state = start_run(Path(checkpoint), model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)

@@ -104,25 +104,24 @@ def read_adapter(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None
     return _prefixed(weights, source), config, source
 
 
-def attach_adapter(nets: list[Any], folder: Path) -> Adapter:
-    """Put the adapter of ``folder`` in each denoiser of ``nets`` (the EMA one and the optimised copy) by
-    diffusers' ``load_lora_adapter``, the base then frozen; a file whose tensors do not all fit the
-    denoiser's layers is a one-line ``CheckpointError``."""
+def attach_adapter(net: Any, folder: Path) -> Adapter:
+    """Put the adapter of ``folder`` in the denoiser ``net`` (the EMA one: training copies it with the
+    adapter in) by diffusers' ``load_lora_adapter``, the base then frozen; a file whose tensors do not all
+    fit the denoiser's layers is a one-line ``CheckpointError``."""
     from peft.utils import get_peft_model_state_dict
 
     weights, config, source = read_adapter(folder)
-    for net in nets:
-        try:
-            with quiet_diffusers():
-                net.load_lora_adapter(dict(weights), prefix=None, adapter_name=NAME, metadata=config)
-        except (ValueError, KeyError, TypeError, RuntimeError, AttributeError, IndexError) as exc:
-            raise CheckpointError(f"{source}: does not fit the UNet ({first_line(exc)})") from None
-        loaded = get_peft_model_state_dict(net, adapter_name=NAME)
-        if len(loaded) != len(weights):
-            raise CheckpointError(
-                f"{source}: {len(weights) - len(loaded)} of its {len(weights)} tensors fit no UNet layer"
-            )
-    factors = [m for n, m in nets[0].named_modules() if n.endswith(f"lora_A.{NAME}")]
+    try:
+        with quiet_diffusers():
+            net.load_lora_adapter(dict(weights), prefix=None, adapter_name=NAME, metadata=config)
+    except (ValueError, KeyError, TypeError, RuntimeError, AttributeError, IndexError) as exc:
+        raise CheckpointError(f"{source}: does not fit the UNet ({first_line(exc)})") from None
+    loaded = get_peft_model_state_dict(net, adapter_name=NAME)
+    if len(loaded) != len(weights):
+        raise CheckpointError(
+            f"{source}: {len(weights) - len(loaded)} of its {len(weights)} tensors fit no UNet layer"
+        )
+    factors = [m for n, m in net.named_modules() if n.endswith(f"lora_A.{NAME}")]
     return Adapter(
         source=source,
         digest=fingerprint(weights),

@@ -7,6 +7,7 @@ and called the same way."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -126,20 +127,26 @@ def meta_denoiser(config: dict[str, Any]) -> Any:
     return net
 
 
-def build_denoiser(config: dict[str, Any], k: int) -> Any:
-    """The denoiser of a checked ``config``, once ``meta_denoiser`` has built it without memory and its two
-    copies (EMA and optimised) and the K-pair noise buffer are known to fit in memory."""
+def build_denoiser(config: dict[str, Any], k: int, copies: int, empty: bool = False) -> Any:
+    """The denoiser of a checked ``config``, once ``meta_denoiser`` has built it without memory and its
+    ``copies`` (2: EMA and optimised) and the K-pair noise buffer are known to fit in memory. ``empty``:
+    left on torch's meta device (no memory, no random initialisation) for a folder's reader to assign the
+    file's weights, unless it has a buffer no file holds (a DiT's positional embedding), which only a real
+    build computes."""
     meta = meta_denoiser(config)
-    weights = module_bytes(lambda: meta)
+    weights = copies * module_bytes(lambda: meta)
     size, channels = config["sample_size"], meta.config.in_channels
     noise = k * channels * size * size * 4
+    both = " (EMA and optimised copies)" if copies == 2 else ""
     check_memory(
-        2 * weights + noise,
-        f"a {type(meta).__name__} of {weights // 4:,} weights (EMA and optimised copies) with denoising "
-        f"k = {k} noise images of {channels}×{size}×{size}",
-        hint="lower denoising k" if noise > 2 * weights else "the model is too large for this machine",
+        weights + noise,
+        f"a {type(meta).__name__} of {weights // (4 * copies):,} weights{both} with denoising k = {k} noise "
+        f"images of {channels}×{size}×{size}",
+        hint="lower denoising k" if noise > weights else "the model is too large for this machine",
     )
-    with quiet_diffusers():
+    saved = meta.state_dict()
+    empty = empty and all(name in saved for name, _ in meta.named_buffers())
+    with quiet_diffusers(), torch.device("meta") if empty else contextlib.nullcontext():
         return type(meta).from_config({k: v for k, v in config.items() if not k.startswith("_")})
 
 

@@ -4,13 +4,14 @@ readers (``folders``, ``text``, ``adapter``) share."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
-from roseood.errors import CheckpointError
+from roseood.errors import CheckpointError, RoseError
 from roseood.models.state import first_line
 
 
@@ -36,8 +37,14 @@ def weight_file(path: Path) -> dict[str, Tensor]:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
+        if "backend" not in inspect.signature(load_file).parameters:
+            raise RoseError(
+                "reading weight files needs safetensors 0.8 or later: pip install roseood[diffusion]"
+            )
         try:
-            state: Any = load_file(path)
+            # read into the process's own memory, not mapped: a denoiser takes these tensors themselves
+            # (``load_state(assign=True)``), which must not change when the file is rewritten
+            state: Any = load_file(path, backend="pread")
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
     else:

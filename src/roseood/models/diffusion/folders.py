@@ -254,17 +254,16 @@ def load_diffusers(folder: str | Path) -> DiffusionModel:
         extra["text"] = text
     try:
         check_state(meta_denoiser(plain), weights, weights_file, what)  # before any allocation
-        model = DiffusionModel(unet=plain, scheduler=sched, **extra)
+        model = DiffusionModel(unet=plain, scheduler=sched, read=True, **extra)
     except CheckpointError:
         raise
     except RoseError as exc:
         raise CheckpointError(f"{folder}: {exc}") from None
-    load_state(model.unet, weights, weights_file, what)
+    load_state(model.unet, weights, weights_file, what, assign=True)  # its tensors: no second copy
     if codec is not None and model.autoencoder is not None:
         load_state(model.autoencoder.net, codec[1], codec[2], f"the {model.autoencoder.kind} of {latent}/")
-    model.online.load_state_dict(model.unet.state_dict())
     if adapter is not None:
-        model.adapter = attach_adapter([model.unet, model.online], adapter)
+        model.adapter = attach_adapter(model.unet, adapter)
     return model.eval()
 
 

@@ -32,6 +32,7 @@ from roseood.models.diffusion.denoisers import (
     layer_sets,
     predict,
 )
+from roseood.models.diffusion.ema import EMAWeights
 from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes
 from roseood.models.diffusion.library import build_schedule, diffusers_module, plain_config
 from roseood.models.diffusion.text import TextCondition, text_condition
@@ -39,7 +40,7 @@ from roseood.models.diffusion.text import TextCondition, text_condition
 ROWS_PER_CALL = 512  # denoiser rows per call when no gradient is taken (a batch of 64 images at K = 8)
 
 
-class DiffusionModel(GenerativeModel):
+class DiffusionModel(GenerativeModel, EMAWeights):
     """A DDPM, or a flow-matching model, on images in [0, 1] (seen by the UNet in [-1, 1]).
 
     Architecture: ``widths`` (block_out_channels), ``layers_per_block``, ``attention`` (a mid-block
@@ -48,6 +49,9 @@ class DiffusionModel(GenerativeModel):
     ``classes`` labels, one where unset); or a full diffusers ``unet`` config (a UNet's or a DiT's) and
     ``scheduler`` config for a model brought from a diffusers folder (a ``UNet2DConditionModel``'s with
     its ``text`` encoder, ``...diffusion.text``; a LoRA ``adapter`` put in by ``...diffusion.adapter``).
+    ``read``: a folder reader's model (``load_diffusers``): its denoiser built empty where it can be, for
+    the reader to assign the file's weights (``build_denoiser``), and the optimised weights made only if
+    it trains (a model to score holds one denoiser: a copy of Stable Diffusion's UNet is 3.4 GB).
     ``denoising``: the K (timestep, noise) pairs of the per-image loss — ``k``, the timestep range
     ``t_min``..``t_max`` (fractions of the train timesteps; the K timesteps are the midpoints of K
     equal strata of it), ``weighting`` ("simple": ε-MSE; "elbo": each term weighted as in the DDPM
@@ -62,11 +66,8 @@ class DiffusionModel(GenerativeModel):
 
     kind = "diffusion"
     alphas_cumprod: Tensor
-    ema_steps: Tensor
     loss_timesteps: Tensor
     loss_noise: Tensor
-    unet: Any
-    online: Any
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class DiffusionModel(GenerativeModel):
         classes: int | None = None,
         dit: dict[str, int] | None = None,
         text: TextCondition | None = None,
+        read: bool = False,
     ) -> None:
         d = diffusers_module()
         codec = None if autoencoder is None else Autoencoder(autoencoder)
@@ -103,7 +105,7 @@ class DiffusionModel(GenerativeModel):
         flow = is_flow_matching(scheduler)
         # what train_loss is: the ε-MSE (DDPM) or the velocity's MSE (flow matching), not a likelihood
         self.objective, self.train_objective = ("flow", "v_mse") if flow else ("ddpm", "eps_mse")
-        net = build_denoiser(unet, denoising["k"])
+        net = build_denoiser(unet, denoising["k"], copies=1 if read else 2, empty=read)
         sched, alphas = build_schedule(d, scheduler, flow)
         # the class the folder or config holds (a DDIMScheduler: DDPM's forward process, read as such)
         self.scheduler_class = str(scheduler.get("_class_name", type(sched).__name__))
@@ -113,8 +115,8 @@ class DiffusionModel(GenerativeModel):
         self.space_shape = space  # what the UNet models: the images, or their latents
         self.autoencoder = codec
         self.unet = net  # the EMA weights: what evaluation, ROSE and export use
-        self.online = copy.deepcopy(net)  # the optimised weights
-        self.online.requires_grad_(True)
+        # the optimised weights: from the start in a model built to train, once it trains in one read
+        self.register_module("online", None if read else copy.deepcopy(net))
         self.scheduler = sched
         self.register_buffer("ema_steps", torch.zeros((), dtype=torch.long))
         self.register_buffer("alphas_cumprod", alphas.clone())
@@ -475,15 +477,6 @@ class DiffusionModel(GenerativeModel):
             labels = torch.randint(self.condition.classes, (n,), generator=gen)
         steps = options.get("steps", 50)
         return sample_images(self, n=n, steps=steps, seed=seed, progress=progress, labels=labels)
-
-    @torch.no_grad()
-    def _update_ema(self) -> None:
-        """EMA with diffusers' warm-up: decay min(ema_decay, (1 + s) / (10 + s)) at step s."""
-        s = int(self.ema_steps)
-        decay = min(self.ema_decay, (1 + s) / (10 + s))
-        for e, p in zip(self.unet.parameters(), self.online.parameters(), strict=True):
-            e.lerp_(p, 1 - decay)
-        self.ema_steps += 1
 
     def inert_layers(self) -> dict[str, str]:
         """The denoiser's layers whose gradient is zero by construction, each with why (``inert_layers``
