@@ -140,12 +140,8 @@ class DiffusionModel(GenerativeModel, EMAWeights):
                 "is the velocity's squared error (weighting 'simple')"
             )
         k, lo, hi = opts["k"], opts["t_min"], opts["t_max"]
-        image = math.prod(self.space_shape)
-        check_memory(
-            k * (image * 4 + 16),
-            f"denoising k = {k} (a buffer of k noise images of shape {self.space_shape})",
-            hint="lower k",
-        )
+        what = f"denoising k = {k} (a buffer of k noise images of shape {self.space_shape})"
+        check_memory(k * (math.prod(self.space_shape) * 4 + 16), what, hint="lower k")
         self.denoising = opts
         strata = lo + (hi - lo) * (torch.arange(k, dtype=torch.float64) + 0.5) / k
         t = self.timesteps_of(strata)
