@@ -18,12 +18,12 @@ from roseood.detectors.aggregation import (
     AGGREGATIONS,
     ReluNorm,
     density_problem,
-    layer_problems,
     make_aggregation,
     threshold_at,
     tie_problem,
     tie_share,
 )
+from roseood.detectors.rose.problems import layer_problems
 from roseood.errors import DataError, DegenerateFitWarning, RoseError
 
 LAYERS = ["a", "b", "c"]

@@ -15,8 +15,8 @@ images, never the Fisher's) and then maps raw layer scores to one score (higher 
 - ``gaussian``: −log density of the log layer-score vector under a Gaussian with Ledoit-Wolf shrinkage.
 - ``gmm``: −log density under a small Gaussian mixture (``k`` components), in the spirit of DoSE.
 
-``layer_problems`` and ``tie_problem`` name what makes a fit degenerate (non-finite, exploding or constant
-layer scores; tied aggregated scores).
+``density_problem``, ``zscore_problem`` and ``tie_problem`` name what makes an aggregation's fit degenerate
+(too few images, tied aggregated scores); ``roseood.detectors.rose.problems`` the layer scores' problems.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Collection
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,10 +41,7 @@ from roseood.registry import Registry
 from roseood.validation import check_float, check_int, check_seed
 
 TIE_RULES = ("keep", "max")  # relu-norm's images at 0: left tied (the paper), or ordered by max ẑ + β
-TIE_SHARE = 0.10  # more than this share of statistics images with one identical layer score: degenerate
-DYNAMIC_RANGE = 1e8  # a layer whose scores span more than this factor: z-scores are meaningless
 MIN_LOG_SPREAD = 1e-2  # gmm:k=auto: the least std of a log column it models (1 % relative variation)
-MIN_RELATIVE_STD = 1e-6  # a layer whose std / |mean| is below this: its z-scores are rounding noise
 
 
 def log_scores(raw: np.ndarray) -> np.ndarray:
@@ -407,46 +403,6 @@ def threshold_at(held_out_scores: np.ndarray, tpr: float = DECISION_TPR) -> floa
     in-distribution (at or below it): what ``Detector.calibrate`` sets."""
     tpr = check_float(tpr, "tpr", low=0.0, high=1.0, low_open=True)
     return float(np.quantile(held_out_scores, tpr, method="higher"))
-
-
-def layer_problems(raw: np.ndarray, layers: list[str], extras: Collection[str] = ()) -> list[str]:
-    """What makes statistics-image layer scores (N, L) unusable, one message per finding naming the
-    layer and a fix: non-finite, exploding (dynamic range), near-constant or tied scores. ``extras``:
-    the columns that are no layer (the model's statistics, the images' complexity), whose fix is a
-    method without them; their ties are not reported (a compressed size counts whole bytes)."""
-    found = []
-    for j, layer in enumerate(layers):
-        col = raw[:, j]
-        name, drop = (
-            (f"column {layer}", "use a method without it (rose-gmm reads the layer scores alone)")
-            if layer in extras
-            else (f"layer {layer}", "drop it from --layers")
-        )
-        bad = int((~np.isfinite(col)).sum())
-        if bad:
-            found.append(
-                f"{name}: {bad} of {len(col)} statistics images have non-finite layer scores "
-                f"(singular Fisher or overflowing gradients); increase the damping or {drop}"
-            )
-            continue
-        positive = col[col > 0]
-        if len(positive) and positive.max() / positive.min() > DYNAMIC_RANGE:
-            found.append(
-                f"{name}: scores span {positive.min():.3g} to {positive.max():.3g} (dynamic range "
-                f"> {DYNAMIC_RANGE:.0e}); z-scores are dominated by a few images: use --aggregate log-z"
-            )
-        if col.std() <= MIN_RELATIVE_STD * max(abs(col.mean()), 1e-300):
-            found.append(
-                f"{name}: scores barely vary on the statistics images (std {col.std():.3g}, mean "
-                f"{col.mean():.3g}); its z-scores are noise: {drop}"
-            )
-        share = tie_share(col) if layer not in extras else 0.0  # PNG sizes are whole bytes: ties are data
-        if share > TIE_SHARE:
-            found.append(
-                f"{name}: {share:.0%} of the statistics images have tied scores (e.g. exactly 0): "
-                f"{drop} or use --aggregate log-z"
-            )
-    return found
 
 
 def density_problem(values: np.ndarray, agg: Aggregation) -> list[str]:

@@ -6,13 +6,17 @@ Degenerate but usable fits (exploding, constant or tied scores, too few images) 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Collection
 
 import numpy as np
 
-from roseood.detectors.aggregation import Aggregation, density_problem, layer_problems, zscore_problem
+from roseood.detectors.aggregation import Aggregation, density_problem, tie_share, zscore_problem
 from roseood.errors import DegenerateFitWarning, RoseError
 
 CAUSE = "a singular or damaged Fisher, or overflowing gradients"
+TIE_SHARE = 0.10  # more than this share of statistics images with one identical layer score: degenerate
+DYNAMIC_RANGE = 1e8  # a layer whose scores span more than this factor: z-scores are meaningless
+MIN_RELATIVE_STD = 1e-6  # a layer whose std / |mean| is below this: its z-scores are rounding noise
 
 
 def bad_columns(raw: np.ndarray, columns: list[str]) -> list[str]:
@@ -67,3 +71,43 @@ def warned(messages: list[str], what: str) -> list[str]:
     for message in messages:
         warnings.warn(f"{what}: {message}", DegenerateFitWarning, stacklevel=7)
     return messages
+
+
+def layer_problems(raw: np.ndarray, layers: list[str], extras: Collection[str] = ()) -> list[str]:
+    """What makes statistics-image layer scores (N, L) unusable, one message per finding naming the
+    layer and a fix: non-finite, exploding (dynamic range), near-constant or tied scores. ``extras``:
+    the columns that are no layer (the model's statistics, the images' complexity), whose fix is a
+    method without them; their ties are not reported (a compressed size counts whole bytes)."""
+    found = []
+    for j, layer in enumerate(layers):
+        col = raw[:, j]
+        name, drop = (
+            (f"column {layer}", "use a method without it (rose-gmm reads the layer scores alone)")
+            if layer in extras
+            else (f"layer {layer}", "drop it from --layers")
+        )
+        bad = int((~np.isfinite(col)).sum())
+        if bad:
+            found.append(
+                f"{name}: {bad} of {len(col)} statistics images have non-finite layer scores "
+                f"(singular Fisher or overflowing gradients); increase the damping or {drop}"
+            )
+            continue
+        positive = col[col > 0]
+        if len(positive) and positive.max() / positive.min() > DYNAMIC_RANGE:
+            found.append(
+                f"{name}: scores span {positive.min():.3g} to {positive.max():.3g} (dynamic range "
+                f"> {DYNAMIC_RANGE:.0e}); z-scores are dominated by a few images: use --aggregate log-z"
+            )
+        if col.std() <= MIN_RELATIVE_STD * max(abs(col.mean()), 1e-300):
+            found.append(
+                f"{name}: scores barely vary on the statistics images (std {col.std():.3g}, mean "
+                f"{col.mean():.3g}); its z-scores are noise: {drop}"
+            )
+        share = tie_share(col) if layer not in extras else 0.0  # PNG sizes are whole bytes: ties are data
+        if share > TIE_SHARE:
+            found.append(
+                f"{name}: {share:.0%} of the statistics images have tied scores (e.g. exactly 0): "
+                f"{drop} or use --aggregate log-z"
+            )
+    return found
