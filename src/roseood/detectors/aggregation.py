@@ -214,8 +214,9 @@ class TwoSided(ZScore):
 
 
 # numpy's and scipy's BLAS on one thread for the densities: their matrices are a few columns wide, where
-# more threads only wait on each other (a gmm:k=auto fit and score of 500 + 300 images of 9 columns took
-# 20 s with OpenBLAS's two threads and 1 s with one, on 2 cores beside other jobs)
+# more threads only wait on each other (a gmm:k=auto fit and score of 500 + 300 images of 9 columns, 2-core
+# AMD EPYC: 0.7-1.0 s with OpenBLAS's two threads and 0.3 s with one on idle cores, 20 s and 1 s beside
+# other jobs)
 one_blas_thread = threadpool_limits.wrap(limits=1, user_api="blas")
 
 
