@@ -109,9 +109,17 @@ def test_the_baselines_run_in_latent_space(tmp_path: Path) -> None:
     model = load_model(ldm(tmp_path / "ldm"))
     model.set_denoising(k=2)
     x = torch.rand(20, 3, 16, 16)
-    for detector in (ROSE(model, progress=False), DiffPath(model, steps=3), MSMA(model, levels=3)):
-        scores = detector.fit(x[:12], held_out=x[12:]).score(x[:2])
-        assert scores.shape == (2,) and np.isfinite(scores).all()
+    seen: list[tuple[int, ...]] = []
+    hook = model.unet.register_forward_pre_hook(lambda _, args: seen.append(tuple(args[0].shape[1:])))
+    try:
+        for detector in (ROSE(model, progress=False), DiffPath(model, steps=3), MSMA(model, levels=3)):
+            seen.clear()
+            scores = detector.fit(x[:12], held_out=x[12:]).score(x[:2])
+            assert scores.shape == (2,) and np.isfinite(scores).all()
+            # every denoiser call of fit and score took 4×8×8 latents, never the 3×16×16 images
+            assert seen and set(seen) == {model.space_shape}, (type(detector).__name__, set(seen))
+    finally:
+        hook.remove()
 
 
 def test_reconstruction_denoises_latents_and_compares_them_decoded(tmp_path: Path) -> None:
