@@ -367,8 +367,7 @@ def train(
     curve: str | Path | None = None,
     labels: Tensor | np.ndarray | None = None,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
-    """Train ``model`` on its inputs (uint8/float images, tensors, tokens), writing ``checkpoint`` after
-    every epoch; random horizontal flips (``cfg.hflip``) apply to image models only.
+    """Train ``model`` on its inputs (images, tensors, tokens), writing ``checkpoint`` after every epoch.
 
     Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
     in every checkpoint with the data-order generator, so a run resumed with ``resume`` (same config and
@@ -378,16 +377,16 @@ def train(
     ``roseood.distributed.device``); ``progress`` reports each epoch and forecasts the run's time (unset:
     when stderr is a terminal). ``held_out``: inputs scored after every epoch under the evaluated weights
     (``held_out_metrics``, else the NLL in bits/dim), recorded as ``held_out_*``; ``curve``: a CSV of the
-    same rows with the training seconds so far (appended on resume); ``labels``: each input's class (a
-    class-conditional model's ``train_loss(x, labels=...)``). Returns the model (eval mode) and the
-    per-epoch history."""
+    same rows with the training seconds so far (appended on resume); ``labels``: each input's class (for a
+    class-conditional model's ``train_loss``). Returns the model (eval mode) and the per-epoch history."""
     if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
     x, device = check_model_input(images, model), distributed.device(device)
     unit, per_dim = _per_dimension(model)
     gen = torch.Generator().manual_seed(cfg.seed)
-    model.to(device)
-    model.train()  # before the optimiser takes the parameters: a DDPM makes its optimised copy here
+    model.to(
+        device
+    ).train()  # before the optimiser takes the parameters: a DDPM makes its optimised copy here
     opt = _optimizer(model, cfg)
     y, digest = _with_labels(x, labels)
     state = start_run(Path(checkpoint), model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
