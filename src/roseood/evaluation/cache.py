@@ -161,6 +161,3 @@ class ResultCache:
 
     def has_scores(self, key: str) -> bool:
         return self._path("scores", key).is_file()
-
-    def has_detector(self, key: str) -> bool:
-        return self._path("detectors", key).is_file()

@@ -120,7 +120,13 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
     aurocs, agg_seconds = {}, {}
     for variant, (aggregate, features), rows, cols in plan:
         det = ROSE(
-            model, layers=scorer.layers, rows=rows, aggregate=aggregate, features=features, progress=False
+            model,
+            fisher=scorer.fisher,
+            layers=scorer.layers,
+            rows=rows,
+            aggregate=aggregate,
+            features=features,
+            progress=False,
         )
         t0 = time.perf_counter()
         fit_on_columns(det, cols[STATS])

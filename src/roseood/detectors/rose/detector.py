@@ -79,22 +79,22 @@ class ROSE(Detector):
         model: RoseModel | torch.nn.Module | None,
         *,
         loss_fn: LossFn | None = None,
-        fisher: str = FisherArguments.fisher,
+        fisher: str = ROSE_DEFAULTS["fisher"],
         layers: str | list[str] | None = None,
-        damping: float = FisherArguments.damping,
-        rcond: float | None = FisherArguments.rcond,
+        damping: float = ROSE_DEFAULTS["damping"],
+        rcond: float | None = ROSE_DEFAULTS["rcond"],
         beta: float | list[float] = ROSE_DEFAULTS["beta"],
-        p: float = ScoreArguments.p,
-        stats_fraction: float = ScoreArguments.stats_fraction,
-        stochastic: bool = FisherArguments.stochastic,
-        seed: int = FisherArguments.seed,
-        rows: str = ScoreArguments.rows,
-        aggregate: str = ScoreArguments.aggregate,
-        adjust: str = ScoreArguments.adjust,
-        features: str = ScoreArguments.features,
-        batch_size: int = FisherArguments.batch_size,
-        max_size: int | str | None = FisherArguments.max_size,
-        memory: int | str | None = FisherArguments.memory,
+        p: float = ROSE_DEFAULTS["p"],
+        stats_fraction: float = ROSE_DEFAULTS["stats_fraction"],
+        stochastic: bool = ROSE_DEFAULTS["stochastic"],
+        seed: int = ROSE_DEFAULTS["seed"],
+        rows: str = ROSE_DEFAULTS["rows"],
+        aggregate: str = ROSE_DEFAULTS["aggregate"],
+        adjust: str = ROSE_DEFAULTS["adjust"],
+        features: str = ROSE_DEFAULTS["features"],
+        batch_size: int = ROSE_DEFAULTS["batch_size"],
+        max_size: int | str | None = ROSE_DEFAULTS["max_size"],
+        memory: int | str | None = ROSE_DEFAULTS["memory"],
         progress: bool | None = None,
     ) -> None:
         if loss_fn is not None and isinstance(model, torch.nn.Module):
@@ -360,13 +360,8 @@ class ROSE(Detector):
         self.extra_columns_ = list(extra_names or [])
         what, names = f"ROSE-{self.fisher}", self.extra_columns_
         f = fit_statistics(raw, loss, extra, names, self.columns, self.score_arguments, self.trend_, what)
-        self.mean_, self.std_, self.aggregation_, self.fit_warnings_ = (
-            f.mean,
-            f.std,
-            f.aggregation,
-            f.warnings,
-        )
-        self.held_out_scores_ = f.held_out_scores  # these images' scores: calibrate() reads them
+        self.mean_, self.std_, self.aggregation_ = f.mean, f.std, f.aggregation
+        self.fit_warnings_, self.held_out_scores_ = f.warnings, f.held_out_scores  # calibrate() reads these
         return self
 
     def score_columns(self, raw: np.ndarray, loss: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
