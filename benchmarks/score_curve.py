@@ -9,7 +9,9 @@ DiffPath in one process. The layer subsets: all, the named parts and ``last:N`` 
 
     python -m benchmarks.score_curve collect --model ddpm-fmnist-s0 --k 3 --seed 0 --out fm0_k3_s0.npz
     python -m benchmarks.score_curve report 'fm0_k*_s0.npz'
-    python -m benchmarks.score_curve time --model ddpm-fmnist-s0 --candidates 8:all,3:last:4
+    python -m benchmarks.score_curve time --model ddpm-fmnist-s0 --candidates 8:all,8:all@diag,3:last:4
+
+``--fisher diag`` (collect) and ``@diag`` (time) take diagonal Fishers instead of the default's EKFAC.
 """
 
 from __future__ import annotations
@@ -52,11 +54,12 @@ def collect(args: argparse.Namespace) -> None:
     pool = load_images(f"{data}:train", n=args.fit + args.stats, seed=1).images
     sets = {"held": pool[args.fit :], data: load_images(data, n=args.test, seed=2).images}
     sets |= {o: load_images(o, n=args.test, seed=2).images for o in SETS[data]}
-    det = make_detector("rose-bands-stats", model, progress=False)
+    det = make_detector("rose-bands-stats", model, progress=False, fisher=args.fisher)
     assert isinstance(det, ROSE)
     fishers = det.fit_fisher(pool[: args.fit])
     out: dict[str, np.ndarray] = {
         "layers": np.array(det.layers),
+        "fisher": np.array(args.fisher),
         "fit_seconds": np.array(time.time() - start),
     }
     for name, images in sets.items():
@@ -105,16 +108,17 @@ def report(args: argparse.Namespace) -> None:
     model = load_model(args.model)
     assert isinstance(model, DiffusionModel)
     data = in_data(args.model)
-    print(f"| K | pair seed | layers | {' | '.join(SETS[data])} |\n|---|---|---|---|---|")
+    print(f"| Fisher | K | pair seed | layers | {' | '.join(SETS[data])} |\n|---|---|---|---|---|---|")
     for path in sorted(glob.glob(args.files)):
         k, seed = (int(v) for v in re.findall(r"_k(\d+)_s(\d+)", path)[0])
         a = np.load(path)
         names = [str(n) for n in a["layers"]]
-        for which in SUBSETS:
+        fisher = str(a["fisher"]) if "fisher" in a else "ekfac"  # files from before --fisher: EKFAC
+        for which in args.subsets.split(","):
             idx = subset(model, names, which)
             r = aurocs(a, idx, data)
             cells = " | ".join(f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]" for v in r.values())
-            print(f"| {k} | {seed} | {which} ({len(idx)}) | {cells} |", flush=True)
+            print(f"| {fisher} | {k} | {seed} | {which} ({len(idx)}) | {cells} |", flush=True)
 
 
 def time_candidates(args: argparse.Namespace) -> None:
@@ -130,9 +134,10 @@ def time_candidates(args: argparse.Namespace) -> None:
     rows: dict[str, float] = {"diffpath before": best_of(2, lambda: diffpath.statistics(x)) / n}
     own = model.k
     for cand in args.candidates.split(","):
-        k, which = cand.split(":", 1)
+        k, rest = cand.split(":", 1)
+        which, _, fisher = rest.partition("@")
         model.set_denoising(k=int(k))
-        det = make_detector("rose-bands-stats", model, progress=False, layers=which)
+        det = make_detector("rose-bands-stats", model, progress=False, layers=which, fisher=fisher or "ekfac")
         det.fit(fit[:16], held_out=fit[16:])
         rows[cand] = best_of(2, partial(det.score, test)) / n
     model.set_denoising(k=own)
@@ -154,13 +159,15 @@ def main() -> None:
     c.add_argument("--fit", type=int, default=512)
     c.add_argument("--stats", type=int, default=500)
     c.add_argument("--test", type=int, default=300)
+    c.add_argument("--fisher", default="ekfac", help="the Fishers' kind: ekfac (the default's) or diag")
     c.add_argument("--out", required=True)
     r = sub.add_parser("report")
     r.add_argument("files", help="a glob of collected files, named ..._kK_sSEED.npz")
     r.add_argument("--model", default="ddpm-fmnist-s0", help="the model the files were collected on")
+    r.add_argument("--subsets", default=",".join(SUBSETS), help="the layer subsets scored, comma-separated")
     t = sub.add_parser("time")
     t.add_argument("--model", default="ddpm-fmnist-s0")
-    t.add_argument("--candidates", required=True, help="K:LAYERS,... e.g. 8:all,3:last:4")
+    t.add_argument("--candidates", required=True, help="K:LAYERS[@FISHER],... e.g. 8:all,8:all@diag,3:last:4")
     t.add_argument("--images", type=int, default=64)
     args = p.parse_args()
     {"collect": collect, "report": report, "time": time_candidates}[args.command](args)
