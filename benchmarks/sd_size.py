@@ -122,7 +122,7 @@ def images(n: int, seed: int) -> torch.Tensor:
 def phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one phase in this process; what it measured."""
     from roseood.detectors import ROSE, Detector
-    from roseood.evaluation.forecast import forecast_images
+    from roseood.evaluation.forecast import forecast_fit
     from roseood.models import load_model
     from roseood.models.diffusion import DiffusionModel
 
@@ -138,8 +138,8 @@ def phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if name == "fit":
         fit, held = images(args.fit, 1), images(args.held_out, 2)
         what = f"fitting on {args.fit} + {args.held_out} images"
-        forecast_images(model, fit[:1].numpy(), args.fit + args.held_out, what)
         det = ROSE(model, fisher=args.fisher, batch_size=args.k, progress=True)
+        forecast_fit(det, fit[:1].numpy(), args.fit, args.held_out, what)
         start = time.perf_counter()
         det.fit(fit, held_out=held)
         out["fit_s"] = time.perf_counter() - start

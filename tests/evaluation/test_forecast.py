@@ -1,16 +1,17 @@
-"""Long runs say what they will take before they are far along: one timed batch of image passes,
-extrapolated; the timing leaves the global RNG and the model's gradients as they were."""
+"""Long runs say what they will take before they are far along: a ROSE's own stages, or one batch of
+image passes, timed and extrapolated; the timing leaves the global RNG, the model's gradients and the
+detector as they were."""
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pytest
 import torch
 
+from roseood.detectors import make_detector
+from roseood.detectors.rose.cost import StageSeconds
 from roseood.evaluation.evaluate import evaluate, fit_calibrated
-from roseood.evaluation.forecast import forecast_images
+from roseood.evaluation.forecast import forecast_fit, loss_seconds
 from roseood.evaluation.splits import EvalSpec
 from roseood.progress import forecast
 from tests.detectors.fake_models import tiny_vae
@@ -45,28 +46,40 @@ def test_a_forecast_on_a_busy_machine_says_it_may_take_longer(
     assert line.endswith(f"{busy})\n")
 
 
-def test_timing_image_passes_leaves_rng_and_gradients_alone(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("method", ["nll", "rose-ekfac"])
+def test_timing_leaves_rng_gradients_and_detector_alone(
+    method: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     model = tiny_vae()
+    det = make_detector(method, model)
     images = np.random.default_rng(0).integers(0, 256, (8, 1, 32, 32), dtype=np.uint8)
     torch.manual_seed(5)
     before = torch.get_rng_state()
-    forecast_images(model, images, 1000, "scoring 1000 images")
+    forecast_fit(det, images, 1000, 200, "fitting on 1200 images")
     assert torch.equal(torch.get_rng_state(), before)
     assert all(p.grad is None for p in model.parameters())
+    assert not det.fitted_ and getattr(det, "fishers_", None) is None
     line = capsys.readouterr().err
-    assert line.startswith("scoring 1000 images: ≈ ") and "per image pass, timed on 8" in line
+    assert line.startswith("fitting on 1200 images: ≈ ")
+    basis = "the Fisher" if method.startswith("rose") else "per image pass, timed on 8"
+    assert basis in line
 
 
-def test_the_timed_batch_keeps_at_most_its_allowance(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_timed_batch_keeps_at_most_its_allowance(monkeypatch: pytest.MonkeyPatch) -> None:
     """A model whose images keep much for the backward pass (a class-conditional marginal: C·K denoiser
     rows each; 64 images took 23 GB) is timed on as many images as the allowance holds, at least one."""
-    model = tiny_vae()
     images = np.random.default_rng(0).integers(0, 256, (8, 1, 32, 32), dtype=np.uint8)
     monkeypatch.setattr("roseood.evaluation.forecast.TIMED_BYTES", 1)
-    forecast_images(model, images, 1000, "scoring 1000 images")
-    assert re.search(r"timed on 1[;)]", capsys.readouterr().err)  # ';' where a busy machine is noted
+    timed = loss_seconds(tiny_vae(), images)
+    assert timed is not None and timed[1] == 1 and timed[0] > 0
+
+
+def test_a_rose_fit_is_forecast_from_its_stages() -> None:
+    """Per image: the Fisher's passes on the Fisher images, the layer scores on the held-out ones; the
+    passes' ends (eigendecompositions) once, whatever the images."""
+    stages = StageSeconds(fisher=0.5, fixed=3.0, scoring=0.25, images=8)
+    assert stages.fit(100, 40) == pytest.approx(100 * 0.5 + 3.0 + 40 * 0.25)
+    assert "timed on 8 images: the Fisher 500 ms per image + 3 s, the layer scores 250 ms" in stages.basis()
 
 
 def test_evaluate_and_fit_forecast_only_with_progress(spec: EvalSpec, capsys) -> None:
@@ -101,7 +114,7 @@ def test_a_method_weighs_as_many_passes_as_its_unet_evaluations() -> None:
 def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
     spec: EvalSpec, monkeypatch
 ) -> None:
-    """rose-gmm takes rose-ekfac's Fishers and layer scores: no passes of its own; rose-diag fits and
+    """rose-gmm takes rose-ekfac's Fishers and layer scores: no stage of its own; rose-diag fits and
     scores its own."""
     import importlib
     from dataclasses import replace
@@ -110,14 +123,13 @@ def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
     from roseood.evaluation.splits import load_fit_images
 
     forecasts = importlib.import_module("roseood.evaluation.forecast")
-    passes: list[int] = []
-    monkeypatch.setattr(
-        forecasts, "forecast_images", lambda model, images, n, what, models=1: passes.append(n)
-    )
+    said: list[float] = []
+    monkeypatch.setattr(forecasts, "stage_seconds", lambda det, x: StageSeconds(1.0, 10.0, 0.5, 8))
+    monkeypatch.setattr(forecasts, "forecast", lambda what, seconds, basis="": said.append(seconds))
     model = tiny_vae()
     fit, tested = load_fit_images(spec, model), [load_fit_images(spec, model)]
     for methods in (["rose-ekfac"], ["rose-ekfac", "rose-gmm"], ["rose-ekfac", "rose-diag"]):
         asked = replace(spec, methods=methods, stats_samples=max(spec.stats_samples, 20))  # rose-gmm's least
         built = {m: members[0] for m, members in check_request(asked, [model], None, False).items()}
         forecasts.forecast_evaluation(asked, [model], built, fit, tested)
-    assert passes[1] == passes[0] and passes[2] == 2 * passes[0]
+    assert said[1] == said[0] and said[2] == 2 * said[0]

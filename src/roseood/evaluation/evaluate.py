@@ -22,7 +22,7 @@ from roseood.detectors.base import threshold_at
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.fishers import FisherPool
-from roseood.evaluation.forecast import forecast_evaluation, forecast_images
+from roseood.evaluation.forecast import forecast_evaluation, forecast_fit
 from roseood.evaluation.gallery import extremes
 from roseood.evaluation.histories import compression_report, storage_of
 from roseood.evaluation.result import EvaluationResult
@@ -95,10 +95,9 @@ def fit_calibrated(
     det = assembled(members, model, progress)
     fit = load_fit_images(spec, models[0])
     if resolve(progress):
-        images = f"{len(fit)} images"
-        sample = fit.images[: spec.batch_size]
-        passes = 2 * len(fit) - fisher_count(spec, len(fit))  # fit, then score the held-out images
-        forecast_images(models[0], sample, passes, f"fitting {method} on {images}", len(models))
+        n_fisher = fisher_count(spec, len(fit))
+        what = f"fitting {method} on {len(fit)} images"
+        forecast_fit(det, fit.images[: spec.batch_size], n_fisher, len(fit) - n_fisher, what)
     fit_detector(det, fit, spec)
     held_out = fit.images[fisher_count(spec, len(fit)) :]
     det.calibrate(None if det.held_out_scores_ is not None else held_out, tpr=tpr)

@@ -1,20 +1,22 @@
-"""How long an evaluation will take here, said before any work: one forward and backward pass of the
-model's per-image loss timed on a batch, times the image passes each method will make."""
+"""How long a fit or an evaluation will take here, said before any work: a ROSE's own stages timed on a
+batch (``roseood.detectors.rose.cost``), other methods as image passes of the model's per-image loss,
+one forward and backward pass timed on a batch."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 import torch
 
+from roseood import distributed
 from roseood.contracts import CountsEvaluations, SharesFishers, rows_per_input
 from roseood.curvature.memory import saved_bytes
 from roseood.data import ImageSet
 from roseood.data.tensors import check_model_input
-from roseood.detectors import Detector
-from roseood.evaluation.splits import EvalSpec
+from roseood.detectors import ROSE, Detector, Ensemble
+from roseood.detectors.rose.cost import StageSeconds, stage_seconds
+from roseood.evaluation.splits import EvalSpec, fisher_count
 from roseood.models.base import RoseModel
 from roseood.progress import forecast
 
@@ -31,16 +33,13 @@ def pass_weight(detector: Detector, model: RoseModel) -> float:
     return detector.nfe_per_image / (3 * rows_per_input(model))
 
 
-def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str, models: int = 1) -> None:
-    """State what ``passes`` image passes (each image fitted on or scored, per method) will take here: one
-    forward and backward pass of the model's per-image loss timed on a batch of ``images`` (after an
-    untimed one-image pass, which also measures what an image keeps for the backward pass, so that the
-    timed batch keeps at most ``TIMED_BYTES``), times ``passes`` and the ``models`` of an ensemble. A rough
-    guide (methods differ: a likelihood needs no backward pass, ROSE's EKFAC fits in two passes); the
-    global RNG is left as it was.
-    """
+def loss_seconds(model: RoseModel, images: np.ndarray) -> tuple[float, int] | None:
+    """Seconds per image of one forward and backward pass of the model's per-image loss, and the images
+    timed: a batch of ``images`` after an untimed one-image pass, which also measures what an image keeps
+    for the backward pass, so that the timed batch keeps at most ``TIMED_BYTES``; None where there is
+    nothing to time. The global RNG is left as it was."""
     if not len(images):
-        return
+        return None
     loss = model.rose_loss
     device = next(model.parameters(), torch.empty(0)).device
     x = check_model_input(images, model).to(device)
@@ -53,13 +52,41 @@ def forecast_images(model: RoseModel, images: np.ndarray, passes: int, what: str
             loss(x).sum().backward()
             seconds = time.perf_counter() - t0
         except RuntimeError:  # no gradient to time (frozen weights): the run itself will say what is wrong
-            return
+            return None
         finally:
             for p in model.parameters():
                 p.grad = None
-    per_image = seconds / len(x)
-    basis = f"{per_image * 1000:.3g} ms per image pass, timed on {len(x)}"
-    forecast(what, per_image * passes * models, basis)
+    return seconds / len(x), len(x)
+
+
+def timed_stages(det: Detector, images: np.ndarray) -> StageSeconds | None:
+    """A ROSE's stages timed on one of its batches of ``images`` (an ensemble: its first member's); None
+    for other methods, and under torchrun, where a probe on one process would wait for the others."""
+    first = det.members[0] if isinstance(det, Ensemble) else det
+    if not isinstance(first, ROSE) or distributed.active() or not len(images):
+        return None
+    return stage_seconds(first, torch.as_tensor(images))
+
+
+def forecast_fit(det: Detector, images: np.ndarray, fisher_images: int, held_out: int, what: str) -> None:
+    """State what fitting ``det`` (an ensemble: one member per model) on ``fisher_images`` and
+    ``held_out`` images will take here: a ROSE's own stages timed on a batch of ``images``
+    (``timed_stages``); another method's cost as image passes of its model's loss (``loss_seconds``:
+    fitted on all, the held-out ones scored again)."""
+    models = len(det.members) if isinstance(det, Ensemble) else 1
+    stages = timed_stages(det, images)
+    if stages is not None:
+        forecast(what, stages.fit(fisher_images, held_out) * models, stages.basis())
+        return
+    model = det.members[0].model if isinstance(det, Ensemble) else det.model
+    timed = loss_seconds(model, images) if model is not None else None
+    if timed is not None:
+        passes = fisher_images + 2 * held_out
+        forecast(what, timed[0] * passes * models, _loss_basis(*timed))
+
+
+def _loss_basis(per_image: float, images: int) -> str:
+    return f"{per_image * 1000:.3g} ms per image pass, timed on {images}"
 
 
 def forecast_evaluation(
@@ -69,22 +96,32 @@ def forecast_evaluation(
     fit: ImageSet,
     tested: list[ImageSet],
 ) -> None:
-    """Say before any work how long the whole evaluation will take here (``forecast_images``);
-    ``detectors``: each method's, built for the first model."""
+    """Say before any work how long the whole evaluation will take here; ``detectors``: each method's,
+    built for the first model. A ROSE's stages are timed on a batch of the fit images
+    (``timed_stages``), once for variants that share their layer scores; other methods count image passes
+    of the model's loss (``loss_seconds``, weighted by ``pass_weight``)."""
     first = models[0]
     limits = [spec.test_limits.get(m) for m in spec.methods]
     sets = [len(s) for s in tested]
     scored = [sum(min(n, lim or n) for n in sets) for lim in limits]  # images each method scores
-    members = [detectors[m] for m in spec.methods]
-    weights = [pass_weight(d, first) for d in members]
-    seen: set[Any] = set()
-    for i, d in enumerate(members):  # a ROSE variant on an earlier one's Fishers reads its layer scores
+    n_fisher = fisher_count(spec, len(fit))
+    sample = fit.images[: spec.batch_size]
+    per_pass = loss_seconds(first, sample)
+    seconds, seen = 0.0, set()
+    for method, n in zip(spec.methods, scored, strict=True):
+        d = detectors[method]
         key = d.score_key if isinstance(d, SharesFishers) else None
-        if key is not None:
-            if key in seen:
-                weights[i] = 0.0
-            seen.add(key)
-    passes = round(sum(w * (len(fit) + n) for w, n in zip(weights, scored, strict=True)))
+        if key is not None and key in seen:  # a ROSE variant on an earlier one's layer scores
+            continue
+        seen.add(key)
+        stages = timed_stages(d, sample)
+        if stages is not None:
+            seconds += stages.fit(n_fisher, len(fit) - n_fisher) + n * stages.scoring
+        elif per_pass is not None:
+            seconds += per_pass[0] * pass_weight(d, first) * (len(fit) + n)
     each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
     what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
-    forecast_images(first, fit.images[: spec.batch_size], passes, what, len(models))
+    basis = "ROSE's stages timed on a batch, " if any(isinstance(d, ROSE) for d in detectors.values()) else ""
+    if per_pass is not None:
+        basis += _loss_basis(*per_pass)
+    forecast(what, seconds * len(models), basis)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import closing
 from functools import cached_property, partial
@@ -120,6 +121,8 @@ class ROSE(Detector):
         self.extra_columns_: list[str] = []
         self.mean_: Tensor | None = None  # the held-out layer scores' mean and spread (z-scores)
         self.std_: Tensor | None = None
+        # each Fisher pass's seconds in its batches and in its end (the sums reduced, eigendecompositions)
+        self.fisher_seconds_: list[tuple[float, float]] = []
         self._probed: dict[torch.device, tuple[dict[str, LayerShape], int]] = {}
         self._stated: set[int] = set()  # the images per batch stated so far
 
@@ -319,20 +322,24 @@ class ROSE(Detector):
         plan = self._plan(x, self.fishers_.kinds)
         room = plan.budget - plan.peak if plan.budget is not None else self.grad_cache_bytes
         store = GradientStore(min(self.grad_cache_bytes, room) if passes > 1 and not self.stochastic else 0)
+        self.fisher_seconds_ = []
         for pass_index in range(passes):
             pending = {n: f for n, f in made.items() if pass_index < f.passes}
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
+            start = time.perf_counter()
             with closing(iter_batches(x, plan.images, desc)) as batches:
                 stream = partial(self._stream, rows=arguments.rows)
                 fisher_pass(pending, batches, pass_index, store, stream)
             if pass_index == 0 and self.progress and (line := settled_line(self.fisher, pending, len(x))):
                 note(line)
+            ended = time.perf_counter()
             factors = FactorCache()
             for f in pending.values():
                 if distributed.active():
                     f.reduce_sums(pass_index, distributed.all_reduce)
                 f.end_pass(pass_index, factors)
                 f.map_tensors(distributed.broadcast)
+            self.fisher_seconds_.append((ended - start, time.perf_counter() - ended))
         return self.fishers_
 
     def fit_stats(self, x: Tensor) -> None:
