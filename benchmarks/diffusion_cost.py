@@ -1,11 +1,11 @@
 """What ROSE costs per image on the zoo's diffusion models beside DiffPath and the model's own loss, in one
 process on the CPU: the loss's forward + backward over every parameter (the floor of a gradient score),
-DiffPath's 10-step DDIM path, the EKFAC Fisher fit (both passes, every batch run through the model), and
-scoring with ``rose-ekfac`` (each image's summed gradient; the layer scores) and with the DDPM default's
-rows (``rose-bands-stats``: every pair's gradient, a column per timestep; the whole ``score``, its
-statistics and density included). Each is timed warm, best of
-``--repeats`` interleaved rounds. Run it from a checkout (``PYTHONPATH=src``) to compare two commits on the
-same machine in one job:
+DiffPath's 10-step DDIM path, the EKFAC Fisher fit (both passes, every batch run through the model) and
+the diagonal one (one pass), and scoring with ``rose-ekfac`` (each image's summed gradient; the layer
+scores) and with the DDPM default's rows (``rose-bands-stats``: every pair's gradient, a column per
+timestep; the whole ``score``, its statistics and density included) on EKFAC and on diagonal Fishers.
+Each is timed warm, best of ``--repeats`` interleaved rounds. Run it from a checkout (``PYTHONPATH=src``)
+to compare two commits on the same machine in one job:
 
     python benchmarks/diffusion_cost.py --models ddpm-fmnist-s0,fm-fmnist-s0 --json before.json
 
@@ -19,6 +19,7 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,12 @@ def best_of(rounds: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
-def fit_seconds(model: DiffusionModel, fit: np.ndarray) -> float:
-    """Seconds of an EKFAC Fisher fit of ``fit`` with every batch of both passes run through the model:
-    no gradients kept between the passes, no first pass stopped early (its per-image cost)."""
+def fit_seconds(model: DiffusionModel, fit: np.ndarray, fisher: str = "ekfac") -> float:
+    """Seconds of a Fisher fit of ``fit`` with every batch of every pass run through the model: no
+    gradients kept between EKFAC's passes, no first pass stopped early (its per-image cost)."""
     from roseood.curvature import EKFAC
 
-    det = ROSE(model, progress=False)
+    det = ROSE(model, fisher=fisher, progress=False)
     det.grad_cache_bytes = 0
     cap = getattr(EKFAC, "FACTOR_IMAGES", None)  # a checkout from before the first pass could stop
     if cap is not None:
@@ -92,11 +93,13 @@ def measure(name: str, n: int, rounds: int) -> dict[str, Any]:
         row["diffpath"] = None
         row["diffpath_refused"] = str(exc)
     row["fit"] = fit_seconds(model, fit[:n]) / n
+    row["fit_diag"] = fit_seconds(model, fit[:n], "diag") / n
     rose.fit(fit[:n], held_out=fit[n:])
     row["rose_ekfac"] = best_of(rounds, lambda: rose._compute_scores_and_loss(x, "")) / n
-    bands = make_detector("rose-bands-stats", model, progress=False)
-    bands.fit(fit[:n], held_out=fit[n:])  # its own Fishers: shared ones would remember the scores timed
-    row["bands"] = best_of(rounds, lambda: bands.score(test)) / n  # the whole score, statistics included
+    for key, fisher in (("bands", "ekfac"), ("bands_diag", "diag")):
+        bands = make_detector("rose-bands-stats", model, progress=False, fisher=fisher)
+        bands.fit(fit[:n], held_out=fit[n:])  # its own Fishers: shared ones would remember the scores timed
+        row[key] = best_of(rounds, partial(bands.score, test)) / n  # the whole score, statistics included
     return row
 
 
@@ -106,20 +109,32 @@ def cpu_name() -> str:
     return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown")
 
 
+def _pair(ekfac: str, diag: str | None) -> str:
+    """A cell with the EKFAC value and the diagonal one (rows from before diag: EKFAC's only)."""
+    return ekfac if diag is None else f"{ekfac} / {diag}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    """The Markdown table: ms per image, and each ROSE step over DiffPath's and the loss's."""
+    """The Markdown table: ms per image, and the default's scoring over DiffPath's and the loss's."""
     lines = [
-        "| model | K | loss f+b | DiffPath | Fisher fit (2 passes) | rose-ekfac | rose-bands-stats | "
-        "bands / DiffPath | bands / loss |",
+        "| model | K | loss f+b | DiffPath | Fisher fit: EKFAC (2 passes) / diag | rose-ekfac | "
+        "rose-bands-stats: EKFAC / diag | over DiffPath | over the loss |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        dp = r["diffpath"]
-        ratio = f"{r['bands'] / dp:.2f}×" if dp else "refused"
+        dp, diag = r["diffpath"], r.get("bands_diag")
+
+        def ms(s: float | None) -> str | None:
+            return None if s is None else f"{1e3 * s:.0f}"
+
+        def over(base: float, r: dict[str, Any] = r, diag: float | None = diag) -> str:
+            return _pair(f"{r['bands'] / base:.2f}×", None if diag is None else f"{diag / base:.2f}×")
+
         lines.append(
-            f"| {r['model']} | {r['k']} | {1e3 * r['loss_fb']:.0f} | {f'{1e3 * dp:.0f}' if dp else '–'} | "
-            f"{1e3 * r['fit']:.0f} | {1e3 * r['rose_ekfac']:.0f} | {1e3 * r['bands']:.0f} | {ratio} | "
-            f"{r['bands'] / r['loss_fb']:.2f}× |"
+            f"| {r['model']} | {r['k']} | {ms(r['loss_fb'])} | {ms(dp) or '–'} | "
+            f"{_pair(str(ms(r['fit'])), ms(r.get('fit_diag')))} | {ms(r['rose_ekfac'])} | "
+            f"{_pair(str(ms(r['bands'])), ms(diag))} | {over(dp) if dp else 'refused'} | "
+            f"{over(r['loss_fb'])} |"
         )
     return "\n".join(lines)
 
