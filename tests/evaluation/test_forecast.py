@@ -75,11 +75,31 @@ def test_the_timed_batch_keeps_at_most_its_allowance(monkeypatch: pytest.MonkeyP
 
 
 def test_a_rose_fit_is_forecast_from_its_stages() -> None:
-    """Per image: the Fisher's passes on the Fisher images, the layer scores on the held-out ones; the
-    passes' ends (eigendecompositions) once, whatever the images."""
-    stages = StageSeconds(fisher=0.5, fixed=3.0, scoring=0.25, images=8)
-    assert stages.fit(100, 40) == pytest.approx(100 * 0.5 + 3.0 + 40 * 0.25)
-    assert "timed on 8 images: the Fisher 500 ms per image + 3 s, the layer scores 250 ms" in stages.basis()
+    """Per image: each Fisher pass on the Fisher images (the first on as many as its factors take before
+    they settle), the layer scores on the held-out ones; the passes' ends (eigendecompositions) once."""
+    stages = StageSeconds(passes=(0.5, 0.125), first_pass=None, fixed=3.0, scoring=0.25, images=8)
+    assert stages.fit(100, 40) == pytest.approx(100 * 0.5 + 100 * 0.125 + 3.0 + 40 * 0.25)
+    settled = StageSeconds(passes=(0.5, 0.125), first_pass=60, fixed=3.0, scoring=0.25, images=8)
+    assert settled.fit(100, 40) == pytest.approx(60 * 0.5 + 100 * 0.125 + 3.0 + 40 * 0.25)
+    assert settled.fit(50, 40) == stages.fit(50, 40)
+    line = settled.basis()
+    assert "timed on 8 images: the Fisher's passes 500 + 125 ms per image (the first on 60 at most)" in line
+
+
+def test_the_first_pass_is_forecast_to_stop_where_ekfac_stops_it() -> None:
+    """EKFAC's first pass stops once its factors have FACTOR_IMAGES images and FACTOR_ROWS rows per
+    coordinate; extrapolated from one batch, the forecast says when (a VAE's first pass takes 256 of
+    10 000 images; forecasting all of them overstated the fit several times)."""
+    from roseood.curvature import EKFAC
+
+    det = make_detector("rose-ekfac", tiny_vae(), progress=False)
+    images = np.random.default_rng(0).integers(0, 256, (300, 1, 32, 32), dtype=np.uint8)
+    fishers = det.fit_fisher(images)
+    forecast = [f.first_pass_images() for f in fishers.values()]
+    taken = [f.count for f in fishers.values()]  # images the first pass gave each layer
+    for said, took in zip(forecast, taken, strict=True):
+        assert said is not None and said >= EKFAC.FACTOR_IMAGES
+        assert min(300, said) <= took < min(300, said) + det.images_per_batch  # it stops between batches
 
 
 def test_evaluate_and_fit_forecast_only_with_progress(spec: EvalSpec, capsys) -> None:
@@ -124,7 +144,7 @@ def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
 
     forecasts = importlib.import_module("roseood.evaluation.forecast")
     said: list[float] = []
-    monkeypatch.setattr(forecasts, "stage_seconds", lambda det, x: StageSeconds(1.0, 10.0, 0.5, 8))
+    monkeypatch.setattr(forecasts, "stage_seconds", lambda det, x: StageSeconds((1.0,), None, 10.0, 0.5, 8))
     monkeypatch.setattr(forecasts, "forecast", lambda what, seconds, basis="": said.append(seconds))
     model = tiny_vae()
     fit, tested = load_fit_images(spec, model), [load_fit_images(spec, model)]

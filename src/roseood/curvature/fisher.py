@@ -140,6 +140,11 @@ class Fisher(ABC):
         settled (``EKFAC``'s Kronecker factors) takes no more, and the pass stops once none wants any."""
         return True
 
+    def first_pass_images(self) -> int | None:
+        """How many images its first pass takes before ``wants`` stops it, extrapolated from what it has
+        summed so far (a fit's forecast); None: every image it is given."""
+        return None
+
     @abstractmethod
     def quad(self, g: LayerGrad) -> Tensor:
         """Per-sample ``sᵀ (F + damping)⁻¹ s`` as float64, shape (N,)."""

@@ -5,6 +5,7 @@ Householder reflectors; see ``roseood.curvature.fisher`` for the interface and t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -307,6 +308,12 @@ class EKFAC(KFAC):
     def wants(self, pass_index: int) -> bool:
         enough = self.count >= self.FACTOR_IMAGES and self.factor_rows >= self.FACTOR_ROWS * self._width
         return pass_index > 0 or not enough
+
+    def first_pass_images(self) -> int | None:
+        if not self.factor_rows:
+            return None
+        rows_per_image = self.factor_rows / self.count
+        return max(self.FACTOR_IMAGES, math.ceil(self.FACTOR_ROWS * self._width / rows_per_image))
 
     def update(self, g: LayerGrad, pass_index: int) -> None:
         if pass_index == 0:

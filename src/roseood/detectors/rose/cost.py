@@ -15,26 +15,30 @@ from roseood.detectors.rose.detector import ROSE
 
 @dataclass(frozen=True)
 class StageSeconds:
-    """Seconds per image of a ROSE's Fisher passes (``fisher``, all passes together) and of its layer
-    scores (``scoring``: the statistics images and every scored image), the seconds its passes' ends
-    take whatever the images (``fixed``: the sums reduced, the eigendecompositions), and the images
-    they were timed on."""
+    """Seconds per image of each of a ROSE's Fisher passes (``passes``), the images its first pass takes
+    at most (``first_pass``: EKFAC's Kronecker factors settle; None: all), the seconds the passes' ends
+    take whatever the images (``fixed``: the sums reduced, the eigendecompositions), seconds per image of
+    its layer scores (``scoring``: the statistics images and every scored image), and the images timed."""
 
-    fisher: float
+    passes: tuple[float, ...]
+    first_pass: int | None
     fixed: float
     scoring: float
     images: int
 
     def fit(self, fisher_images: int, held_out: int) -> float:
         """Seconds of a fit on ``fisher_images`` and ``held_out`` statistics images."""
-        return fisher_images * self.fisher + self.fixed + held_out * self.scoring
+        first = min(fisher_images, self.first_pass or fisher_images)
+        passes = sum(s * (first if i == 0 else fisher_images) for i, s in enumerate(self.passes))
+        return passes + self.fixed + held_out * self.scoring
 
     def basis(self) -> str:
         """What the forecast rests on, for its line."""
-        ms = lambda s: f"{s * 1000:.3g} ms"  # noqa: E731
+        ms = " + ".join(f"{s * 1000:.3g}" for s in self.passes)
+        settled = f" (the first on {self.first_pass} at most)" if self.first_pass is not None else ""
         return (
-            f"timed on {self.images} images: the Fisher {ms(self.fisher)} per image + {self.fixed:.2g} s, "
-            f"the layer scores {ms(self.scoring)} per image"
+            f"timed on {self.images} images: the Fisher's passes {ms} ms per image{settled} + "
+            f"{self.fixed:.2g} s, the layer scores {self.scoring * 1000:.3g} ms per image"
         )
 
 
@@ -42,15 +46,17 @@ def stage_seconds(det: ROSE, images: Tensor) -> StageSeconds:
     """Time each stage of ``det``'s fit on one of its batches of ``images``: an unfitted copy fits its
     Fishers there (each pass's batches timed apart from its end) and computes their layer scores and
     extra columns, as its statistics and scoring do; ``det`` itself is left as it was."""
-    probe = ROSE(det.model, **det.get_params(), progress=False)
+    probe = ROSE(det.model, **det.get_params(), memory=det.memory, progress=False)
     x = probe._check(images)[: probe.images_per_batch]
     with warnings.catch_warnings():  # a fit on one batch may be warned about; the real fit is not this one
         warnings.simplefilter("ignore")
-        probe.fit_fisher(x)
+        fishers = probe.fit_fisher(x)
         start = time.perf_counter()
         _, rows = probe._scores_and_loss(x)
         probe.extra_features(x, rows.sum(1), rows)
         scoring = time.perf_counter() - start
-    batches = sum(seconds for seconds, _ in probe.fisher_seconds_)
+    wanted = [f.first_pass_images() for f in fishers.values()]
+    first = None if None in wanted else max(w for w in wanted if w is not None)
+    passes = tuple(seconds / len(x) for seconds, _ in probe.fisher_seconds_)
     fixed = sum(seconds for _, seconds in probe.fisher_seconds_)
-    return StageSeconds(batches / len(x), fixed, scoring / len(x), len(x))
+    return StageSeconds(passes, first, fixed, scoring / len(x), len(x))
