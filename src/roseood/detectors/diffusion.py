@@ -40,7 +40,7 @@ class DiffusionDetector(Detector):
         what = f"the {self.name} method"
         self.model: DiffusionModel = as_diffusion_model(model, what)
         if self.ddpm_only:
-            self.model.require_ddpm(what)
+            self.model.objective.require_forward_process(what)
             self.model.condition.fixed(1, torch.device("cpu"), what)  # one path
 
     def _timesteps(self, value: Any, name: str, *, low: int = 1) -> int:
@@ -59,8 +59,8 @@ class DiffusionDetector(Detector):
         out = []
         with torch.no_grad():
             for batch in iter_batches(x, self.batch_size, desc if self.progress else None):
-                rows = self.model.to_model_space(batch.to(self.device))
-                self.model.check_batch(rows)  # once per batch, not per UNet call of fn
+                rows = self.model.space.encode(batch.to(self.device))
+                self.model.space.check_batch(rows)  # once per batch, not per UNet call of fn
                 out.append(fn(rows).double().cpu())
         return torch.cat(out)
 
