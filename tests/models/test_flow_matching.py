@@ -110,6 +110,8 @@ def test_the_ddpm_only_detectors_refuse_a_flow_model_and_rose_scores_it() -> Non
     for cls in (DiffPath, MSMA, Reconstruction):
         with pytest.raises(RoseError, match="trained by flow matching: use ROSE"):
             cls(model)
+    with pytest.raises(RoseError, match="the diffpath-1d method needs"):  # named by its preset
+        DiffPath(model, variant="1d")
     with pytest.raises(RoseError, match=r"elbo.*velocity"):
         model.set_denoising(weighting="elbo")
     x = torch.rand(24, 1, 8, 8)
