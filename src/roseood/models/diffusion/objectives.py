@@ -68,13 +68,7 @@ class Objective:
         raise NotImplementedError
 
     def prediction(
-        self,
-        out: Tensor,
-        xt: Tensor,
-        t: Tensor,
-        scheduler: Any,
-        alphas: Tensor,
-        alpha_bar: Tensor | None = None,
+        self, out: Tensor, xt: Tensor, t: Tensor, scheduler: Any, alphas: Tensor, a_bar: Tensor | None = None
     ) -> Tensor:
         """The denoiser's output ``out`` at (x_t, t) as what the loss compares with ``target``."""
         return out
@@ -166,20 +160,14 @@ class DDPM(Objective):
         return a.sqrt() * x0 + (1 - a).sqrt() * noise
 
     def prediction(
-        self,
-        out: Tensor,
-        xt: Tensor,
-        t: Tensor,
-        scheduler: Any,
-        alphas: Tensor,
-        alpha_bar: Tensor | None = None,
+        self, out: Tensor, xt: Tensor, t: Tensor, scheduler: Any, alphas: Tensor, a_bar: Tensor | None = None
     ) -> Tensor:
-        """The predicted noise ε̂ of the output (ε, v or x0); ``alpha_bar``: ᾱ of each row where ``t`` is
+        """The predicted noise ε̂ of the output (ε, v or x0); ``a_bar``: ᾱ of each row where ``t`` is
         fractional (default: the schedule's ᾱ_t)."""
         kind = scheduler.config.prediction_type
         if kind == "epsilon":
             return out
-        a = (alphas[t] if alpha_bar is None else alpha_bar).view(-1, 1, 1, 1)
+        a = (alphas[t] if a_bar is None else a_bar).view(-1, 1, 1, 1)
         if kind == "v_prediction":
             return a.sqrt() * out + (1 - a).sqrt() * xt
         if kind == "sample":
