@@ -268,12 +268,11 @@ def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
             "epochs": stage.pop("autoencoder_epochs"),
             **stage,
         }
-    if a.objective == "flow":  # the scheduler's class is what makes the model a flow-matching one
-        config["scheduler"] = {
-            "_class_name": "FlowMatchEulerDiscreteScheduler",
-            "num_train_timesteps": a.timesteps,
-            "shift": a.flow_shift,
-        }
+    from roseood.models.diffusion.objectives import OBJECTIVES  # torch and diffusers: when a model is made
+
+    scheduler = OBJECTIVES[a.objective].scheduler_config(a.timesteps, a.flow_shift)
+    if scheduler is not None:  # a flow-matching one: the scheduler's class is what makes the model one
+        config["scheduler"] = scheduler
     elif a.flow_shift != 1.0:
         raise RoseError("--flow-shift is for --objective flow")
     return config

@@ -79,7 +79,7 @@ def test_summed_rows_are_the_images_loss(model):
     """``row_loss`` is the denoising loss row by row: its K rows of an image sum to the image's loss."""
     x = images(3, 0)
     rows = model.row_loss(x.repeat_interleave(model.k, 0))
-    torch.testing.assert_close(rows.view(3, model.k).sum(1), model.denoising_loss(x))
+    torch.testing.assert_close(rows.view(3, model.k).sum(1), model.rose_loss(x))
 
 
 def test_rows_each_needs_a_model_with_rows_and_fixed_pairs(model, tiny_vae):

@@ -226,7 +226,7 @@ def test_the_marginals_rows_go_to_the_denoiser_a_bounded_number_at_a_time(
 
     model = load_model(pipeline(tmp_path / "p"))
     x = torch.rand(5, 1, 8, 8)
-    whole = model.denoising_loss(x)  # with gradients enabled: one call
+    whole = model.rose_loss(x)  # with gradients enabled: one call
     calls: list[int] = []
     forward = model.unet.forward
     monkeypatch.setattr(
@@ -234,6 +234,6 @@ def test_the_marginals_rows_go_to_the_denoiser_a_bounded_number_at_a_time(
     )
     monkeypatch.setattr(module, "ROWS_PER_CALL", 12)  # 2 pairs × 3 classes: two images per call
     with torch.no_grad():
-        chunked = model.denoising_loss(x)
+        chunked = model.rose_loss(x)
     assert calls == [12, 12, 6]
     torch.testing.assert_close(chunked, whole.detach(), rtol=1e-5, atol=1e-6)

@@ -75,7 +75,7 @@ def test_checkpoints_folders_and_a_users_pipeline_keep_the_objective(tmp_path: P
     x = torch.rand(3, 1, 8, 8)
     save_model(model, tmp_path / "m.pt")
     again = load_model(tmp_path / "m.pt")
-    assert again.objective == "flow"
+    assert again.objective.name == "flow"
     torch.testing.assert_close(again.nll(x), model.nll(x))
     folder = export_diffusers(model, tmp_path / "pipe")
     assert json.loads((folder / "scheduler" / "scheduler_config.json").read_text())["shift"] == 3.0
@@ -85,7 +85,7 @@ def test_checkpoints_folders_and_a_users_pipeline_keep_the_objective(tmp_path: P
         tmp_path / "theirs"
     )
     theirs = load_model(tmp_path / "theirs")
-    assert theirs.objective == "flow" and theirs.scheduler.config.shift == 2.0
+    assert theirs.objective.name == "flow" and theirs.scheduler.config.shift == 2.0
     assert "flow matching" in theirs.describe() and "shift 2" in theirs.describe()
 
 
@@ -110,6 +110,8 @@ def test_the_ddpm_only_detectors_refuse_a_flow_model_and_rose_scores_it() -> Non
     for cls in (DiffPath, MSMA, Reconstruction):
         with pytest.raises(RoseError, match="trained by flow matching: use ROSE"):
             cls(model)
+    with pytest.raises(RoseError, match="the diffpath-1d method needs"):  # named by its preset
+        DiffPath(model, variant="1d")
     with pytest.raises(RoseError, match=r"elbo.*velocity"):
         model.set_denoising(weighting="elbo")
     x = torch.rand(24, 1, 8, 8)
@@ -128,7 +130,7 @@ def test_rose_train_diffusion_learns_a_flow_model(tmp_path: Path) -> None:
     flow = ["--objective", "flow", "--flow-shift", "2"]
     assert main(["train", "diffusion", *args.split(), *flow, "--out", str(out)]) == 0
     model = load_model(out)
-    assert model.objective == "flow" and model.scheduler.config.shift == 2.0
+    assert model.objective.name == "flow" and model.scheduler.config.shift == 2.0
     assert set(model.held_out_metrics(torch.rand(4, 1, 8, 8))) == {"v_mse"}
     png = str(tmp_path / "s.png")
     assert main(["sample", "--model", str(out), "--images", "4", "--steps", "3", "--out", png]) == 0

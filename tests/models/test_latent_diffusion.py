@@ -134,9 +134,9 @@ def test_reconstruction_denoises_latents_and_compares_them_decoded(tmp_path: Pat
     (t0,) = detector.starts
     noise = torch.randn(model.space_shape, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        z = model.to_model_space(x)
+        z = model.space.encode(x)
         rec = plms(model, model.noised(z, torch.full((4,), t0), noise.expand_as(z)), [t0, 0])
-        decoded, ref = model.from_model_space(rec).clamp(-1, 1), model.from_model_space(z).clamp(-1, 1)
+        decoded, ref = model.space.decode(rec).clamp(-1, 1), model.space.decode(z).clamp(-1, 1)
     expected = ((decoded - ref) / 2).pow(2).flatten(1).mean(1).double()
     torch.testing.assert_close(detector.reconstruction_errors(x)[:, 0], expected, rtol=1e-5, atol=1e-7)
 

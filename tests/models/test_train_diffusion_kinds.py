@@ -50,7 +50,7 @@ def test_a_conditional_unet_trains_at_each_images_label(tmp_path: Path) -> None:
     torch.manual_seed(1)
     loss = model.train_loss(x, labels=y)  # eval mode: no EMA step, the same draws as below
     torch.manual_seed(1)
-    x0 = model.to_model_space(x)
+    x0 = model.space.encode(x)
     t = torch.randint(0, model.train_timesteps, (3,))
     expected = model.squared_error(x0, t, torch.randn_like(x0), y)
     torch.testing.assert_close(loss, expected)
@@ -91,7 +91,7 @@ def test_a_latent_model_trains_its_vq_vae_first_then_the_denoiser_on_its_latents
     from roseood.data import load_images
 
     images = load_images("fashion_mnist", split="train", n=48, seed=0, size=8).images
-    z = model.to_model_space(torch.as_tensor(images).float() / 255)
+    z = model.space.encode(torch.as_tensor(images).float() / 255)
     assert abs(float(z.std()) - 1) < 0.01  # the scaling factor: one over the training latents' spread
     export_diffusers(model, tmp_path / "ldm")
     again = load_model(tmp_path / "ldm")

@@ -52,7 +52,7 @@ def test_every_zoo_model_matches_its_checksums_loads_by_name_and_runs(name):
         assert model.denoising["k"] == 8 and model.ema_decay == 0.999
         # each kind read as what it is: its objective, conditioning, denoiser and space
         kind = name.split("-")[0]
-        assert (model.objective == "flow") == (kind == "fm")
+        assert (model.objective.name == "flow") == (kind == "fm")
         assert model.condition.spec == {"cddpm": "marginal", "dit": "null", "sd": "prompt:"}.get(
             kind, "marginal"
         )

@@ -292,17 +292,9 @@ class Detector(ABC):
     @property
     def name(self) -> str:
         """The user-facing method name this detector's parameters match (``rose-ekfac`` for a ``rose``
-        detector with ``fisher="ekfac"``): the registered preset with the most keys that all match, else
-        the kind (``method``). Inside ``__init__`` a parameter not set yet matches no preset, so a check
-        there names the method by what it knows (``diffpath-1d`` once ``variant`` is set)."""
-        names = set(self.param_names())
-        matches = [
-            (len(kwargs), name)
-            for name, (cls, kwargs) in METHODS.items()
-            if cls is type(self)
-            and all(k in names and self._matches(k, value) for k, value in kwargs.items())
-        ]
-        return max(matches)[1] if matches else self.method
+        detector with ``fisher="ekfac"``; ``method_name``), once built: a check inside ``__init__`` names
+        it by its arguments (``name_of``), whichever of its attributes are set by then."""
+        return method_name(type(self), self._matches)
 
     def _matches(self, param: str, value: Any) -> bool:
         """Whether parameter ``param`` holds a preset's ``value`` (a detector that resolves a value, as ROSE
@@ -416,6 +408,25 @@ def register_detector(cls: type[Detector], methods: Mapping[str, Mapping[str, An
     DETECTORS.register(cls.method, cls)
     for name, kwargs in (methods if methods is not None else {cls.method: {}}).items():
         METHODS.register(name, Method(cls, dict(kwargs)))
+
+
+def method_name(cls: type[Detector], matches: Callable[[str, Any], bool]) -> str:
+    """The registered preset of ``cls`` with the most keys whose values all ``matches`` (parameter, preset
+    value), else its kind (``method``): the name users picked it by."""
+    names = set(cls.param_names())
+    found = [
+        (len(kwargs), name)
+        for name, (kind, kwargs) in METHODS.items()
+        if kind is cls and all(k in names and matches(k, value) for k, value in kwargs.items())
+    ]
+    return max(found)[1] if found else cls.method
+
+
+def name_of(cls: type[Detector], params: Mapping[str, Any]) -> str:
+    """The name (``method_name``) of a ``cls`` detector built with ``params``, the others at their defaults:
+    what a check inside ``__init__`` names it by, whichever attributes are set by then."""
+    given = inspect.signature(cls.__init__).parameters
+    return method_name(cls, lambda k, value: bool(params.get(k, given[k].default) == value))
 
 
 def make_detector(method: str, model: Any, **overrides: Any) -> Detector:

@@ -65,8 +65,8 @@ class DiffPath(StatisticDetector):
     ):
         if variant not in VARIANTS:
             raise RoseError(f"diffpath's variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
-        self.variant = variant  # before the model's checks, whose refusals name the variant
-        super().__init__(model, batch_size=batch_size, progress=progress)
+        super().__init__(model, {"variant": variant}, batch_size=batch_size, progress=progress)
+        self.variant = variant
         if not bandwidth > 0:
             raise RoseError(f"diffpath's KDE bandwidth must be positive, got {bandwidth}")
         self.steps = self._timesteps(steps, "steps", low=2)  # ≥ 2: a rate of change

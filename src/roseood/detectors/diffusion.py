@@ -8,6 +8,7 @@ spends on one image, the cost measure of the diffusion OOD literature.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from torch import Tensor
 
 from roseood.data.tensors import iter_batches
 from roseood.detectors.aggregation import mixture_nll, one_blas_thread
-from roseood.detectors.base import Detector, register_detector
+from roseood.detectors.base import Detector, name_of, register_detector
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model
@@ -35,12 +36,21 @@ class DiffusionDetector(Detector):
 
     ddpm_only: bool = True
 
-    def __init__(self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None):
+    def __init__(
+        self,
+        model: RoseModel | None,
+        named: Mapping[str, Any] | None = None,
+        /,
+        *,
+        batch_size: int = 64,
+        progress: bool | None = None,
+    ):
+        """``named``: the subclass's parameters that select its method name (``name_of``), for refusals."""
         super().__init__(model, batch_size=batch_size, progress=progress)
-        what = f"the {self.name} method"
+        what = f"the {name_of(type(self), named or {})} method"
         self.model: DiffusionModel = as_diffusion_model(model, what)
         if self.ddpm_only:
-            self.model.require_ddpm(what)
+            self.model.objective.require_forward_process(what)
             self.model.condition.fixed(1, torch.device("cpu"), what)  # one path
 
     def _timesteps(self, value: Any, name: str, *, low: int = 1) -> int:
@@ -59,8 +69,8 @@ class DiffusionDetector(Detector):
         out = []
         with torch.no_grad():
             for batch in iter_batches(x, self.batch_size, desc if self.progress else None):
-                rows = self.model.to_model_space(batch.to(self.device))
-                self.model.check_batch(rows)  # once per batch, not per UNet call of fn
+                rows = self.model.space.encode(batch.to(self.device))
+                self.model.space.check_batch(rows)  # once per batch, not per UNet call of fn
                 out.append(fn(rows).double().cpu())
         return torch.cat(out)
 

@@ -125,7 +125,7 @@ class Reconstruction(DiffusionDetector):
         g = torch.Generator().manual_seed(self.seed)
         noises = [torch.randn(self.model.space_shape, generator=g) for _ in self.starts]
         schedule = self.schedule
-        decode = self.model.from_model_space
+        decode = self.model.space.decode
 
         def errs(b: Tensor) -> Tensor:
             mse, dissim = [], []

@@ -1,7 +1,7 @@
 """The settings of a diffusion model, checked before anything is built: a ``UNet2DModel`` config (every
-number of a diffusers config in a sane range, ``bounds``), a ``DDPMScheduler`` config, the per-image loss's K
-(timestep, noise) pairs (``denoising``) and the EMA decay. A checked config keeps the checked values (an
-image size given as ``[S, S]`` is ``S`` from then on)."""
+number of a diffusers config in a sane range, ``bounds``), a scheduler config (the rest by its objective,
+``objectives``), the per-image loss's K (timestep, noise) pairs (``denoising``) and the EMA decay. A
+checked config keeps the checked values (an image size given as ``[S, S]`` is ``S`` from then on)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from roseood.models.diffusion.bounds import (
     sample_size,
     width_list,
 )
+from roseood.models.diffusion.objectives import objective_of
 from roseood.validation import check_float, check_int, check_seed
 
 
@@ -232,61 +233,13 @@ def check_dit_config(
     return cfg
 
 
-# Schedulers of DDPM's forward process (a discrete β schedule; they differ only in how they sample), whose
-# model is trained with DDPM's loss: the loss roseood differentiates. Others train another objective.
-DDPM_SCHEDULERS = frozenset(
-    {
-        "DDPMScheduler", "DDIMScheduler", "PNDMScheduler", "DPMSolverMultistepScheduler",
-        "DPMSolverSinglestepScheduler", "EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler",
-        "HeunDiscreteScheduler", "LMSDiscreteScheduler", "UniPCMultistepScheduler", "DEISMultistepScheduler",
-        "KDPM2DiscreteScheduler", "KDPM2AncestralDiscreteScheduler",
-    }
-)  # fmt: skip
-# Schedulers of rectified flow / flow matching (x_σ = (1 − σ) x + σ ε, the model predicting ε − x), and the
-# settings of theirs that make the training σ depend on more than t (the image size, a stretched end)
-FLOW_SCHEDULERS = frozenset({"FlowMatchEulerDiscreteScheduler", "FlowMatchHeunDiscreteScheduler"})
-FLOW_REFUSED = {
-    "use_dynamic_shifting": "a shift that depends on the image size",
-    "invert_sigmas": "σ running backwards",
-    "shift_terminal": "σ stretched to end elsewhere than 0",
-}
-
-
 def check_scheduler_config(
     config: Any, where: str = "scheduler config", error: type[RoseError] = RoseError
 ) -> dict[str, Any]:
-    """A scheduler config roseood can score with the loss its model was trained by: one of DDPM's forward
-    process (every number in a sane range, β_start ≤ β_end, trained betas in (0, 1), one per timestep) or
-    a flow-matching one (a fixed shift of σ; not one that changes with the image size)."""
+    """A scheduler config roseood can score with the loss its model was trained by: every number in a sane
+    range, of a class whose objective roseood reads (``objectives``), which checks the rest."""
     cfg = check_fields(config, SCHEDULER_FIELDS, where, error)
-    kind = cfg.get("_class_name", "DDPMScheduler")
-    if kind in FLOW_SCHEDULERS:
-        for flag, what in FLOW_REFUSED.items():
-            if cfg.get(flag, False) not in (False, None):
-                raise error(f"{where}: {flag} ({what}) is not modelled; roseood reads a fixed shift of σ")
-        return cfg
-    if kind not in DDPM_SCHEDULERS:
-        raise error(
-            f"{where} holds a {shown(kind)}, whose model is trained by another objective; roseood reads "
-            "models of DDPM's forward process (DDPMScheduler, DDIMScheduler and the other discrete-β "
-            "schedulers) and flow-matching models (FlowMatchEulerDiscreteScheduler) and would score this "
-            "one with the wrong loss"
-        )
-    if cfg.get("beta_start", 1e-4) > cfg.get("beta_end", 0.02):
-        raise error(f"{where}: beta_start {cfg['beta_start']} exceeds beta_end {cfg.get('beta_end', 0.02)}")
-    betas = cfg.get("trained_betas")
-    if betas is not None:
-        steps = cfg.get("num_train_timesteps", 1000)
-        if not isinstance(betas, list) or len(betas) != steps:
-            raise error(f"{where}: trained_betas must be a list of num_train_timesteps = {steps} numbers")
-        for i, b in enumerate(betas):
-            float_in(0.0, 1.0, low_open=True, high_open=True)(b, f"{where}: trained_betas[{i}]", error)
-    return cfg
-
-
-def is_flow_matching(config: Mapping[str, Any]) -> bool:
-    """Whether a checked scheduler config is a flow-matching one (its model predicts the velocity)."""
-    return config.get("_class_name") in FLOW_SCHEDULERS
+    return objective_of(cfg, where, error).check(cfg, where, error)
 
 
 # -- an LDM's autoencoder ------------------------------------------------------------------------

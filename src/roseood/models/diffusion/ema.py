@@ -2,7 +2,8 @@
 the optimised weights ``online``, which training steps and the EMA follows. A model read from a folder
 (``load_diffusers``) makes ``online`` only when it first trains: one read to score holds one denoiser (a
 copy of Stable Diffusion 1.5's UNet is 3.4 GB). Its state dict names ``online.`` either way (until the
-copy exists, the EMA weights' own tensors), so files and fingerprints do not depend on whether it exists."""
+copy exists, the EMA weights' own tensors), so files and fingerprints do not depend on whether it exists.
+Which of the two a loss runs (``net``) and the layers ROSE may take (the EMA one's) are said here too."""
 
 from __future__ import annotations
 
@@ -14,17 +15,37 @@ import torch
 from torch import Tensor, nn
 
 from roseood.memory import check_memory, module_bytes
+from roseood.models.diffusion.denoisers import forward_order, inert_layers, layer_sets
 
 
 class EMAWeights(nn.Module):
     """The EMA denoiser ``unet`` and the optimised one ``online`` (None until training makes it, in a model
     read to score), the decay ``ema_decay`` and the steps taken ``ema_steps``, as ``DiffusionModel`` keeps
-    them."""
+    them; which one runs, and the layers ROSE may take."""
 
     unet: Any
     online: Any
     ema_decay: float
     ema_steps: Tensor
+
+    def net(self) -> Any:
+        """The denoiser in use: the optimised one while training, the EMA one otherwise."""
+        return self.online if self.training else self.unet
+
+    def inert_layers(self) -> dict[str, str]:
+        """The denoiser's layers whose gradient is zero by construction, each with why (``inert_layers``
+        of ``...diffusion.denoisers``): their layer scores would be rounding noise."""
+        return inert_layers(self.unet, "unet.")
+
+    def layer_sets(self) -> dict[str, list[str]]:
+        """Layers of the EMA denoiser: ``all`` (every convolution, linear map and norm affine), ``weights``
+        (convolutions and linear maps), ``down``/``mid``/``up`` (one part of a UNet, all layers); none
+        of the ``inert_layers``."""
+        return layer_sets(self.unet, "unet.")
+
+    def forward_order(self, names: list[str]) -> list[str]:
+        """Layer ``names`` in the order the denoiser runs them (``last:N`` takes the last N)."""
+        return forward_order(names, "unet.")
 
     def train(self, mode: bool = True) -> Self:
         """Train mode; in a model read to score, the optimised copy of the EMA weights is made the first

@@ -82,6 +82,44 @@ class Autoencoder(nn.Module):
         return f"{self.kind} ({parameters} parameters, frozen): {latent} × scaling_factor {self.scaling:g}"
 
 
+class ModelSpace:
+    """What the denoiser models: images in [-1, 1], or their scaled latents under a frozen ``autoencoder``
+    (the model's own module, registered there); ``images`` and ``shape``: one image's and one row's shape;
+    ``width``: elements per row of the denoiser's largest early activation, what a batch's memory is
+    judged by."""
+
+    def __init__(
+        self, autoencoder: Autoencoder | None, images: tuple[int, ...], shape: tuple[int, ...], width: int
+    ) -> None:
+        self.autoencoder, self.images, self.shape, self.width = autoencoder, images, shape, width
+
+    def encode(self, x: Tensor) -> Tensor:
+        """Images in [0, 1] → what the denoiser models: the images in [-1, 1], or their scaled latents."""
+        x = x * 2.0 - 1.0
+        return x if self.autoencoder is None else self.autoencoder.encode(x)
+
+    def decode(self, z: Tensor) -> Tensor:
+        """What the denoiser models → images in [-1, 1] (decoded where it models latents; not clamped)."""
+        return z if self.autoencoder is None else self.autoencoder.decode(z)
+
+    def check_batch(self, rows: Tensor, copies: int = 1) -> None:
+        """Refuse in one line a denoiser batch of ``copies`` rows per row of ``rows`` whose first block's
+        activations alone (two of them, float32; and the encoder's first block on the images of a latent
+        model) cannot fit in memory: once per batch by whoever forms it, before the copies are made, not
+        per denoiser call."""
+        n = rows.shape[0] * copies
+        size = 2 * n * self.width * 4
+        if self.autoencoder is not None:
+            pixels = math.prod(self.images[1:])
+            size += 2 * rows.shape[0] * self.autoencoder.net.config.block_out_channels[0] * pixels * 4
+        check_memory(
+            size,
+            f"a UNet batch of {n} rows (images × k noisy copies) of {self.shape}",
+            device=rows.device,
+            hint="lower --batch-size or denoising k",
+        )
+
+
 def latent_shape(autoencoder: Autoencoder, size: int) -> tuple[int, ...]:
     """The (channels, side, side) of the latents of ``size``² images (computed on torch's meta device)."""
     with quiet_diffusers(), torch.device("meta"), torch.no_grad():

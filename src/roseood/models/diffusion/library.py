@@ -1,5 +1,5 @@
 """diffusers itself, loaded on demand: the optional dependency named in one line when it is missing, its
-logger quietened, its configs as plain JSON values, and a scheduler built from a checked config."""
+logger quietened, and its configs as plain JSON values."""
 
 from __future__ import annotations
 
@@ -8,11 +8,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-from torch import Tensor
-
 from roseood.errors import RoseError
-from roseood.models.state import first_line
 
 
 def diffusers_module() -> Any:
@@ -46,20 +42,3 @@ def quiet_diffusers() -> Iterator[None]:
 def plain_config(config: Any) -> dict[str, Any]:
     """A diffusers config as JSON-able plain values (lists, not tuples), without private keys."""
     return json.loads(json.dumps({k: v for k, v in dict(config).items() if not k.startswith("_")}))
-
-
-def build_schedule(d: Any, config: dict[str, Any], flow: bool) -> tuple[Any, Tensor]:
-    """The scheduler of a checked ``config`` and its ᾱ_t (DDPM's forward process; flow matching has none:
-    an empty schedule, which the DDPM-only detectors never reach)."""
-    kind = d.FlowMatchEulerDiscreteScheduler if flow else d.DDPMScheduler
-    with quiet_diffusers():
-        try:
-            sched = kind.from_config(config)
-        except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
-            raise RoseError(f"cannot build a {kind.__name__} from its config ({first_line(exc)})") from None
-    alphas = torch.zeros(0) if flow else sched.alphas_cumprod.float()
-    if not flow and (
-        len(alphas) != sched.config.num_train_timesteps or not bool(((alphas >= 0) & (alphas <= 1)).all())
-    ):
-        raise RoseError("the scheduler config gives no valid noise schedule (ᾱ_t outside [0, 1])")
-    return sched, alphas

@@ -20,27 +20,24 @@ from roseood.models.diffusion.config import (
     check_denoising,
     check_ema_decay,
     check_scheduler_config,
-    is_flow_matching,
 )
 from roseood.models.diffusion.denoisers import (
     build_denoiser,
     check_denoiser_config,
     denoiser_kind,
-    forward_order,
     fresh_denoiser_config,
-    inert_layers,
-    layer_sets,
     predict,
 )
 from roseood.models.diffusion.ema import EMAWeights
-from roseood.models.diffusion.latent import Autoencoder, check_latent_shapes
-from roseood.models.diffusion.library import build_schedule, diffusers_module, plain_config
+from roseood.models.diffusion.latent import Autoencoder, ModelSpace, check_latent_shapes
+from roseood.models.diffusion.library import plain_config
+from roseood.models.diffusion.objectives import objective_of
 from roseood.models.diffusion.text import TextCondition, text_condition
 
 ROWS_PER_CALL = 512  # denoiser rows per call when no gradient is taken (a batch of 64 images at K = 8)
 
 
-class DiffusionModel(GenerativeModel, EMAWeights):
+class DiffusionModel(EMAWeights, GenerativeModel):
     """A DDPM, or a flow-matching model, on images in [0, 1] (seen by the UNet in [-1, 1]).
 
     Architecture: ``widths`` (block_out_channels), ``layers_per_block``, ``attention`` (a mid-block
@@ -57,11 +54,12 @@ class DiffusionModel(GenerativeModel, EMAWeights):
     equal strata of it), ``weighting`` ("simple": ε-MSE; "elbo": each term weighted as in the DDPM
     variational bound), ``seed`` (of the noise).
 
-    The objective is the scheduler's: DDPM's forward process (x_t = √ᾱ_t x + √(1 − ᾱ_t) ε, the UNet
-    predicting ε, v or x₀; ``objective`` "ddpm"), or flow matching (a ``FlowMatchEulerDiscreteScheduler``
-    config: x_σ = (1 − σ) x + σ ε with σ = shift·s / (1 + (shift − 1)·s) of s = t / T, the UNet predicting
-    the velocity ε − x; ``objective`` "flow"), whose loss is the velocity's squared error at the same kind
-    of K fixed (timestep, noise) pairs.
+    The model is made of parts, each with one job: the denoiser's EMA and optimised weights and its layers
+    (``EMAWeights``), the ``objective`` its scheduler's class trains by (``...diffusion.objectives``: DDPM's
+    ε-prediction, ``objective.name`` "ddpm", or flow matching, "flow": the velocity's squared error at the
+    same kind of K fixed (timestep, noise) pairs), the ``space`` it models (``ModelSpace``: the images, or
+    an ``autoencoder``'s latents) and the ``condition`` its loss judges (``Condition``, ``TextCondition``);
+    the model itself holds the K pairs and composes the losses from them.
     """
 
     kind = "diffusion"
@@ -88,7 +86,6 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         text: TextCondition | None = None,
         read: bool = False,
     ) -> None:
-        d = diffusers_module()
         codec = None if autoencoder is None else Autoencoder(autoencoder)
         if unet is None:
             shape = {"widths": widths, "layers_per_block": layers_per_block, "attention": attention}
@@ -102,11 +99,11 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         )
         self.ema_decay = check_ema_decay(ema_decay)
         denoising = check_denoising(denoising if denoising is not None else {})
-        flow = is_flow_matching(scheduler)
+        self.objective = objective_of(scheduler)
         # what train_loss is: the ε-MSE (DDPM) or the velocity's MSE (flow matching), not a likelihood
-        self.objective, self.train_objective = ("flow", "v_mse") if flow else ("ddpm", "eps_mse")
+        self.train_objective = self.objective.statistic
         net = build_denoiser(unet, denoising["k"], copies=1 if read else 2, empty=read)
-        sched, alphas = build_schedule(d, scheduler, flow)
+        sched, alphas = self.objective.schedule(scheduler)
         # the class the folder or config holds (a DDIMScheduler: DDPM's forward process, read as such)
         self.scheduler_class = str(scheduler.get("_class_name", type(sched).__name__))
         space = (net.config.in_channels, unet["sample_size"], unet["sample_size"])
@@ -114,6 +111,8 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         super().__init__(channels, size)
         self.space_shape = space  # what the UNet models: the images, or their latents
         self.autoencoder = codec
+        # elements per row of the denoiser's largest early activation judge a batch's memory
+        self.space = ModelSpace(codec, self.input_shape, space, kind.width(unet))
         self.unet = net  # the EMA weights: what evaluation, ROSE and export use
         # the optimised weights: from the start in a model built to train, once it trains in one read
         self.register_module("online", None if read else copy.deepcopy(net))
@@ -126,7 +125,6 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         self.condition: Condition | TextCondition = judged or Condition(classes, None, null)
         self.adapter: Adapter | None = None
         self.set_condition(condition)
-        self.width = kind.width(unet)  # elements per row of the denoiser's largest early activation
         self.set_denoising(**denoising)
 
     # -- the fixed (timestep, noise) pairs ---------------------------------------------------------
@@ -134,35 +132,18 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         """Set the per-image loss's K (timestep, noise) pairs (see the class doc); unknown keys are an
         error. Changes the model's fingerprint: detectors fitted before must be refitted."""
         opts = check_denoising(options, base=getattr(self, "denoising", LOSS_DEFAULTS))
-        if self.objective == "flow" and opts["weighting"] != "simple":
-            raise RoseError(
-                f"weighting {opts['weighting']!r} is DDPM's variational bound; a flow-matching model's loss "
-                "is the velocity's squared error (weighting 'simple')"
-            )
+        self.objective.check_weighting(opts["weighting"])
         k, lo, hi = opts["k"], opts["t_min"], opts["t_max"]
         what = f"denoising k = {k} (a buffer of k noise images of shape {self.space_shape})"
         check_memory(k * (math.prod(self.space_shape) * 4 + 16), what, hint="lower k")
         self.denoising = opts
         strata = lo + (hi - lo) * (torch.arange(k, dtype=torch.float64) + 0.5) / k
-        t = self.timesteps_of(strata)
+        t = self.objective.timesteps_of(strata, self.scheduler)
         gen = torch.Generator().manual_seed(int(opts["seed"]))
         noise = torch.randn(k, *self.space_shape, generator=gen)
         device = self.ema_steps.device
         self.register_buffer("loss_timesteps", t.to(device))
         self.register_buffer("loss_noise", noise.to(device))
-
-    def timesteps_of(self, s: Tensor) -> Tensor:
-        """The UNet's timesteps of fractions s in [0, 1) of the train timesteps: ⌊s·T⌋ (DDPM), σ(s)·T
-        (flow matching, as diffusers' training forms them)."""
-        total = self.train_timesteps
-        if self.objective == "flow":
-            return (self.sigma(s) * total).float()
-        return (s * total).floor().clamp(0, total - 1).long()
-
-    def sigma(self, s: Tensor) -> Tensor:
-        """A flow-matching model's σ of s = t / T in [0, 1]: shift·s / (1 + (shift − 1)·s)."""
-        shift = float(self.scheduler.config.shift)
-        return shift * s / (1 + (shift - 1) * s)
 
     def describe(self) -> str:
         """What roseood read: the denoiser, its objective and schedule, the space and the conditioning."""
@@ -170,14 +151,8 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         parameters = f"{sum(p.numel() for p in self.unet.parameters()):,}".replace(",", " ")
         built = type(self.scheduler).__name__
         read = "" if self.scheduler_class == built else f" (its training process read by {built})"
-        schedule = f"{self.scheduler_class}{read}, {cfg.num_train_timesteps}"
-        if self.objective == "flow":
-            objective = "flow matching (velocity ε − x prediction)"
-            schedule += f" steps, shift {cfg.shift:g}"
-        else:
-            kind = {"epsilon": "ε", "v_prediction": "v", "sample": "x₀"}[cfg.prediction_type]
-            objective = f"{kind} prediction"
-            schedule += f" {cfg.beta_schedule}-β steps"
+        objective, steps = self.objective.describe(cfg)
+        schedule = f"{self.scheduler_class}{read}, {cfg.num_train_timesteps}{steps}"
         if self.autoencoder is None:
             space = "pixel space (no autoencoder)"
         else:
@@ -262,37 +237,7 @@ class DiffusionModel(GenerativeModel, EMAWeights):
             config["condition"] = self.condition.spec
         return config
 
-    # -- the network as an ε-predictor -----------------------------------------------------------
-    def net(self) -> Any:
-        """The UNet in use: the optimised one while training, the EMA one otherwise."""
-        return self.online if self.training else self.unet
-
-    def to_model_space(self, x: Tensor) -> Tensor:
-        """Images in [0, 1] → what the UNet models: the images in [-1, 1], or their scaled latents."""
-        x = x * 2.0 - 1.0
-        return x if self.autoencoder is None else self.autoencoder.encode(x)
-
-    def from_model_space(self, z: Tensor) -> Tensor:
-        """What the UNet models → images in [-1, 1] (decoded where it models latents; not clamped)."""
-        return z if self.autoencoder is None else self.autoencoder.decode(z)
-
-    def check_batch(self, rows: Tensor, copies: int = 1) -> None:
-        """Refuse in one line a UNet batch of ``copies`` rows per row of ``rows`` whose first block's
-        activations alone (two of them, float32; and the encoder's first block on the images of a latent
-        model) cannot fit in memory: once per batch by whoever forms it, before the copies are made, not
-        per UNet call."""
-        n = rows.shape[0] * copies
-        size = 2 * n * self.width * 4
-        if self.autoencoder is not None:
-            pixels = math.prod(self.input_shape[1:])
-            size += 2 * rows.shape[0] * self.autoencoder.net.config.block_out_channels[0] * pixels * 4
-        check_memory(
-            size,
-            f"a UNet batch of {n} rows (images × k noisy copies) of {self.space_shape}",
-            device=rows.device,
-            hint="lower --batch-size or denoising k",
-        )
-
+    # -- the denoiser's predictions and the losses of the K pairs -------------------------------
     def predict(self, xt: Tensor, t: Tensor, labels: Tensor | None = None, net: Any = None) -> Tensor:
         """The UNet's output at (x_t, t) (the EMA one unless ``net``), given each row's class ``labels``
         where it is class-conditional (default: the judged label; the marginal has none, a one-line
@@ -312,62 +257,21 @@ class DiffusionModel(GenerativeModel, EMAWeights):
     ) -> Tensor:
         """The predicted noise ε̂(x_t, t), whatever the UNet predicts (ε, v or x0); ``alpha_bar``: ᾱ of
         each row where ``t`` is fractional (default: the schedule's ᾱ_t). DDPM's forward process only."""
-        self.require_ddpm("the predicted noise ε̂ of DDPM's forward process")
+        self.objective.require_forward_process("the predicted noise ε̂ of DDPM's forward process")
         out = self.predict(xt, t, labels, net)
-        kind = self.scheduler.config.prediction_type
-        if kind == "epsilon":
-            return out
-        a = (self.alphas_cumprod[t] if alpha_bar is None else alpha_bar).view(-1, 1, 1, 1)
-        if kind == "v_prediction":
-            return a.sqrt() * out + (1 - a).sqrt() * xt
-        if kind == "sample":
-            return (xt - a.sqrt() * out) / (1 - a).sqrt()
-        raise RoseError(f"unsupported prediction_type {kind!r}")
-
-    def require_ddpm(self, what: str) -> None:
-        """A one-line ``RoseError`` where ``what`` needs DDPM's forward process and the model is trained by
-        flow matching."""
-        if self.objective == "flow":
-            raise RoseError(
-                f"{what} needs a model of DDPM's forward process (ᾱ_t); this one is trained by flow "
-                "matching: use ROSE (rose-*) or the denoising loss"
-            )
+        return self.objective.prediction(out, xt, t, self.scheduler, self.alphas_cumprod, alpha_bar)
 
     def noised(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
         """x_t = √ᾱ_t x0 + √(1 − ᾱ_t) ε (DDPM); x_σ = (1 − σ) x0 + σ ε with σ = t / T (flow matching)."""
-        if self.objective == "flow":
-            sigma = (t.float() / self.train_timesteps).view(-1, 1, 1, 1)
-            return (1 - sigma) * x0 + sigma * noise
-        a = self.alphas_cumprod[t].view(-1, 1, 1, 1)
-        return a.sqrt() * x0 + (1 - a).sqrt() * noise
+        return self.objective.noised(x0, t, noise, self.alphas_cumprod, self.scheduler)
 
     def squared_error(self, x0: Tensor, t: Tensor, noise: Tensor, labels: Tensor | None = None) -> Tensor:
         """Per row, the summed squared error of the model's prediction at (t, noise) (and class
         ``labels``): ‖ε̂ − ε‖² (DDPM), ‖v̂ − (ε − x0)‖² (flow matching): the loss each objective trains."""
         xt = self.noised(x0, t, noise)
-        if self.objective == "flow":
-            err = self.predict(xt, t, labels) - (noise - x0)
-        else:
-            err = self.eps(xt, t, labels=labels) - noise
-        return err.pow(2).flatten(1).sum(1)
-
-    def _weights(self, t: Tensor) -> Tensor:
-        if self.denoising["weighting"] == "simple":
-            return torch.ones(t.shape, dtype=torch.float32, device=t.device)
-        # DDPM's bound: L_t = β_t² / (2 σ_t² α_t (1 − ᾱ_t)) ‖ε − ε̂‖², σ_t² = β_t (1 − ᾱ_{t-1}) / (1 − ᾱ_t)
-        a = self.alphas_cumprod
-        prev = torch.cat([a.new_ones(1), a[:-1]])
-        beta = 1 - a / prev
-        sigma2 = (beta * (1 - prev) / (1 - a)).clamp_min(1e-20)
-        w = beta**2 / (2 * sigma2 * (1 - beta) * (1 - a))
-        w[0] = 1.0 / (2 * (1 - beta[0]))  # t = 0: the decoder term, an ε-MSE at σ_1
-        return w[t].float()
-
-    def denoising_loss(self, x: Tensor) -> Tensor:
-        """Per-image loss at the K fixed pairs: the K noisy copies of each image in one batch of N·K
-        rows (image-major), each image's loss the sum of its K rows' weighted squared errors (of ε, or of
-        the velocity in flow matching; summed over pixels)."""
-        return self.condition.combine(self._image_errors(x).sum(1))
+        out = self.predict(xt, t, labels)
+        out = self.objective.prediction(out, xt, t, self.scheduler, self.alphas_cumprod)
+        return (out - self.objective.target(x0, noise)).pow(2).flatten(1).sum(1)
 
     def row_loss(self, rows: Tensor) -> Tensor:
         """The weighted squared error of each row (N·K,) of ``rows``: each image K times in a row
@@ -375,16 +279,16 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         gradient per (image, timestep) row instead of their sum."""
         if rows.shape[0] % self.k:
             raise RoseError(f"row_loss takes each image {self.k} times in a row, got {rows.shape[0]} rows")
-        self.check_batch(rows, copies=self.condition.copies)
-        return self.condition.combine(self._space_errors(self.to_model_space(rows)))
+        self.space.check_batch(rows, copies=self.condition.copies)
+        return self.condition.combine(self._space_errors(self.space.encode(rows)))
 
     def _image_errors(self, x: Tensor) -> Tensor:
         """The weighted squared errors (N, K, C) of images ``x`` at every pair and class (C = 1 but for
         the marginal over C classes): what the loss and the per-timestep statistics combine. Without
         gradients, whole images go to the denoiser ``ROWS_PER_CALL`` rows at a time (the marginal's C× rows
         took 23 GB in one call)."""
-        self.check_batch(x, copies=self.k * self.condition.copies)
-        z = self.to_model_space(x).repeat_interleave(self.k, 0)
+        self.space.check_batch(x, copies=self.k * self.condition.copies)
+        z = self.space.encode(x).repeat_interleave(self.k, 0)
         step = self.k * max(1, ROWS_PER_CALL // (self.k * self.condition.copies))
         chunks = [z] if torch.is_grad_enabled() else z.split(step)
         return torch.cat([self._space_errors(c) for c in chunks]).view(x.shape[0], self.k, -1)
@@ -397,7 +301,8 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         noise = self.loss_noise.repeat(n, 1, 1, 1).repeat_interleave(c, 0)
         z = z.repeat_interleave(c, 0)
         labels = self.condition.labels(z.shape[0], z.device)
-        return (self.squared_error(z, t, noise, labels) * self._weights(t)).view(-1, c)
+        weights = self.objective.weights(self.denoising["weighting"], t, self.alphas_cumprod)
+        return (self.squared_error(z, t, noise, labels) * weights).view(-1, c)
 
     def image_statistics(self, x: Tensor) -> dict[str, Tensor]:
         """The weighted squared error of each image at each of the K fixed pairs, named ``eps_mse@t``
@@ -414,14 +319,18 @@ class DiffusionModel(GenerativeModel, EMAWeights):
 
     # -- GenerativeModel ---------------------------------------------------------------------------
     def rose_loss(self, x: Tensor, stochastic: bool = False) -> Tensor:
-        """The denoising loss at the fixed pairs; ``stochastic``: K fresh random pairs instead."""
-        return self.train_loss(x, draws=self.k) if stochastic else self.denoising_loss(x)
+        """Per-image loss at the K fixed pairs: the K noisy copies of each image in one batch of N·K
+        rows (image-major), each image's loss the sum of its K rows' weighted squared errors (of ε, or of
+        the velocity in flow matching; summed over pixels); ``stochastic``: K fresh random pairs instead."""
+        if stochastic:
+            return self.train_loss(x, draws=self.k)
+        return self.condition.combine(self._image_errors(x).sum(1))
 
     def nll(self, x: Tensor) -> Tensor:
         """The denoising loss at the K fixed pairs (a bound on −log p(x) up to constants with
         ``weighting="elbo"``); no gradients."""
         with torch.no_grad():
-            return self.denoising_loss(x)
+            return self.rose_loss(x)
 
     def train_loss(self, x: Tensor, draws: int = 1, labels: Tensor | None = None) -> Tensor:
         """The training loss at a random timestep and noise (``draws`` of them per image, summed): DDPM's
@@ -438,12 +347,9 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         if self.training and torch.is_grad_enabled():
             self._update_ema()
         n = x.shape[0]
-        x0 = self.to_model_space(x).repeat_interleave(draws, 0)
-        self.check_batch(x0)
-        if self.objective == "flow":
-            t = self.timesteps_of(torch.rand(n * draws, device=x.device))
-        else:  # randint, not ⌊u·T⌋: the draws of DDPM checkpoints trained before stay the same
-            t = torch.randint(0, self.train_timesteps, (n * draws,), device=x.device)
+        x0 = self.space.encode(x).repeat_interleave(draws, 0)
+        self.space.check_batch(x0)
+        t = self.objective.draw_timesteps(n * draws, self.scheduler, x.device)
         return self.squared_error(x0, t, torch.randn_like(x0), labels).view(n, draws).sum(1)
 
     def held_out_metrics(self, x: Tensor) -> dict[str, float]:
@@ -452,7 +358,7 @@ class DiffusionModel(GenerativeModel, EMAWeights):
         over its classes its marginal loss (``...diffusion.quality``)."""
         from roseood.models.diffusion import quality
 
-        if self.objective == "ddpm" and self.autoencoder is None and self.condition.copies == 1:
+        if self.objective.forward_process and self.autoencoder is None and self.condition.copies == 1:
             return quality.held_out_metrics(self, x)
         return quality.loss_metrics(self, x)
 
@@ -473,21 +379,6 @@ class DiffusionModel(GenerativeModel, EMAWeights):
             labels = torch.randint(self.condition.classes, (n,), generator=gen)
         steps = options.get("steps", 50)
         return sample_images(self, n=n, steps=steps, seed=seed, progress=progress, labels=labels)
-
-    def inert_layers(self) -> dict[str, str]:
-        """The denoiser's layers whose gradient is zero by construction, each with why (``inert_layers``
-        of ``...diffusion.denoisers``): their layer scores would be rounding noise."""
-        return inert_layers(self.unet, "unet.")
-
-    def layer_sets(self) -> dict[str, list[str]]:
-        """Layers of the EMA denoiser: ``all`` (every convolution, linear map and norm affine), ``weights``
-        (convolutions and linear maps), ``down``/``mid``/``up`` (one part of a UNet, all layers); none
-        of the ``inert_layers``."""
-        return layer_sets(self.unet, "unet.")
-
-    def forward_order(self, names: list[str]) -> list[str]:
-        """Layer ``names`` in the order the denoiser runs them (``last:N`` takes the last N)."""
-        return forward_order(names, "unet.")
 
 
 def as_diffusion_model(model: Any, what: str) -> DiffusionModel:

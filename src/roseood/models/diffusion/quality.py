@@ -34,9 +34,10 @@ class Denoiser(Protocol):
     ema_steps: Tensor
     scheduler: Any
     training: bool
-    objective: str
+    objective: Any
     train_objective: str
     space_shape: tuple[int, int, int]
+    space: Any
     condition: Any
 
     @property
@@ -49,13 +50,7 @@ class Denoiser(Protocol):
 
     def predict(self, xt: Tensor, t: Tensor, labels: Tensor | None = None) -> Tensor: ...
 
-    def timesteps_of(self, s: Tensor) -> Tensor: ...
-
-    def from_model_space(self, z: Tensor) -> Tensor: ...
-
     def squared_error(self, x0: Tensor, t: Tensor, noise: Tensor, labels: Tensor | None = None) -> Tensor: ...
-
-    def to_model_space(self, x: Tensor) -> Tensor: ...
 
     def train(self, mode: bool = True) -> Any: ...
 
@@ -110,7 +105,7 @@ def held_out_metrics(
     model.train(False)
     device = model.ema_steps.device
     x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
-    x0 = model.to_model_space(x.to(device)).double()
+    x0 = model.space.encode(x.to(device)).double()
     n, dims = x0.shape[0], x0[0].numel()
     gen = torch.Generator().manual_seed(seed)
     # row 0 of each image: t = 0 (the decoder); rows 1..k: one timestep in each of k strata of 1..T-1
@@ -166,11 +161,11 @@ def loss_metrics(
     model.train(False)
     device = model.ema_steps.device
     x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
-    x0 = model.to_model_space(x.to(device))
+    x0 = model.space.encode(x.to(device))
     n, dims = x0.shape[0], x0[0].numel()
     gen = torch.Generator().manual_seed(seed)
     s = (torch.arange(k, dtype=torch.float64) + torch.rand(n, k, generator=gen, dtype=torch.float64)) / k
-    t = model.timesteps_of(s).flatten().to(device)
+    t = model.objective.timesteps_of(s, model.scheduler).flatten().to(device)
     noise = torch.randn(n * k, *x0.shape[1:], generator=gen).to(device)
     err = torch.empty(n * k, dtype=torch.float64)
     c = model.condition.copies
@@ -197,19 +192,13 @@ def sample_images(
     by ``seed``: by DDIM (η = 0, ``steps`` steps over the train timesteps), or a flow-matching model by
     ``steps`` Euler steps of its flow (diffusers' FlowMatchEulerDiscreteScheduler); a look at what the
     model learned."""
-    import diffusers  # loaded with the model
-
     if n < 1 or steps < 1 or steps > model.train_timesteps:
         raise RoseError(
             f"sampling needs n ≥ 1 and 1 ≤ steps ≤ {model.train_timesteps}, got n={n}, steps={steps}"
         )
     was_training = model.training
     model.train(False)
-    flow = model.objective == "flow"
-    if flow:
-        sched = diffusers.FlowMatchEulerDiscreteScheduler.from_config(model.scheduler.config)
-    else:
-        sched = diffusers.DDIMScheduler.from_config(model.scheduler.config, prediction_type="epsilon")
+    sched = model.objective.sampler(model.scheduler)
     device = model.ema_steps.device
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, *model.space_shape, generator=gen)
@@ -223,14 +212,16 @@ def sample_images(
         lab = None if labels is None else labels[s : s + batch].to(device)
         sched.set_timesteps(steps)  # a flow scheduler counts its steps: set again for each batch
         for t in sched.timesteps:
-            tt = torch.full((xt.shape[0],), float(t) if flow else int(t), device=device)
-            pred = model.predict(xt, tt, lab) if flow else model.eps(xt, tt.long(), labels=lab)
-            xt = sched.step(pred, t if flow else int(t), xt).prev_sample
+            row, step = model.objective.sampling(t)
+            tt = torch.full((xt.shape[0],), row, device=device)
+            raw = model.predict(xt, tt, lab)
+            pred = model.objective.prediction(raw, xt, tt, model.scheduler, model.alphas_cumprod)
+            xt = sched.step(pred, step, xt).prev_sample
             if not timed:  # before the rest: the first step of the first batch
                 basis, timed = f"from one timed step of {xt.shape[0]} images, {steps} steps each", True
                 forecast_rest(f"sampling {n:,} images", time.perf_counter() - start, units, basis)
             bar.update(1)
-        xt = model.from_model_space(xt)
+        xt = model.space.decode(xt)
         out.append(((xt.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu())
     bar.close()
     model.train(was_training)
