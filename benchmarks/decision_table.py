@@ -51,24 +51,29 @@ def block(page: str) -> str:
     return f"{BEGIN}\n\n{render(PAGES[page])}\n\n{END}"
 
 
-def current(text: str) -> str | None:
-    """The marked block a page holds now, or None without markers."""
-    if BEGIN not in text or END not in text:
+def current(text: str, begin: str = BEGIN, end: str = END) -> str | None:
+    """The block a page holds now between the marker lines ``begin`` and ``end``, or None without them."""
+    if begin not in text or end not in text:
         return None
-    start = text.index(BEGIN)
-    return text[start : text.index(END, start) + len(END)]
+    start = text.index(begin)
+    return text[start : text.index(end, start) + len(end)]
+
+
+def rewrite(page: str, new: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the marked block of ``page`` (which must hold the markers already) with ``new``."""
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    old = current(text, begin, end)
+    if old is None:
+        raise SystemExit(f"{page} has no markers {begin} ... {end}")
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    print(f"wrote {begin} into {page}")
 
 
 def write() -> None:
     """Rewrite the block of every page (each must hold the markers already)."""
     for page in PAGES:
-        path = ROOT / page
-        text = path.read_text(encoding="utf-8")
-        old = current(text)
-        if old is None:
-            raise SystemExit(f"{page} has no decision-table markers ({BEGIN} ... {END})")
-        path.write_text(text.replace(old, block(page)), encoding="utf-8")
-        print(f"wrote the decision table into {page}")
+        rewrite(page, block(page))
 
 
 if __name__ == "__main__":

@@ -99,6 +99,23 @@ def test_the_decision_table_is_one_table_on_every_page_and_follows_the_catalogue
         assert f"`{options.method}` (the default for this family)" in rendered, name
 
 
+def test_detectors_md_holds_the_table_of_roses_declared_settings():
+    """docs/detectors.md holds exactly the table ``benchmarks.settings_table`` renders from ROSE's one
+    declaration of its settings: one row per setting, with its default and its option where it has one."""
+    from benchmarks import settings_table
+    from benchmarks.decision_table import ROOT as PAGES_ROOT
+    from benchmarks.decision_table import current
+
+    from roseood.settings import ROSE_SETTINGS
+
+    text = (PAGES_ROOT / settings_table.PAGE).read_text(encoding="utf-8")
+    shown = current(text, settings_table.BEGIN, settings_table.END)
+    assert shown == settings_table.block(), "rewrite it with python -m benchmarks.settings_table --write"
+    rows = [line for line in shown.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == [s.name for s in ROSE_SETTINGS]
+    assert "| `max_size` | `'auto'` | `--max-size` |" in shown
+
+
 def test_results_stays_a_summary():
     """docs/results.md holds headline tables only (issue 61: ≤ 300 lines); full tables go to docs/lab/."""
     lines = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text().splitlines()

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roseood.detectors import ROSE, Detector
-from roseood.detectors.adjustment import LikelihoodTrend, adjusted, check_adjust, column_names
+from roseood.detectors.adjustment import LikelihoodTrend, adjusted, column_names
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import seal
+from roseood.settings import check_adjust
 
 
 def _trend(raw: np.ndarray, loss: np.ndarray) -> LikelihoodTrend:

@@ -8,20 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from roseood import validation as v
-from roseood.catalogue import (
-    ADJUSTMENTS,
-    AGGREGATIONS,
-    DECISION_TPR,
-    DEFAULT_AGGREGATION,
-    FIT_COUNTS,
-    GALLERY,
-    ROSE_DEFAULTS,
-    ROWS,
-    add_pair_options,
-    family_counts,
-)
+from roseood.catalogue import DECISION_TPR, FIT_COUNTS, GALLERY, add_pair_options, family_counts
 from roseood.errors import RoseError
 from roseood.serialization import check_output
+from roseood.settings import ROSE_SETTING, ROSE_SETTINGS, Setting
 
 if TYPE_CHECKING:
     from roseood.models.base import RoseModel
@@ -115,8 +105,7 @@ def add_memory(p: argparse.ArgumentParser) -> None:
         "--memory",
         type=v.cli_type(_memory_size, str),
         metavar="SIZE",
-        help="peak memory ROSE may use, e.g. 4G or 500M: smaller batches, or a one-line refusal when one "
-        "image does not fit (default: what is in use plus half of the free RAM, or of the GPU's memory)",
+        help=ROSE_SETTING["memory"].help,
     )
 
 
@@ -340,33 +329,13 @@ def add_eval_args(p: argparse.ArgumentParser, in_help: str, several: str = "") -
 
 
 def add_rose_args(p: argparse.ArgumentParser) -> None:
-    """ROSE's own options: layers, aggregation, Fisher size, adjustment and a diffusion model's rows."""
-    p.add_argument(
-        "--layers",
-        help="ROSE layer set (VAE: encoder, decoder, all; Glow: invconv, all; "
-        "PixelCNN: all, first, last, body; gated PixelCNN: vertical, ...; "
-        "diffusion: all, weights, down, mid, up, and adapter, the default with a LoRA adapter; any model: "
-        "last:N, its last N layers in forward order; `rose check-model` lists a model's sets)",
-    )
-    p.add_argument(
-        "--aggregate",
-        metavar="NAME[:k=v,...]",
-        help=f"how ROSE combines layer scores: {_aggregations()}; e.g. relu-norm:beta=3 or gmm:k=4",
-    )
-    p.add_argument(
-        "--max-size",
-        metavar="SIZE",
-        help="largest saved ROSE Fisher, e.g. 150M: the layers with the largest eigenbases fall back to "
-        "diagonal Fishers until it fits; auto: the layers' own weights or 128 MiB, whichever is "
-        f"more; none: no bound (default: {ROSE_DEFAULTS['max_size']})",
-    )
-    p.add_argument(
-        "--adjust",
-        choices=ADJUSTMENTS,
-        help="beyond the paper: nll divides each ROSE layer score by its in-distribution trend in the "
-        "image's −log p(x); both aggregates raw and adjusted layer scores "
-        f"(default: {ROSE_DEFAULTS['adjust']}, the paper)",
-    )
+    """ROSE's own options, one per setting declared with a ``flag`` (``roseood.settings``; unset: the
+    method's own), and a diffusion model's (timestep, noise) pairs and condition."""
+    for setting in ROSE_SETTINGS:
+        if setting.flag:
+            p.add_argument(
+                setting.option, choices=setting.choices, metavar=setting.metavar, help=_option_help(setting)
+            )
     add_pair_options(p, trained=False)
     p.add_argument(
         "--condition",
@@ -377,28 +346,15 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
         "text-conditioned ones (Stable Diffusion folders): prompt:TEXT, p(x | TEXT) (unset: the empty "
         "prompt); recorded in the detector file",
     )
-    p.add_argument(
-        "--rows",
-        choices=ROWS,
-        help="beyond the paper, for a diffusion model's K (timestep, noise) pairs: each scores every "
-        "(image, pair) row's own gradient, one ROSE column per layer and timestep; bands sums each row's "
-        f"layers, one column per timestep, against the images' Fisher (default: {ROSE_DEFAULTS['rows']}, the "
-        "gradient of the image's summed loss)",
-    )
 
 
-def _aggregations() -> str:
-    """The built-in aggregations with their parameters, the default marked: for ``--help``."""
-
-    def one(name: str) -> str:
-        params = [*(["default"] if name == DEFAULT_AGGREGATION else []), *AGGREGATIONS[name]]
-        return f"{name} ({', '.join(params)})" if params else name
-
-    return ", ".join(one(name) for name in AGGREGATIONS)
+def _option_help(setting: Setting) -> str:
+    """A setting's help with its default, which the option itself leaves unset (the method's own)."""
+    return setting.help if setting.default is None else f"{setting.help} (default: {setting.default})"
 
 
 # given to every method whose detector takes them
-DETECTOR_OPTIONS = ("layers", "aggregate", "adjust", "max_size", "rows")
+DETECTOR_OPTIONS = tuple(s.name for s in ROSE_SETTINGS if s.flag)
 
 
 def in_data_arg(args: argparse.Namespace, model: RoseModel) -> str:

@@ -14,19 +14,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from roseood.catalogue import ADJUSTMENTS
 from roseood.detectors.aggregation import log_scores
 from roseood.errors import CheckpointError, DataError, RoseError
 from roseood.integrity import tensor
 
 _MAX_LOG = float(np.log(np.finfo(np.float64).max))  # larger log-ratios saturate instead of overflowing
-
-
-def check_adjust(adjust: str) -> str:
-    """``adjust`` itself if it names an adjustment, else a clear error."""
-    if adjust not in ADJUSTMENTS:
-        raise RoseError(f"unknown ROSE adjustment {adjust!r}; choose from {', '.join(ADJUSTMENTS)}")
-    return adjust
 
 
 class LikelihoodTrend:

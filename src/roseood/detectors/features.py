@@ -22,22 +22,9 @@ from torch import Tensor
 
 from roseood.contracts import ImageStatistics, RowsModel
 from roseood.detectors.compression import compressed_bits, to_uint8
-from roseood.errors import DataError, RoseError
+from roseood.errors import DataError
 
-FEATURES = ("layers", "stats", "complexity")
 COMPLEXITY_COLUMN = "png_bits_per_dim"  # the name of the column ``complexity`` adds
-
-
-def check_features(features: str) -> str:
-    """``features`` itself if it is a comma-separated list of ``FEATURES`` that includes ``layers`` (in
-    that order, each once), else a one-line error."""
-    names = [f.strip() for f in str(features).split(",")]
-    if names[:1] != ["layers"] or any(n not in FEATURES for n in names) or len(set(names)) != len(names):
-        raise RoseError(
-            f"features must be 'layers' followed by any of stats, complexity (comma-separated), got "
-            f"{features!r}"
-        )
-    return ",".join(n for n in FEATURES if n in names)
 
 
 def extra_columns(

@@ -7,18 +7,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
-from roseood.catalogue import ROSE_DEFAULTS, ROWS
 from roseood.contracts import RowsModel
 from roseood.curvature import FISHERS, Fisher, LayerShape, make_fisher
-from roseood.detectors.adjustment import check_adjust
 from roseood.detectors.aggregation import Aggregation, make_aggregation
-from roseood.detectors.features import check_features
 from roseood.errors import RoseError, shown
 from roseood.memory import format_size, parse_size
 from roseood.models.base import RoseModel
-from roseood.validation import check_float, check_seed
-
-SIZE_WORDS = ("auto", "none")
+from roseood.settings import ROSE_DEFAULTS, ROSE_SETTING
 
 
 @dataclass(frozen=True)
@@ -26,24 +21,9 @@ class FisherArguments:
     """What decides a ROSE's fitted Fishers besides the model's weights and the fit images: the Fisher
     kind, the layers (resolved names), damping and ``rcond``, the rows they are fitted on ("each": every
     row's gradient, else each image's summed one), the loss (stochastic, seed) and the batches (``memory``,
-    ``batch_size``: they change the float sums a little). ROSEs with equal ones share one fit.
-
-    ``damping`` is added to the Fisher's (eigen)values before inverting. ``rcond`` (KFAC/EKFAC layers,
-    as in ``numpy.linalg.pinv``): eigen-directions whose eigenvalue is at most ``rcond`` × the sum of the
-    eigenvalues are taken as not spanned by the fit images, and in them a gradient component counts
-    only beyond its own rounding (``roseood.curvature.kronecker.KFAC.unspanned_level``); None (default):
-    the fit gradients' rounding level, decided at fit and saved; 0: every direction counts in full.
-    ``stochastic=True`` samples the latent (VAE) or the dequantisation noise (Glow) instead of the
-    deterministic loss the authors used, per image from ``seed`` and the image (``roseood.randomness``).
-    ``batch_size`` counts rows of the model's loss: a model whose loss runs each image several times
-    (a diffusion model's K pairs, ``rows_per_input``) gets ``batch_size // K`` images per batch, so
-    memory does not grow with K. ``memory`` (bytes or a size such as ``"4G"``; default: see
-    ``roseood.curvature.memory``) bounds the peak memory of fitting and scoring: batches shrink to fit
-    it, and a run that cannot fit is refused before it starts. ``max_size`` bounds the saved Fishers
-    (bytes or a size): layers whose Fisher would not fit fall back to ``diag``, those with the largest
-    eigenbases first; ``"auto"``: the chosen layers' own weights (float32) or 128 MiB, whichever is more;
-    None (or ``"none"``): no bound. The choice per layer is in ``FittedFishers.kinds`` and the saved file.
-    """
+    ``batch_size``: they change the float sums a little). ROSEs with equal ones share one fit. What each
+    setting means, its default and its check: ``roseood.settings.ROSE_SETTINGS``; the choice of Fisher
+    per layer that ``max_size`` makes is in ``FittedFishers.kinds`` and the saved file."""
 
     fisher: str = ROSE_DEFAULTS["fisher"]
     layers: tuple[str, ...] = ()
@@ -57,19 +37,10 @@ class FisherArguments:
     batch_size: int = ROSE_DEFAULTS["batch_size"]
 
     def __post_init__(self) -> None:
+        checked(self)
         FISHERS.get(self.fisher)  # an unknown kind: the registry's one-line refusal, naming the kinds
-        check_float(self.damping, "damping", low=0.0)
-        if self.rcond is not None:
-            check_float(self.rcond, "rcond", low=0.0, high=1.0)
         if self.rows not in ("sum", "each"):
             raise RoseError(f"a Fisher is fitted on rows 'sum' or 'each', got {shown(self.rows)}")
-        check_seed(self.seed)
-        if isinstance(self.max_size, str) and self.max_size.lower() in SIZE_WORDS:
-            object.__setattr__(self, "max_size", None if self.max_size.lower() == "none" else "auto")
-        elif self.max_size is not None:
-            parse_size(self.max_size, "max_size")
-        if self.memory is not None:
-            object.__setattr__(self, "memory", parse_size(self.memory))
 
     def make(self, kind: str) -> Fisher:
         """A fresh Fisher of ``kind`` with these damping and ``rcond``."""
@@ -111,23 +82,8 @@ class ScoreArguments:
     """How a ROSE's raw layer scores become one score, all fitted on held-out in-distribution images:
     the rows scored (``sum``, ``each`` or ``bands``), the aggregation (``name[:k=v,...]`` with the paper's
     ``beta`` and ``p``), the likelihood adjustment, the extra features, and the share of ``fit``'s images
-    held out when no ``held_out`` is given.
-
-    ``aggregate`` names how layer scores become one score, ``name[:k=v,...]`` (``relu-norm``, the
-    paper's, with ``beta`` and ``p``; ``max-z``; ``log-z``; ``two-sided``; ``gaussian``; ``gmm:k=3``).
-    ``adjust`` (beyond the paper; ``roseood.detectors.adjustment``): ``nll`` divides each layer score by
-    its in-distribution trend in the image's loss, ``both`` aggregates the raw and the adjusted layer
-    scores together. ``features`` (beyond the paper; ``roseood.detectors.features``): what the
-    aggregation judges besides the layer scores, ``layers`` (default) plus any of ``stats`` (the model's
-    own statistics of the image) and ``complexity`` (its compressed length).
-    ``rows`` (beyond the paper), for a model whose loss runs each image K times (a diffusion model's K
-    (timestep, noise) pairs): ``"sum"`` (default) differentiates the image's summed loss; ``"each"`` scores
-    every (image, pair) row's own gradient against the Fisher of all rows, giving K columns per layer
-    (``layer@t``), each z-normalised on its own, that the aggregation takes together; ``"bands"`` scores
-    every row's gradient against the Fisher of the images' summed gradients (``"sum"``'s, so it shares
-    ``rose-ekfac``'s fit) and sums the layers, one column per timestep (``layers@t``): the model's whole
-    block-diagonal ROSE score at each timestep band, few enough columns for a density to judge.
-    """
+    held out when no ``held_out`` is given. What each setting means, its default and its check:
+    ``roseood.settings.ROSE_SETTINGS``."""
 
     rows: str = ROSE_DEFAULTS["rows"]
     aggregate: str = ROSE_DEFAULTS["aggregate"]
@@ -138,16 +94,8 @@ class ScoreArguments:
     stats_fraction: float = ROSE_DEFAULTS["stats_fraction"]
 
     def __post_init__(self) -> None:
-        if self.rows not in ROWS:
-            raise RoseError(f"rows must be one of {', '.join(ROWS)}, got {shown(self.rows)}")
-        check_float(self.p, "p", low=1.0, allow_inf=True)
-        for b in self.beta if isinstance(self.beta, tuple) else [self.beta]:
-            check_float(b, "beta")
-        if not 0.0 < check_float(self.stats_fraction, "stats_fraction") < 1.0:
-            raise RoseError(f"stats_fraction must lie in (0, 1), got {self.stats_fraction}")
-        check_adjust(self.adjust)
-        check_features(self.features)
-        self.aggregation()  # refuses a bad name or parameter now, not at fit
+        checked(self)
+        self.aggregation()  # refuses a bad name or parameter now, not at fit (the registry's check)
 
     def aggregation(self) -> Aggregation:
         """A fresh, unfitted aggregation of these settings (``beta`` and ``p`` passed only when set)."""
@@ -157,6 +105,15 @@ class ScoreArguments:
 
 
 View = TypeVar("View", FisherArguments, ScoreArguments)
+
+
+def checked(arguments: FisherArguments | ScoreArguments) -> None:
+    """Each field of a view of ROSE's settings checked by its declared check (``roseood.settings``),
+    keeping the value it gives (``max_size``'s words, ``memory`` in bytes); a bad one refused in one line."""
+    for f in fields(arguments):
+        check = ROSE_SETTING[f.name].check if f.name in ROSE_SETTING else None
+        if check is not None:
+            object.__setattr__(arguments, f.name, check(getattr(arguments, f.name)))
 
 
 def view(cls: type[View], source: Any, **given: Any) -> View:

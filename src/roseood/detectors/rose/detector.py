@@ -13,7 +13,6 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.catalogue import ROSE_DEFAULTS
 from roseood.contracts import RowsModel, rows_per_input
 from roseood.curvature import (
     FISHERS,
@@ -45,6 +44,7 @@ from roseood.models.wrap import LossFn, wrap
 from roseood.progress import note
 from roseood.randomness import per_input_seed
 from roseood.serialization import array_digest
+from roseood.settings import ROSE_DEFAULTS
 
 STATE_VERSION = 2  # 2: compact Fisher states (Householder eigenbases, float32 eigenvalues)
 
@@ -59,9 +59,8 @@ class ROSE(Detector):
     or any image ``nn.Module`` together with ``loss_fn`` (its per-sample −log p(x), shape (N,)), which
     ROSE wraps itself (for non-image inputs, wrap it first). ``fisher``: ekfac (paper default), kfac,
     diag or dense; ``layers``: a named layer set of the model (e.g. "encoder", "invconv", "all") or a
-    list of module names; ``damping``, ``rcond``, ``stochastic``, ``seed``, ``batch_size``, ``memory``,
-    ``max_size``: see ``FisherArguments``. ``aggregate`` (with ``beta`` and ``p``), ``adjust``,
-    ``features``, ``rows``, ``stats_fraction``: see ``ScoreArguments``. Degenerate fits (ties,
+    list of module names; every setting's meaning, default and check: ``roseood.settings.ROSE_SETTINGS``
+    (``FisherArguments`` and ``ScoreArguments`` group them). Degenerate fits (ties,
     exploding or constant layer scores) raise a ``DegenerateFitWarning`` at fit time and are kept in
     ``fit_warnings_``; non-finite layer scores are refused in one line, at fit and when scoring.
     """
@@ -81,7 +80,7 @@ class ROSE(Detector):
         *,
         loss_fn: LossFn | None = None,
         fisher: str = ROSE_DEFAULTS["fisher"],
-        layers: str | list[str] | None = None,
+        layers: str | list[str] | None = ROSE_DEFAULTS["layers"],
         damping: float = ROSE_DEFAULTS["damping"],
         rcond: float | None = ROSE_DEFAULTS["rcond"],
         beta: float | list[float] = ROSE_DEFAULTS["beta"],
