@@ -6,7 +6,6 @@ registries stay the one plug-in pattern, and a name read from a file is still lo
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,25 +65,7 @@ DECISION_TPR = 0.95
 # ROSE(rows=...): what a diffusion model's K (timestep, noise) rows per image give
 ROWS = ("sum", "each", "bands")
 ADJUSTMENTS = ("none", "nll", "both")  # ROSE(adjust=...), roseood.detectors.adjustment
-# ROSE's settings' defaults, declared here once: ROSE's keywords and its two typed views
-# (roseood.detectors.rose.arguments: what each means) take them, and `rose --help` states them
-ROSE_DEFAULTS: dict[str, Any] = {
-    "fisher": "ekfac",
-    "damping": 1e-8,
-    "rcond": None,
-    "rows": "sum",
-    "stochastic": False,
-    "seed": 0,
-    "max_size": "auto",
-    "memory": None,
-    "batch_size": 64,
-    "aggregate": DEFAULT_AGGREGATION,
-    "beta": 0.0,
-    "p": math.inf,
-    "adjust": "none",
-    "features": "layers",
-    "stats_fraction": 0.2,
-}
+# ROSE's settings (name, default, help, check): roseood.settings.ROSE_SETTINGS
 GALLERY = 8  # images shown at each end of a set in a report
 # roseood.data.preprocess: how an image of another size is brought to S×S
 RESIZE_METHODS = ("crop", "stretch")
