@@ -111,7 +111,7 @@ def check_features(features: str) -> str:
             f"features must be 'layers' followed by any of stats, complexity (comma-separated), got "
             f"{features!r}"
         )
-    return ",".join(n for n in FEATURES if n in names)
+    return features
 
 
 def _aggregations() -> str:
