@@ -127,3 +127,18 @@ def test_the_detecting_commands_offer_each_flagged_setting_with_its_declared_hel
             assert action.option_strings == [s.option] and action.default is None, (command, s.name)
             assert action.choices == s.choices and action.help.startswith(s.help), (command, s.name)
             assert s.default is None or action.help.endswith(f"(default: {s.default})"), (command, s.name)
+
+
+def test_every_rose_method_presets_declared_settings_to_values_their_checks_accept() -> None:
+    """A ROSE method (``rose-bands``, ``rose-gmm-stats``, ...) is ROSE with some declared settings
+    preset: each preset names one and passes its check, so a new preset cannot name a setting that
+    does not exist."""
+    from roseood.detectors import METHODS, ROSE
+    from roseood.settings import ROSE_SETTING
+
+    presets = {name: m.kwargs for name, m in METHODS.items() if m.cls is ROSE}
+    assert {"rose-ekfac", "rose-bands-stats", "rose-gmm-all"} <= set(presets)
+    for name, kwargs in presets.items():
+        for key, value in kwargs.items():
+            check = ROSE_SETTING[key].check
+            assert check is None or check(value) == value, (name, key)
