@@ -1,7 +1,7 @@
 """Every ``bash`` and ``python`` block of the task guides runs as written, on tiny data (sizes shrunk by
 ``tests.recipes.TINY``), in page order in one folder, so a page cannot go stale silently; a block that
 cannot run here carries ``<!-- not run: REASON -->`` on the line before it. README.md's blocks are run by
-tests/test_readme.py."""
+tests/test_readme.py, but for its zoo commands: getting-started.md's, run (and checked) here."""
 
 from __future__ import annotations
 
@@ -172,6 +172,11 @@ def test_every_block_runs_or_says_why_not(page, folder, monkeypatch, capsys):
             if str(ROOT / "examples") in str(getattr(sys.modules[name], "__file__", "")):
                 del sys.modules[name]
     assert Path(os.getcwd()) == folder
+    if page == "docs/getting-started.md":  # README.md's zoo commands too (tests/test_readme.py)
+        scores = Path("photo_scores.csv").read_text().splitlines()  # every image rose demo wrote
+        assert scores[0] == "index,file,label,score,ood" and len(scores) == 1 + len(
+            list(Path("photos").iterdir())
+        )
 
 
 def _run_page(page: str, capsys) -> None:
