@@ -130,6 +130,7 @@ def worker(folder: Path) -> None:
         torch.save(latent, folder / "latent-two.pt")
     distributed.barrier()  # both ranks' work is done and saved
     (folder / f"done-{os.environ['RANK']}").touch()  # this rank's work ended (see explain)
+    sys.stdout.flush()  # the lines the test counts, before torchrun ends this process below
     # a failing rank: rank 1 raises while rank 0 waits for it in a fit's collective; torchrun ends both
     if distributed.rank() == 1:
         (folder / "failed").touch()
