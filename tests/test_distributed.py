@@ -1,8 +1,10 @@
 """torchrun, 2 CPU processes (gloo): fit and scores equal 1 process (a VAE, a latent diffusion model, a
-DiT and a Stable Diffusion folder's LoRA), DDP training resumes, failures end it.
+DiT and a Stable Diffusion folder's LoRA), DDP training resumes, a failing rank ends the job.
 
 The test launches this very file under ``python -m torch.distributed.run``; run as a script it is the
-worker (see ``worker``), which writes what rank 0 saw for the test to compare with a 1-process run.
+worker (see ``worker``), which writes what rank 0 saw for the test to compare with a 1-process run, then
+fails on rank 1. One job for both: each launch starts three Python processes that import torch (about
+9 s of CPU).
 """
 
 from __future__ import annotations
@@ -95,15 +97,10 @@ def latent_fit_and_score(folder: Path) -> dict[str, dict[str, object]]:
     return out
 
 
-def worker(mode: str, folder: Path) -> None:
-    """One process of the torchrun job (mode ``rose`` or ``fail``)."""
+def worker(folder: Path) -> None:
+    """One process of the torchrun job: the work the test compares with one process, then a failure."""
     assert distributed.init(timeout_s=60) and distributed.world() == 2
     model, x = tiny_setup()
-    if mode == "fail":
-        if distributed.rank() == 1:
-            raise RoseError("injected failure on rank 1")
-        ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], held_out=x[24:])  # waits for rank 1
-        return
     result = fit_and_score(model, x)
     if distributed.is_main():
         torch.save(result, folder / "two.pt")
@@ -131,24 +128,29 @@ def worker(mode: str, folder: Path) -> None:
     latent = latent_fit_and_score(folder)
     if distributed.is_main():
         torch.save(latent, folder / "latent-two.pt")
-    distributed.barrier()  # leave together: a process exiting with gloo's threads alive may abort
-    distributed.shutdown()
-    (folder / f"done-{os.environ['RANK']}").touch()  # this rank's work and teardown ended (see explain)
+    distributed.barrier()  # both ranks' work is done and saved
+    (folder / f"done-{os.environ['RANK']}").touch()  # this rank's work ended (see explain)
+    sys.stdout.flush()  # the lines the test counts, before torchrun ends this process below
+    # a failing rank: rank 1 raises while rank 0 waits for it in a fit's collective; torchrun ends both
+    if distributed.rank() == 1:
+        (folder / "failed").touch()
+        raise RoseError("injected failure on rank 1")
+    ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], held_out=x[24:])
 
 
-def launch(mode: str, folder: Path) -> subprocess.CompletedProcess[str]:
+def launch(folder: Path) -> subprocess.CompletedProcess[str]:
     src = str(Path(roseood.__file__).resolve().parents[1])
     env = os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     env |= {"OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    cmd += [__file__, mode, str(folder)]
+    cmd += [__file__, str(folder)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 def explain(run: subprocess.CompletedProcess[str], folder: Path) -> str:
-    """Why a job failed, for the assertion message: which ranks got through their work and teardown (a
-    crash after that is one at interpreter exit), and stderr without the warnings, so a rank's own error
-    is not cut off by torchrun's summary."""
+    """Why a job failed otherwise than by its injected failure, for the assertion message: which ranks got
+    through their work, and stderr without the warnings, so a rank's own error is not cut off by
+    torchrun's summary."""
     done = sorted(p.name for p in folder.glob("done-*"))
     lines, keep = run.stderr.splitlines(), []
     for i, line in enumerate(lines):
@@ -188,10 +190,14 @@ def read_csv(path: Path) -> list[list[str]]:
         return list(csv.reader(f))
 
 
-def test_two_processes_fit_score_and_train_like_one(tmp_path):
+def test_two_processes_fit_score_and_train_like_one_and_a_failing_rank_ends_the_job(tmp_path):
     write_inputs(tmp_path)
-    run = launch("rose", tmp_path)
-    assert run.returncode == 0, explain(run, tmp_path)
+    run = launch(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("done-*")) == ["done-0", "done-1"], explain(run, tmp_path)
+    # then rank 1 failed while rank 0 waited for it: the job ends with rank 1's error, well before the
+    # 60 s collective timeout would have ended rank 0's wait
+    assert run.returncode != 0 and "injected failure on rank 1" in run.stderr, explain(run, tmp_path)
+    assert time.time() - (tmp_path / "failed").stat().st_mtime < TIMEOUT_S / 2
     # DDP training: rank 0 wrote one checkpoint per epoch, printed once per command, and resumed
     ts = torch.load(tmp_path / "vae.pt", weights_only=False)["train_state"]
     assert ts["epoch"] == 2 and len(ts["history"]) == 2 and np.isfinite(ts["history"][-1]["loss_nats"])
@@ -252,20 +258,5 @@ def test_two_processes_fit_score_and_train_like_one(tmp_path):
         np.testing.assert_allclose(b["scores"], a["scores"], rtol=tol, atol=tol * scale, err_msg=name)
 
 
-def test_a_failing_rank_ends_the_job_with_its_error(tmp_path):
-    t0 = time.time()
-    run = launch("fail", tmp_path)
-    assert run.returncode != 0
-    assert "injected failure on rank 1" in run.stderr
-    assert time.time() - t0 < TIMEOUT_S / 2
-
-
 if __name__ == "__main__":
-    worker(sys.argv[1], Path(sys.argv[2]))
-    # The work and the process group's teardown are done and checked through files; gloo's threads can
-    # still abort the interpreter's own exit (SIGABRT, "terminate called without an active exception",
-    # seen once in three CI runs on 2026-11-28 after both ranks had written done-*), which is torch's
-    # teardown, not what this test checks.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    worker(Path(sys.argv[1]))

@@ -1,6 +1,7 @@
 """README.md says what runs: its set-up matches CI, its commands parse, and its command-line and Python
 examples run as written (their sizes shrunk to a tiny data folder by ``tests.recipes.tiny``, as the task
-guides' blocks are)."""
+guides' blocks are). Its zoo commands are getting-started.md's, word for word: tests/test_recipes.py runs
+them there (a DDPM fit and scoring, about 19 s of CPU), and this file checks that they stay the same."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from PIL import Image
 
 from roseood.cli import build_parser, main
-from tests.recipes import tiny, tiny_folders
+from tests.recipes import blocks, commands, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -90,23 +91,30 @@ def readme_dir(tmp_path, monkeypatch):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.setenv("ROSEOOD_DATA", str(data))
     monkeypatch.chdir(tmp_path)
-    tiny_folders(monkeypatch)
     return tmp_path
+
+
+def test_the_zoo_commands_are_getting_starteds():
+    """README's zoo commands are a block of getting-started.md that tests/test_recipes.py runs, word for
+    word (comments aside): run there once, checked there (every image ``rose demo`` wrote is scored)."""
+    zoo = _blocks("Command line", "bash")[0]
+    argv = [shlex.split(line, comments=True) for line in commands(zoo)]
+    run = [b for b in blocks("docs/getting-started.md") if b.language == "bash" and b.not_run is None]
+    assert argv in [[shlex.split(line, comments=True) for line in commands(b.code)] for b in run]
+    for args in argv:
+        assert args[0] == "rose"
+        build_parser(args[1:]).parse_args(args[1:])
 
 
 def test_command_line_and_python_examples_run(readme_dir, capsys):
     python = _block("Python", "python")
     assert len([line for line in python.splitlines() if line.strip()]) <= 14, "a ~10-line example"
-    zoo, own = _blocks("Command line", "bash")
-    for line in tiny(zoo + own).splitlines():
+    _, own = _blocks("Command line", "bash")  # the zoo's: test_the_zoo_commands_are_getting_starteds
+    for line in tiny(own).splitlines():
         argv = shlex.split(line, comments=True)
         assert argv[0] == "rose"
         assert main(argv[1:]) == 0, line
     assert "usable" in capsys.readouterr().out
-    photos = (readme_dir / "photo_scores.csv").read_text().splitlines()  # every image rose demo wrote
-    assert photos[0] == "index,file,label,score,ood" and len(photos) == 1 + len(
-        list(Path("photos").iterdir())
-    )
     scores = (readme_dir / "my_scores.csv").read_text().splitlines()
     assert scores[0] == "index,file,label,score,ood" and len(scores) == 11
     assert (readme_dir / "my_report" / "report.md").exists()

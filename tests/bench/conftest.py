@@ -3,6 +3,8 @@ of tiny stand-in DDPMs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.bench.smoke import FULL, RUN, TABLES_WITH_SCORES, Smoke, run_group
@@ -25,21 +27,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("table", [n for n in group if n in TABLES_WITH_SCORES])
 
 
-@pytest.fixture
-def tiny_zoo(tmp_path, monkeypatch):
-    """A zoo of tiny stand-ins for the Fashion-MNIST DDPMs (same names, checksummed), as ROSEOOD_ZOO."""
+@pytest.fixture(scope="session")
+def tiny_zoo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A zoo of tiny stand-ins for the Fashion-MNIST DDPMs (same names, checksummed), exported once per
+    worker: the tests read it (a changed file would fail its checksum), six of them."""
     import torch
 
     from roseood.models.diffusion import DiffusionModel, export_diffusers
     from roseood.models.zoo import write_checksums
 
+    zoo = tmp_path_factory.mktemp("zoo")
     for seed in range(3):
         torch.manual_seed(seed)
         model = DiffusionModel(in_channels=1, image_size=32, widths=(8, 16), denoising={"k": 2})
-        export_diffusers(model, tmp_path / "zoo" / f"ddpm-fmnist-s{seed}")
-    write_checksums(tmp_path / "zoo")
-    monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path / "zoo"))
-    return tmp_path / "zoo"
+        export_diffusers(model, zoo / f"ddpm-fmnist-s{seed}")
+    write_checksums(zoo)
+    return zoo
+
+
+@pytest.fixture
+def tiny_zoo(tiny_zoo_folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tiny_zoo_folder`` as ROSEOOD_ZOO."""
+    monkeypatch.setenv("ROSEOOD_ZOO", str(tiny_zoo_folder))
+    return tiny_zoo_folder
 
 
 @pytest.fixture
