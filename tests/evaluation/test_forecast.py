@@ -83,7 +83,10 @@ def test_a_rose_fit_is_forecast_from_its_stages() -> None:
     assert settled.fit(100, 40) == pytest.approx(60 * 0.5 + 100 * 0.125 + 3.0 + 40 * 0.25)
     assert settled.fit(50, 40) == stages.fit(50, 40)
     line = settled.basis()
-    assert "timed on 8 images: the Fisher's passes 500 + 125 ms per image (the first on 60 at most)" in line
+    assert (
+        "timed on 8 images: the Fisher's passes 500 ms + 125 ms per image (the first on 60 at most)" in line
+    )
+    assert "+ 3 s, the layer scores 250 ms per image" in line
 
 
 def test_the_first_pass_is_forecast_to_stop_where_ekfac_stops_it() -> None:

@@ -34,12 +34,17 @@ class StageSeconds:
 
     def basis(self) -> str:
         """What the forecast rests on, for its line."""
-        ms = " + ".join(f"{s * 1000:.3g}" for s in self.passes)
+        passes = " + ".join(_seconds(s) for s in self.passes)
         settled = f" (the first on {self.first_pass} at most)" if self.first_pass is not None else ""
         return (
-            f"timed on {self.images} images: the Fisher's passes {ms} ms per image{settled} + "
-            f"{self.fixed:.2g} s, the layer scores {self.scoring * 1000:.3g} ms per image"
+            f"timed on {self.images} images: the Fisher's passes {passes} per image{settled} + "
+            f"{_seconds(self.fixed)}, the layer scores {_seconds(self.scoring)} per image"
         )
+
+
+def _seconds(s: float) -> str:
+    """``0.5`` as "500 ms", ``9.31`` as "9.31 s"."""
+    return f"{s * 1000:.3g} ms" if s < 1 else f"{s:.3g} s"
 
 
 def stage_seconds(det: ROSE, images: Tensor) -> StageSeconds:
