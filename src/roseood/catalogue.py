@@ -42,6 +42,7 @@ METHODS = (
     "rose-two-sided",
     "rose-bands",
     "rose-bands-stats",
+    "rose-bands-stats-diag",
     "rose-bands-stats-last4",
     "denoising",
     "msma",

@@ -32,6 +32,10 @@ BAND_METHODS = {
     "rose-bands": {"rows": "bands", "aggregate": "gmm:k=auto"},
     "rose-bands-stats": {"rows": "bands", "aggregate": "gmm:k=auto", "features": "layers,stats"},
 }
+# the DDPM default on diagonal Fishers: one Fisher pass, scoring without EKFAC's rotation, a detector file
+# the size of the weights; an option, its AUROC against the default's in docs/diffusion.md ("Diagonal
+# Fishers for the DDPM default")
+DIAG_BANDS_METHODS = {"rose-bands-stats-diag": BAND_METHODS["rose-bands-stats"] | {"fisher": "diag"}}
 # the DDPM default over the denoiser's last 4 layers, about one DiffPath image per image: an option, its
 # AUROC against the default's in docs/diffusion.md ("What a score costs")
 LAST_LAYERS_METHODS = {"rose-bands-stats-last4": BAND_METHODS["rose-bands-stats"] | {"layers": "last:4"}}
@@ -40,6 +44,7 @@ register_detector(
     {f"rose-{fisher}": {"fisher": fisher} for fisher in reversed(FISHERS.names())}
     | NEAR_OOD_METHODS
     | BAND_METHODS
+    | DIAG_BANDS_METHODS
     | LAST_LAYERS_METHODS,
 )
 
