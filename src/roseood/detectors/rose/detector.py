@@ -120,8 +120,7 @@ class ROSE(Detector):
         self.extra_columns_: list[str] = []
         self.mean_: Tensor | None = None  # the held-out layer scores' mean and spread (z-scores)
         self.std_: Tensor | None = None
-        # each Fisher pass's seconds in its batches and in its end (the sums reduced, eigendecompositions)
-        self.fisher_seconds_: list[tuple[float, float]] = []
+        self.fisher_seconds_: list[tuple[float, float]] = []  # each Fisher pass's batches', its end's
         self._probed: dict[torch.device, tuple[dict[str, LayerShape], int]] = {}
         self._stated: set[int] = set()  # the images per batch stated so far
 
@@ -327,8 +326,7 @@ class ROSE(Detector):
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             start = time.perf_counter()
             with closing(iter_batches(x, plan.images, desc)) as batches:
-                stream = partial(self._stream, rows=arguments.rows)
-                fisher_pass(pending, batches, pass_index, store, stream)
+                fisher_pass(pending, batches, pass_index, store, partial(self._stream, rows=arguments.rows))
             if pass_index == 0 and self.progress and (line := settled_line(self.fisher, pending, len(x))):
                 note(line)
             ended = time.perf_counter()
