@@ -139,7 +139,7 @@ def phase(name: str, args: argparse.Namespace) -> dict[str, Any]:
         fit, held = images(args.fit, 1), images(args.held_out, 2)
         what = f"fitting on {args.fit} + {args.held_out} images"
         det = ROSE(model, fisher=args.fisher, batch_size=args.k, progress=True)
-        forecast_fit(det, fit[:1].numpy(), args.fit, args.held_out, what)
+        forecast_fit(det, 1, fit[:1].numpy(), args.fit, args.held_out, what)
         start = time.perf_counter()
         det.fit(fit, held_out=held)
         out["fit_s"] = time.perf_counter() - start

@@ -180,6 +180,18 @@ class CountsEvaluations(Protocol):
 
 
 @runtime_checkable
+class TimesItsStages(Protocol):
+    """A detector that times its own fit's stages on a batch of images before the fit (ROSE: its Fisher's
+    passes and layer scores), so that a forecast counts what it will do rather than loss passes."""
+
+    def stage_seconds(self, images: Any) -> Any:
+        """Seconds of each stage, timed on one of its batches of ``images`` by an unfitted copy
+        (``roseood.detectors.rose.cost.StageSeconds``: ``fit(fisher_images, held_out)``, ``scoring``,
+        ``basis()``); the detector itself is left as it was."""
+        ...
+
+
+@runtime_checkable
 class SharesFishers(Protocol):
     """A detector whose fitted Fishers another one with equal ``fisher_arguments``, on the same weights
     and images, can take instead of fitting its own (ROSE's variants in one ``rose evaluate``)."""

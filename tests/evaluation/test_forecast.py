@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from roseood.detectors import make_detector
+from roseood.detectors import ROSE, make_detector
 from roseood.detectors.rose.cost import StageSeconds
 from roseood.evaluation.evaluate import evaluate, fit_calibrated
 from roseood.evaluation.forecast import forecast_fit, loss_seconds
@@ -55,7 +55,7 @@ def test_timing_leaves_rng_gradients_and_detector_alone(
     images = np.random.default_rng(0).integers(0, 256, (8, 1, 32, 32), dtype=np.uint8)
     torch.manual_seed(5)
     before = torch.get_rng_state()
-    forecast_fit(det, images, 1000, 200, "fitting on 1200 images")
+    forecast_fit(det, 1, images, 1000, 200, "fitting on 1200 images")
     assert torch.equal(torch.get_rng_state(), before)
     assert all(p.grad is None for p in model.parameters())
     assert not det.fitted_ and getattr(det, "fishers_", None) is None
@@ -147,7 +147,7 @@ def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
 
     forecasts = importlib.import_module("roseood.evaluation.forecast")
     said: list[float] = []
-    monkeypatch.setattr(forecasts, "stage_seconds", lambda det, x: StageSeconds((1.0,), None, 10.0, 0.5, 8))
+    monkeypatch.setattr(ROSE, "stage_seconds", lambda self, x: StageSeconds((1.0,), None, 10.0, 0.5, 8))
     monkeypatch.setattr(forecasts, "forecast", lambda what, seconds, basis="": said.append(seconds))
     model = tiny_vae()
     fit, tested = load_fit_images(spec, model), [load_fit_images(spec, model)]

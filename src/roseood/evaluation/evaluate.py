@@ -97,7 +97,9 @@ def fit_calibrated(
     if resolve(progress):
         n_fisher = fisher_count(spec, len(fit))
         what = f"fitting {method} on {len(fit)} images"
-        forecast_fit(det, fit.images[: spec.batch_size], n_fisher, len(fit) - n_fisher, what)
+        forecast_fit(
+            members[0], len(models), fit.images[: spec.batch_size], n_fisher, len(fit) - n_fisher, what
+        )
     fit_detector(det, fit, spec)
     held_out = fit.images[fisher_count(spec, len(fit)) :]
     det.calibrate(None if det.held_out_scores_ is not None else held_out, tpr=tpr)

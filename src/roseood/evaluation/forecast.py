@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 from roseood import distributed
-from roseood.contracts import CountsEvaluations, SharesFishers, rows_per_input
+from roseood.contracts import CountsEvaluations, SharesFishers, TimesItsStages, rows_per_input
 from roseood.curvature.memory import saved_bytes
 from roseood.data import ImageSet
 from roseood.data.tensors import check_model_input
-from roseood.detectors import ROSE, Detector, Ensemble
-from roseood.detectors.rose.cost import StageSeconds, stage_seconds
+from roseood.detectors import Detector
+from roseood.detectors.rose.cost import StageSeconds
 from roseood.evaluation.splits import EvalSpec, fisher_count
 from roseood.models.base import RoseModel
 from roseood.progress import forecast
@@ -60,26 +60,26 @@ def loss_seconds(model: RoseModel, images: np.ndarray) -> tuple[float, int] | No
 
 
 def timed_stages(det: Detector, images: np.ndarray) -> StageSeconds | None:
-    """A ROSE's stages timed on one of its batches of ``images`` (an ensemble: its first member's); None
-    for other methods, and under torchrun, where a probe on one process would wait for the others."""
-    first = det.members[0] if isinstance(det, Ensemble) else det
-    if not isinstance(first, ROSE) or distributed.active() or not len(images):
+    """A detector's stages timed on one of its batches of ``images`` (``TimesItsStages``: ROSE); None for
+    other methods, and under torchrun, where a probe on one process would wait for the others."""
+    if not isinstance(det, TimesItsStages) or distributed.active() or not len(images):
         return None
-    return stage_seconds(first, torch.as_tensor(images))
+    stages: StageSeconds = det.stage_seconds(torch.as_tensor(images))
+    return stages
 
 
-def forecast_fit(det: Detector, images: np.ndarray, fisher_images: int, held_out: int, what: str) -> None:
-    """State what fitting ``det`` (an ensemble: one member per model) on ``fisher_images`` and
-    ``held_out`` images will take here: a ROSE's own stages timed on a batch of ``images``
-    (``timed_stages``); another method's cost as image passes of its model's loss (``loss_seconds``:
-    fitted on all, the held-out ones scored again)."""
-    models = len(det.members) if isinstance(det, Ensemble) else 1
+def forecast_fit(
+    det: Detector, models: int, images: np.ndarray, fisher_images: int, held_out: int, what: str
+) -> None:
+    """State what fitting ``det`` (the first model's detector; ``models`` of them for an ensemble) on
+    ``fisher_images`` and ``held_out`` images will take here: a ROSE's own stages timed on a batch of
+    ``images`` (``timed_stages``); another method's cost as image passes of its model's loss
+    (``loss_seconds``: fitted on all, the held-out ones scored again)."""
     stages = timed_stages(det, images)
     if stages is not None:
         forecast(what, stages.fit(fisher_images, held_out) * models, stages.basis())
         return
-    model = det.members[0].model if isinstance(det, Ensemble) else det.model
-    timed = loss_seconds(model, images) if model is not None else None
+    timed = loss_seconds(det.model, images) if det.model is not None else None
     if timed is not None:
         passes = fisher_images + 2 * held_out
         forecast(what, timed[0] * passes * models, _loss_basis(*timed))
@@ -121,7 +121,8 @@ def forecast_evaluation(
             seconds += per_pass[0] * pass_weight(d, first) * (len(fit) + n)
     each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
     what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
-    basis = "ROSE's stages timed on a batch, " if any(isinstance(d, ROSE) for d in detectors.values()) else ""
+    timed = any(isinstance(d, TimesItsStages) for d in detectors.values())
+    basis = "ROSE's stages timed on a batch, " if timed else ""
     if per_pass is not None:
         basis += _loss_basis(*per_pass)
     forecast(what, seconds * len(models), basis)

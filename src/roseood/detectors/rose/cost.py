@@ -7,10 +7,9 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
-from torch import Tensor
-
-from roseood.detectors.rose.detector import ROSE
+from roseood.data.tensors import ImageData
 
 
 @dataclass(frozen=True)
@@ -47,11 +46,12 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.3g} ms" if s < 1 else f"{s:.3g} s"
 
 
-def stage_seconds(det: ROSE, images: Tensor) -> StageSeconds:
-    """Time each stage of ``det``'s fit on one of its batches of ``images``: an unfitted copy fits its
+def stage_seconds(det: Any, images: ImageData) -> StageSeconds:
+    """Time each stage of ``det``'s fit (a ``ROSE``, which calls this: typed loosely, as this module is
+    what ROSE imports) on one of its batches of ``images``: an unfitted copy fits its
     Fishers there (each pass's batches timed apart from its end) and computes their layer scores and
     extra columns, as its statistics and scoring do; ``det`` itself is left as it was."""
-    probe = ROSE(det.model, **det.get_params(), memory=det.memory, progress=False)
+    probe = type(det)(det.model, **det.get_params(), memory=det.memory, progress=False)
     x = probe._check(images)[: probe.images_per_batch]
     with warnings.catch_warnings():  # a fit on one batch may be warned about; the real fit is not this one
         warnings.simplefilter("ignore")

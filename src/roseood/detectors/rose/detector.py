@@ -33,6 +33,7 @@ from roseood.detectors.aggregation import Aggregation
 from roseood.detectors.base import Detector
 from roseood.detectors.features import extra_columns
 from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments, check_rows, view
+from roseood.detectors.rose.cost import StageSeconds, stage_seconds
 from roseood.detectors.rose.fitted import FittedFishers, MemoKey, stored_digest
 from roseood.detectors.rose.statistics import fit_statistics, statistics_scores
 from roseood.errors import CheckpointError, DataError, RoseError, shown
@@ -56,14 +57,11 @@ class ROSE(Detector):
     the statistics and aggregation on held-out images.
 
     ``model`` is a :class:`~roseood.models.base.RoseModel` (a built-in family or ``roseood.wrap(...)``),
-    or any image ``nn.Module`` together with ``loss_fn`` (its per-sample −log p(x), shape (N,)), which
-    ROSE wraps itself (for non-image inputs, wrap it first). ``fisher``: ekfac (paper default), kfac,
-    diag or dense; ``layers``: a named layer set of the model (e.g. "encoder", "invconv", "all") or a
-    list of module names; every setting's meaning, default and check: ``roseood.settings.ROSE_SETTINGS``
-    (``FisherArguments`` and ``ScoreArguments`` group them). Degenerate fits (ties,
-    exploding or constant layer scores) raise a ``DegenerateFitWarning`` at fit time and are kept in
-    ``fit_warnings_``; non-finite layer scores are refused in one line, at fit and when scoring.
-    """
+    or any image ``nn.Module`` with ``loss_fn`` (its per-sample −log p(x), shape (N,)), which ROSE wraps
+    (non-image inputs: wrap it first). Every setting's meaning, default and check (``fisher``, ``layers``,
+    ...): ``roseood.settings.ROSE_SETTINGS``. Degenerate fits (ties, exploding or constant layer scores)
+    raise a ``DegenerateFitWarning`` at fit and are kept in ``fit_warnings_``; non-finite layer scores
+    are refused in one line, at fit and when scoring."""
 
     method = "rose"
     keeps_held_out = True  # layer statistics come from the held-out images
@@ -72,7 +70,7 @@ class ROSE(Detector):
     runtime_params = ("progress", "loss_fn", "memory")
     grad_cache_bytes: int = 2**29
     """Memory the first Fisher pass may keep its layer gradients in for EKFAC's second pass, which then
-    skips the model for those batches (0: always recompute; the kept gradients add to the peak memory)."""
+    skips the model for those batches (0: always recompute; they add to the peak memory)."""
 
     def __init__(
         self,
@@ -339,6 +337,10 @@ class ROSE(Detector):
             self.fisher_seconds_.append((ended - start, time.perf_counter() - ended))
         return self.fishers_
 
+    def stage_seconds(self, images: ImageData) -> StageSeconds:
+        """Each stage of a fit timed on one batch of ``images`` by an unfitted copy (rose/cost.py)."""
+        return stage_seconds(self, images)
+
     def fit_stats(self, x: Tensor) -> None:
         """Fit the z-normalisation and the aggregation on held-out in-distribution images (never the
         Fisher's: ``fit`` passes disjoint slices) and warn about a degenerate fit; sharded under torchrun."""
@@ -443,8 +445,7 @@ class ROSE(Detector):
         self, x: Tensor, loss: Tensor, rows: Tensor | None = None
     ) -> tuple[np.ndarray, list[str]]:
         """The columns ``features`` adds beside the layer scores of ``x`` (``roseood.detectors.features``);
-        ``rows``: the loss of each image's rows as scored by rows (N, K), which a diffusion model's
-        statistics are read from."""
+        ``rows``: each image's rows' loss (N, K), which a diffusion model's statistics are read from."""
         if self.features == "layers":
             return np.empty((len(x), 0)), []
         step = self.images_per_batch
