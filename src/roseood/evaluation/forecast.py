@@ -117,7 +117,9 @@ def forecast_evaluation(
         stages = timed_stages(d, sample)
         if stages is not None:
             seconds += stages.fit(n_fisher, len(fit) - n_fisher) + n * stages.scoring
-        elif per_pass is not None:
+        elif per_pass is None:  # nothing to time this method by: no forecast rather than one that omits it
+            return
+        else:
             seconds += per_pass[0] * pass_weight(d, first) * (len(fit) + n)
     each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
     what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
