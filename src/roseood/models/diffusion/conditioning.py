@@ -24,7 +24,10 @@ class Condition:
 
     def __init__(self, classes: int | None, spec: str | None = None, null: int | None = None) -> None:
         if classes is None and spec is not None:  # any spec, the marginal too: there are no classes
-            raise RoseError(f"condition {spec!r}: the model is unconditional (no class labels)")
+            raise RoseError(
+                f"condition {spec!r}: the model is unconditional (no class labels); leave the condition "
+                "unset: its loss judges p(x) itself"
+            )
         spec = spec if spec is not None else (NULL if null is not None else MARGINAL)
         self.classes, self.spec, self.null = classes, spec, null
         self.label: int | None = None
