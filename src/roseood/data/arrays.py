@@ -41,7 +41,8 @@ def _read_array_cached(path: Path, size: int, mtime_ns: int) -> tuple[U8, Labels
     if archive is None:  # numpy would call it pickled data, and suggest unpickling it
         raise DataError(
             f"{path} is not a readable .npz archive or .npy array: it starts with neither the zip nor the "
-            "NumPy signature (damaged, or another kind of file)"
+            "NumPy signature (damaged, or another kind of file); give an .npz of 'images', a .npy array of "
+            "uint8 images, a folder of image files or a dataset name"
         )
     if isinstance(archive, np.ndarray):
         return check_images(archive, path), np.full(len(archive), -1, dtype=np.int64)
