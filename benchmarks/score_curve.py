@@ -36,7 +36,8 @@ from roseood.evaluation.metrics import metric_intervals, ood_metrics
 from roseood.machine import machine_description
 from roseood.models.diffusion import DiffusionModel
 
-SETS = {"fashion_mnist": ("mnist", "omniglot"), "cifar10": ("svhn", "celeba")}
+# each in-distribution set's OOD sets, CIFAR-10's put through its JPEG history (its images are decoded JPEGs)
+SETS = {"fashion_mnist": ("mnist", "omniglot"), "cifar10": ("svhn+jpeg75", "celeba+jpeg75")}
 SUBSETS = ("all", "down", "mid", "up", "last:4", "last:8", "last:16", "last:32")
 
 
@@ -51,10 +52,12 @@ def collect(args: argparse.Namespace) -> None:
     assert isinstance(model, DiffusionModel)
     model.set_denoising(k=args.k, seed=args.seed)
     data = in_data(args.model)
-    pool = load_images(f"{data}:train", n=args.fit + args.stats, seed=1).images
-    sets = {"held": pool[args.fit :], data: load_images(data, n=args.test, seed=2).images}
-    sets |= {o: load_images(o, n=args.test, seed=2).images for o in SETS[data]}
-    det = make_detector("rose-bands-stats", model, progress=False, fisher=args.fisher)
+    c, size = model.input_shape[0], model.input_shape[-1]  # every set read as the model reads images
+    pool = load_images(f"{data}:train", n=args.fit + args.stats, seed=1, channels=c, size=size).images
+    ood = args.ood.split(",") if args.ood else SETS[data]
+    sets = {"held": pool[args.fit :]}
+    sets |= {s: load_images(s, n=args.test, seed=2, channels=c, size=size).images for s in [data, *ood]}
+    det = make_detector("rose-bands-stats", model, progress=False, fisher=args.fisher, layers=args.layers)
     assert isinstance(det, ROSE)
     fishers = det.fit_fisher(pool[: args.fit])
     out: dict[str, np.ndarray] = {
@@ -86,6 +89,11 @@ def subset(model: DiffusionModel, names: list[str], which: str) -> list[int]:
     return [i for i, n in enumerate(names) if n in chosen]
 
 
+def ood_sets(a: np.lib.npyio.NpzFile, data: str) -> list[str]:
+    """The OOD sets a collected file holds: its sets other than the held-out and the in-distribution."""
+    return [f[2:] for f in a.files if f.startswith("q/") and f[2:] not in ("held", data)]
+
+
 def aurocs(a: np.lib.npyio.NpzFile, idx: list[int], data: str) -> dict[str, tuple[float, float, float]]:
     """AUROC [95 % bootstrap] of the band density over layers ``idx`` against each OOD set."""
 
@@ -95,7 +103,7 @@ def aurocs(a: np.lib.npyio.NpzFile, idx: list[int], data: str) -> dict[str, tupl
     agg = make_aggregation("gmm:k=auto")
     agg.fit(columns("held"))
     inside, out = agg(columns(data)), {}
-    for o in SETS[data]:
+    for o in ood_sets(a, data):
         outside = agg(columns(o))
         lo, hi = metric_intervals(inside, outside, resamples=1000)["auroc"]
         out[o] = (ood_metrics(inside, outside)["auroc"], lo, hi)
@@ -108,7 +116,7 @@ def report(args: argparse.Namespace) -> None:
     model = load_model(args.model)
     assert isinstance(model, DiffusionModel)
     data = in_data(args.model)
-    print(f"| Fisher | K | pair seed | layers | {' | '.join(SETS[data])} |\n|---|---|---|---|---|---|")
+    print("| Fisher | K | pair seed | layers | OOD set: AUROC [95 % interval] |\n|---|---|---|---|---|")
     for path in sorted(glob.glob(args.files)):
         k, seed = (int(v) for v in re.findall(r"_k(\d+)_s(\d+)", path)[0])
         a = np.load(path)
@@ -117,13 +125,15 @@ def report(args: argparse.Namespace) -> None:
         for which in args.subsets.split(","):
             idx = subset(model, names, which)
             r = aurocs(a, idx, data)
-            cells = " | ".join(f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]" for v in r.values())
+            cells = "; ".join(f"{o}: {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]" for o, v in r.items())
             print(f"| {fisher} | {k} | {seed} | {which} ({len(idx)}) | {cells} |", flush=True)
 
 
 def time_candidates(args: argparse.Namespace) -> None:
-    """ms per image of the whole rose-bands-stats score of each K:LAYERS candidate, DiffPath before and
-    after them (one process, ``--images`` per batch)."""
+    """ms per image of the whole rose-bands-stats score of each K:LAYERS candidate, DiffPath timed before
+    each candidate and after the last (one process, ``--images`` per batch): each candidate's ratio is to
+    the mean of the DiffPath times on either side of it, so that a change of load between candidates
+    moves both."""
     model = load_model(args.model)
     assert isinstance(model, DiffusionModel)
     data, n = in_data(args.model), args.images
@@ -131,22 +141,26 @@ def time_candidates(args: argparse.Namespace) -> None:
     test = load_images(data, n=n, seed=0).images
     diffpath = DiffPath(model, progress=False)
     x = diffpath._check(test)
-    rows: dict[str, float] = {"diffpath before": best_of(2, lambda: diffpath.statistics(x)) / n}
-    own = model.k
+    own, rows = model.k, []
+    before = best_of(2, lambda: diffpath.statistics(x)) / n
     for cand in args.candidates.split(","):
         k, rest = cand.split(":", 1)
         which, _, fisher = rest.partition("@")
         model.set_denoising(k=int(k))
         det = make_detector("rose-bands-stats", model, progress=False, layers=which, fisher=fisher or "ekfac")
         det.fit(fit[:16], held_out=fit[16:])
-        rows[cand] = best_of(2, partial(det.score, test)) / n
-    model.set_denoising(k=own)
-    rows["diffpath after"] = best_of(2, lambda: diffpath.statistics(x)) / n
+        seconds = best_of(2, partial(det.score, test)) / n
+        model.set_denoising(k=own)
+        after = best_of(2, lambda: diffpath.statistics(x)) / n
+        rows.append((cand, seconds, before, after))
+        before = after
     settings = {"model": args.model, "images": n, "threads": torch.get_num_threads(), "cpu": cpu_name()}
     settings |= machine_description()
     print(f"ms per image, best of 2 warm rounds: {json.dumps(settings)}")
-    for name, seconds in rows.items():
-        print(f"| {name} | {1e3 * seconds:.1f} |")
+    print("| K:layers@Fisher | ms / image | DiffPath before, after (ms) | × DiffPath |\n|---|---|---|---|")
+    for cand, seconds, before, after in rows:
+        ratio = seconds / ((before + after) / 2)
+        print(f"| {cand} | {1e3 * seconds:.1f} | {1e3 * before:.1f}, {1e3 * after:.1f} | {ratio:.2f}× |")
 
 
 def main() -> None:
@@ -160,6 +174,8 @@ def main() -> None:
     c.add_argument("--stats", type=int, default=500)
     c.add_argument("--test", type=int, default=300)
     c.add_argument("--fisher", default="ekfac", help="the Fishers' kind: ekfac (the default's) or diag")
+    c.add_argument("--ood", help="the OOD sets, comma-separated (unset: the data set's own, SETS)")
+    c.add_argument("--layers", help="the layer set fitted and kept (unset: all; report subsets of it)")
     c.add_argument("--out", required=True)
     r = sub.add_parser("report")
     r.add_argument("files", help="a glob of collected files, named ..._kK_sSEED.npz")
