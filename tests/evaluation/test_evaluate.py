@@ -178,3 +178,38 @@ def test_counts_an_aggregation_cannot_fit_on_are_refused_before_any_image_or_for
     with pytest.raises(RoseError, match=message):
         fit_calibrated(method, model, spec, progress=False)
     assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "method", "options", "message"),
+    [
+        ("flow", "diffpath", {}, r"needs a model of DDPM's forward process .* trained by flow matching"),
+        ("vae", "rose-bands-stats", {}, r"^rows='bands' scores each row of a loss that runs every image"),
+        ("ddpm", "rose-ekfac", {"layers": "middle"}, r"middle"),
+        ("ddpm", "rose-bands-stats", {"stochastic": True}, r"needs the fixed pairs of the loss"),
+    ],
+)
+def test_a_method_or_setting_the_model_cannot_take_is_refused_before_any_image_or_forward_pass(
+    monkeypatch: pytest.MonkeyPatch, tiny_vae: VAE, kind: str, method: str, options: dict, message: str
+) -> None:
+    """What the model's kind refuses (a DDPM-path baseline on flow matching, per-pair rows on a model
+    with one row per image, a layer set it has not, a stochastic loss with per-pair rows) is said before
+    the fit images are read or the network runs, as the counts are."""
+    from roseood.evaluation.evaluate import fit_calibrated
+    from roseood.models.diffusion import DiffusionModel
+
+    flow = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 3.0}
+    ran: list[str] = []
+    if kind == "vae":
+        model = tiny_vae
+        monkeypatch.setattr(model, "forward", lambda *a, **k: ran.append("model"))
+    else:
+        scheduler = {"scheduler": flow} if kind == "flow" else {}
+        model = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 3}, **scheduler)
+        monkeypatch.setattr(model.unet, "forward", lambda *a, **k: ran.append("unet"))
+    monkeypatch.setattr(evaluate_module, "load_fit_images", lambda *a: ran.append("images"))
+    spec = EvalSpec("fashion_mnist", [], [method], fit_samples=40, stats_samples=40)
+    spec = replace(spec, detector_kwargs={method: options})
+    with pytest.raises(RoseError, match=message):
+        fit_calibrated(method, model, spec, progress=False)
+    assert ran == []
