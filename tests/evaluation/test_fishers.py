@@ -3,12 +3,14 @@ ROSE-KFAC and ROSE-KFAC-Tikhonov one factor pass, each scoring as if it had fitt
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from roseood.detectors.rose import ROSE
-from roseood.evaluation import FisherPool
+from roseood.evaluation import FisherPool, ResultCache
 from roseood.models.vae import VAE
 
 
@@ -55,6 +57,22 @@ def test_kfac_and_kfac_tikhonov_take_one_factor_pass_and_score_as_their_own_fits
         assert det.fishers_ is not None and alone.fishers_ is not None
         assert same(det.fishers_.state(), alone.fishers_.state())  # what a detector file keeps, rcond too
     assert fitted == list(kinds)
+
+
+def test_fishers_taken_from_another_kind_are_kept_in_the_cache_as_a_fit_is(
+    tiny_vae: VAE, images: torch.Tensor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached pool stores the KFAC-Tikhonov Fishers it took from KFAC's fit; a later pool on that
+    cache loads both, fitting none."""
+    fit = images[:16]
+    dets = [ROSE(tiny_vae, fisher=kind, progress=False) for kind in ("kfac", "kfac-tikhonov")]
+    pool = FisherPool(ResultCache(tmp_path))
+    first = [pool.fishers(det, fit) for det in dets]
+    monkeypatch.setattr(ROSE, "fit_fisher", lambda *_: pytest.fail("fitted, not loaded from the cache"))
+    later = FisherPool(ResultCache(tmp_path))
+    loaded = [later.fishers(det, fit) for det in dets]
+    for made, read in zip(first, loaded, strict=True):
+        assert read is not made and same(read.state(), made.state())
 
 
 def same(a: object, b: object) -> bool:
