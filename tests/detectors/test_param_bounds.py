@@ -116,14 +116,16 @@ def test_a_resealed_k_large_enough_to_take_minutes_says_so_before_it_starts(
     nll_file: Path, tiny_vae: VAE, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     """k = 25 202 (within memory) scored for minutes before its first progress line; now a forecast from
-    one timed chunk comes first, and the chunk it times changes no score (samples are drawn per image)."""
+    one timed chunk comes first, and the chunk it times changes no score (samples are drawn per image).
+    Tested quickly: a forecast whatever the estimate, from a chunk of 16 samples, for a k above it."""
     import roseood.detectors.nll as nll
 
-    monkeypatch.setattr(nll, "LINE_INTERVAL_S", 0.0)  # forecast whatever the estimate, to test it quickly
-    detector = load_detector(resealed(nll_file, tmp_path, k=300), tiny_vae)
+    monkeypatch.setattr(nll, "LINE_INTERVAL_S", 0.0)
+    monkeypatch.setattr(nll, "IWAE_CHUNK", 16)  # 256 decoded 1 456 samples of 256 logits a pixel: 7 s
+    detector = load_detector(resealed(nll_file, tmp_path, k=20), tiny_vae)
     detector.progress = True
     scores = detector.score(IMAGES[:2])
-    assert "NLL (IWAE, k = 300) of 2 images: ≈" in capsys.readouterr().err
+    assert "NLL (IWAE, k = 20) of 2 images: ≈" in capsys.readouterr().err
     detector.progress = False
     np.testing.assert_array_equal(detector.score(IMAGES[:2]), scores)
     assert "NLL (IWAE" not in capsys.readouterr().err

@@ -22,7 +22,7 @@ import torch
 
 from roseood.demo import demo_images, demo_model
 from roseood.detectors import METHODS, ROSE, DiffusionDetector, make_detector
-from roseood.detectors.rose import FisherArguments, FittedFishers
+from roseood.evaluation import FisherPool
 from roseood.models.vae import load_authors_vae
 from tests.conftest import SHARED_DATA, needs_shared_data
 
@@ -93,9 +93,9 @@ def vae_methods() -> list[str]:
 def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """``{model/method: scores}`` for every method on both models, or for the keys in ``only`` (global RNG
     seeded per fit and score, so a key does not depend on which others are computed). The ROSE variants
-    with the same Fisher settings take the first one's Fishers, as ``rose evaluate`` does: fitted on the
-    same images, they are the same (``tests/detectors/test_rose_features.py``), and a key computed alone
-    fits its own."""
+    take their Fishers from one ``FisherPool``, as ``rose evaluate`` does: fitted on the same images, they
+    are the same (``tests/detectors/test_rose_features.py``, ``tests/evaluation/test_fishers.py``), and a
+    key computed alone fits its own."""
     torch.set_num_threads(1)
     images = demo_images()
     train = images["fashion_mnist_train"]
@@ -105,7 +105,7 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     models = {"demo": demo_model(), "seed1": authors_vae("fmnist_ngf16_nz100_seed1")}
     out = {}
     for name, model in models.items():
-        fishers: dict[FisherArguments, FittedFishers] = {}  # fitted once per Fisher settings
+        pool = FisherPool()  # fitted once per Fisher settings (KFAC's factors once for both its inverses)
         for method in vae_methods():
             if only is not None and f"{name}/{method}" not in only:
                 continue
@@ -113,9 +113,7 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
             torch.manual_seed(0)
             det = make_detector(method, model, progress=False, **extra)
             if isinstance(det, ROSE):
-                if det.fisher_arguments not in fishers:
-                    fishers[det.fisher_arguments] = det.fit_fisher(fit).share()
-                det.fit(fit, held_out=held, fishers=fishers[det.fisher_arguments])
+                det.fit(fit, held_out=held, fishers=pool.fishers(det, fit))
             else:
                 det.fit(fit, held_out=held)
             torch.manual_seed(1)

@@ -135,6 +135,11 @@ class Fisher(ABC):
         """Hook run after each full pass (e.g. eigendecompositions after the first); ``factors`` shares
         eigendecompositions between the layers of one model."""
 
+    def take_fit(self, fitted: Fisher) -> bool:
+        """Take ``fitted``'s fit (a Fisher of another kind, fitted on the same gradients) where it is the
+        very fit this one would make (``KroneckerFisher.take_fit``); False, taking nothing, elsewhere."""
+        return False
+
     def wants(self, pass_index: int) -> bool:
         """Whether pass ``pass_index`` still needs batches: a Fisher whose estimate of that pass has
         settled (``EKFAC``'s Kronecker factors) takes no more, and the pass stops once none wants any."""

@@ -94,6 +94,7 @@ class KroneckerFisher(Fisher):
         self._cast: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # the bases in the gradients' dtype
         self.in_support: Tensor | None = None  # inputs and outputs that meet a free entry (masked layers)
         self.out_support: Tensor | None = None
+        self._fit_rcond: float | None = None  # ``default_rcond`` of the gradients fitted on (None: loaded)
 
     def _update_factors(self, g: LayerGrad) -> None:
         # Factor scales are irrelevant for EKFAC (only eigenvectors are used); KFAC uses the
@@ -110,6 +111,7 @@ class KroneckerFisher(Fisher):
         self.a_cov = ac if self.a_cov is None else self.a_cov + ac
         self.d_cov = dc if self.d_cov is None else self.d_cov + dc
         self.count += g.n
+        self._fit_rcond = default_rcond(g)
 
     def _single(self, positions: int, size: int) -> bool:
         """Whether a factor of ``size`` coordinates may take float32 products (``gram``): when the factors
@@ -130,6 +132,19 @@ class KroneckerFisher(Fisher):
             self.eig_in, self.u_in = factors.eigh(self.a_cov / self.count, self.in_support)
             self.eig_out, self.u_out = factors.eigh(self.d_cov / self.count, self.out_support)
             self.a_cov = self.d_cov = self.in_support = self.out_support = None  # bases suffice now
+
+    def take_fit(self, fitted: Fisher) -> bool:
+        """A one-pass Kronecker Fisher's whole fit is its float64 factors' eigendecompositions, which KFAC
+        and KFAC-Tikhonov make alike (they differ only in how they invert them; their files, and so
+        ``max_size``'s diagonal layers, are alike too): either takes the other's, fitted in this process
+        (a loaded one has no ``default_rcond`` of its fit gradients), instead of a second factor pass."""
+        if not (_one_pass(self) and isinstance(fitted, KroneckerFisher) and _one_pass(fitted)):
+            return False
+        if fitted.u_in is None or fitted._fit_rcond is None:
+            return False
+        for key in ("count", "u_in", "u_out", "eig_in", "eig_out", "_fit_rcond"):
+            setattr(self, key, getattr(fitted, key))
+        return True
 
     def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> None:
         super().map_tensors(fn)
@@ -213,6 +228,11 @@ class KroneckerFisher(Fisher):
                 raise CheckpointError(f"field 'eig_{k}' does not fit its basis u_{k}")
 
 
+def _one_pass(fisher: KroneckerFisher) -> bool:
+    """Whether its first pass's factors, eigenbases and eigenvalues alike, are its whole fit (KFAC's)."""
+    return fisher.passes == 1 and not fisher.basis_only
+
+
 class KFAC(KroneckerFisher):
     """KFAC factors and their eigenbases; the quadratic form uses the Kronecker eigenvalues, less the
     rounding of directions the fit images do not span (``unspanned_level``)."""
@@ -222,18 +242,23 @@ class KFAC(KroneckerFisher):
     def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
         super().__init__(damping, rcond)
         self.rcond_: float | None = None  # the unspanned level decided by the fit (``unspanned_level``)
-        self._fit_rcond: float | None = None  # ``default_rcond`` of the gradients fitted on
         self._unspanned: Tensor | None = None  # where the eigenvalues are at most that level
         self._decided = False
-
-    def _update_factors(self, g: LayerGrad) -> None:
-        super()._update_factors(g)
-        self._fit_rcond = default_rcond(g)
 
     def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
         super().end_pass(pass_index, factors)
         if pass_index == self.passes - 1:
-            self.rcond_ = self.rcond if self.rcond is not None else self._fit_rcond
+            self._decide_level()
+
+    def take_fit(self, fitted: Fisher) -> bool:
+        taken = super().take_fit(fitted)
+        if taken:
+            self._decide_level()
+        return taken
+
+    def _decide_level(self) -> None:
+        """The fit's ``unspanned_level``: ``rcond``, else the fit gradients' ``default_rcond``."""
+        self.rcond_ = self.rcond if self.rcond is not None else self._fit_rcond
 
     def _unspanned_directions(self, lam: Tensor, g: LayerGrad) -> Tensor | None:
         """Where ``lam`` is at most ``rcond_`` × its sum (None: nowhere), found once and kept. The saved

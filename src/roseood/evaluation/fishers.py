@@ -23,27 +23,41 @@ class FisherPool:
         self._found: dict[Hashable, tuple[str, FittedFishers]] = {}
 
     def fishers(self, det: SharesFishers, images: Any) -> FittedFishers:
-        """The Fishers ``det.fit_fisher(images)`` would fit: the pool's, else the cache's, else fitted by
-        ``det`` now (and kept in both)."""
+        """The Fishers ``det.fit_fisher(images)`` would fit: the pool's, else the cache's, else fitted now
+        (``_fit``) and kept in both."""
         key = det.fisher_key(images)
         if key in self._found:
             by, found = self._found[key]
             if det.progress:
                 note(f"{det.name}: the Fishers fitted for {by} (the same settings and images)")
             return found
-        found = self._fitted(det, images, key) if self.cache is not None else det.fit_fisher(images)
+        found = self._fitted(det, images, key) if self.cache is not None else self._fit(det, images, key)
         self._found[key] = det.name, found.share()
         return found
 
+    def _fit(self, det: SharesFishers, images: Any, key: tuple[Hashable, str, str]) -> FittedFishers:
+        """``det``'s Fishers fitted now: the pool's of another kind on the same weights and images where
+        they are its fit (``FittedFishers.taken_as``: ROSE-KFAC's and ROSE-KFAC-Tikhonov's), else
+        ``det.fit_fisher(images)``."""
+        arguments, model, digest = key
+        assert isinstance(arguments, FisherArguments)
+        for by, pooled in self._found.values():
+            if (pooled.model, pooled.images) == (model, digest) and (taken := pooled.taken_as(arguments)):
+                if det.progress:
+                    note(f"{det.name}: the Kronecker factors fitted for {by} (one fit, inverted otherwise)")
+                return taken
+        fitted: FittedFishers = det.fit_fisher(images)
+        return fitted
+
     def _fitted(self, det: SharesFishers, images: Any, key: tuple[Hashable, str, str]) -> FittedFishers:
-        """The cache's Fishers under ``key``, else ``det``'s fit, stored there."""
+        """The cache's Fishers under ``key``, else fitted now (``_fit``), stored there."""
         assert self.cache is not None
         arguments, model, digest = key
         assert isinstance(arguments, FisherArguments)
         got: list[FittedFishers] = []
 
         def fit() -> dict[str, Any]:
-            got.append(det.fit_fisher(images))
+            got.append(self._fit(det, images, key))
             return got[0].state()
 
         def load(state: dict[str, Any]) -> None:
