@@ -152,7 +152,7 @@ def _train_diffusion_parser() -> argparse.ArgumentParser:
     return p
 
 
-def test_the_diffusion_loss_settings_are_the_options_the_config_and_the_models_defaults() -> None:
+def test_the_diffusion_loss_settings_are_the_options_the_config_and_the_checked_defaults() -> None:
     """Each declared loss setting is one ``rose train diffusion`` option, its default shown once as the
     option takes it and parsed to the declared default; the options of ``rose fit`` and ``rose evaluate``
     are the declared ``detecting`` ones, unset (the model's own); the config a default ``rose train
