@@ -3,9 +3,11 @@ names `rose --help` lists and an argument is checked against are those the libra
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from roseood import catalogue
+from roseood import catalogue, settings
 from roseood.detectors import METHODS
 from roseood.detectors.aggregation import AGGREGATIONS
 
@@ -14,9 +16,9 @@ def test_the_catalogue_lists_every_built_in_method_in_order():
     assert list(catalogue.METHODS) == list(METHODS)
 
 
-def test_the_catalogue_lists_every_aggregation_with_its_parameters():
-    assert {name: tuple(AGGREGATIONS[name]().params()) for name in AGGREGATIONS} == catalogue.AGGREGATIONS
-    assert catalogue.DEFAULT_AGGREGATION in AGGREGATIONS
+def test_the_settings_list_every_aggregation_with_its_parameters():
+    assert {name: tuple(AGGREGATIONS[name]().params()) for name in AGGREGATIONS} == settings.AGGREGATIONS
+    assert settings.DEFAULT_AGGREGATION in AGGREGATIONS
 
 
 def test_the_catalogue_gives_every_trainable_family_its_registered_options():
@@ -37,12 +39,10 @@ def test_the_help_names_each_familys_method_when_none_is_named():
     )
 
 
-def test_the_diffusion_loss_and_resizing_constants_are_the_ones_the_library_checks_against():
+def test_the_resizing_methods_are_the_ones_the_library_checks_against():
     from roseood.data.preprocess import Preprocessing
     from roseood.errors import DataError
-    from roseood.models.diffusion.config import check_denoising
 
-    assert check_denoising({}) == catalogue.DIFFUSION_LOSS_DEFAULTS
     for resize in catalogue.RESIZE_METHODS:
         assert Preprocessing(resize=resize).resize == resize
     with pytest.raises(DataError):
@@ -142,3 +142,59 @@ def test_every_rose_method_presets_declared_settings_to_values_their_checks_acce
         for key, value in kwargs.items():
             check = ROSE_SETTING[key].check
             assert check is None or check(value) == value, (name, key)
+
+
+def _train_diffusion_parser() -> argparse.ArgumentParser:
+    from roseood.cli.common import Parser
+
+    p = Parser(prog="rose train diffusion")
+    catalogue.TRAIN_OPTIONS["diffusion"].add_arguments(p)
+    return p
+
+
+def test_the_diffusion_loss_settings_are_the_options_the_config_and_the_checked_defaults() -> None:
+    """Each declared loss setting is one ``rose train diffusion`` option, its default shown once as the
+    option takes it and parsed to the declared default; the options of ``rose fit`` and ``rose evaluate``
+    are the declared ``detecting`` ones, unset (the model's own); the config a default ``rose train
+    diffusion`` builds and ``check_denoising`` of nothing (a new model's ``denoising``) hold the declared
+    defaults, so a default restated anywhere on that path fails here."""
+    from roseood.cli import build_parser
+    from roseood.models.diffusion.config import check_denoising
+    from roseood.settings import DIFFUSION_LOSS_DEFAULTS, LOSS_SETTINGS
+
+    train = _train_diffusion_parser()
+    actions = {a.dest: a for a in train._actions}
+    parsed = train.parse_args([])
+    usage = " ".join(train.format_help().split())
+    for s in LOSS_SETTINGS:
+        assert actions[s.dest].option_strings == [s.option] and actions[s.dest].help == s.help, s.name
+        assert getattr(parsed, s.dest) == s.default, s.name
+        assert usage.count(f"(default: {s.text(s.default)})") == 1, s.name
+    assert DIFFUSION_LOSS_DEFAULTS == {"k": 8, "t_min": 0.0, "t_max": 1.0, "weighting": "simple", "seed": 0}
+    assert catalogue.TRAIN_OPTIONS["diffusion"].to_config(parsed)["denoising"] == DIFFUSION_LOSS_DEFAULTS
+    assert check_denoising({}) == DIFFUSION_LOSS_DEFAULTS
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for command in ("fit", "evaluate"):
+        offered = {a.dest: a for a in commands[command]._actions if a.dest.startswith("rose_")}
+        assert set(offered) == {s.dest for s in LOSS_SETTINGS if s.detecting} == {"rose_k", "rose_t_range"}
+        assert all(a.default is None and "unset: the model's own" in (a.help or "") for a in offered.values())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"k": 0}, r"^denoising\.k must be a positive integer, got 0$"),
+        ({"t_min": -0.5}, r"^denoising\.t_min must be in \[0, 1\], got -0\.5$"),
+        ({"t_max": 2}, r"^denoising\.t_max must be in \[0, 1\], got 2$"),
+        ({"t_min": 0.5, "t_max": 0.5}, r"^denoising needs t_min < t_max, got 0\.5 and 0\.5$"),
+        ({"weighting": "vlb"}, r"^denoising\.weighting must be one of simple, elbo, got 'vlb'$"),
+        ({"seed": 2**32}, r"^denoising\.seed must be < 2\*\*32"),
+    ],
+)
+def test_check_denoising_runs_each_declared_check(options: dict, message: str) -> None:
+    """``check_denoising`` refuses each bad value in the declared check's one line, named by its key."""
+    from roseood.errors import RoseError
+    from roseood.models.diffusion.config import check_denoising
+
+    with pytest.raises(RoseError, match=message):
+        check_denoising(options)

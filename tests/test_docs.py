@@ -116,6 +116,24 @@ def test_detectors_md_holds_the_table_of_roses_declared_settings():
     assert "| `max_size` | `'auto'` | `--max-size` |" in shown
 
 
+def test_diffusion_md_holds_the_table_of_the_declared_loss_settings():
+    """docs/diffusion.md holds exactly the table ``benchmarks.settings_table`` renders from the one
+    declaration of a diffusion model's per-image loss settings: one row per setting, a range's two keys
+    in one row with its one option."""
+    from benchmarks import settings_table
+    from benchmarks.decision_table import ROOT as PAGES_ROOT
+    from benchmarks.decision_table import current
+
+    from roseood.settings import LOSS_SETTINGS
+
+    text = (PAGES_ROOT / settings_table.LOSS_PAGE).read_text(encoding="utf-8")
+    shown = current(text, settings_table.LOSS_BEGIN, settings_table.LOSS_END)
+    assert shown == settings_table.loss_block(), "rewrite it with python -m benchmarks.settings_table --write"
+    rows = shown.splitlines()[4:-2]  # the marker, a blank line, the header and its rule; a blank, the marker
+    assert [r.split("`")[1] for r in rows] == [s.keys[0] for s in LOSS_SETTINGS]
+    assert "| `t_min`, `t_max` | `0.0`, `1.0` | `--rose-t-range` |" in shown
+
+
 def test_results_stays_a_summary():
     """docs/results.md holds headline tables only (issue 61: ≤ 300 lines); full tables go to docs/lab/."""
     lines = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text().splitlines()

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from roseood.errors import RoseError
-from roseood.validation import count, t_range
+from roseood.settings import LOSS_SETTINGS, denoising_of
+from roseood.validation import count
 
 PAPER_METHOD = "rose-ekfac"  # a family's detection method unless the near-OOD bench's rule chose another
 # ``rose fit`` / ``rose evaluate``: Fisher (fit) and statistics images when neither the options nor the
@@ -50,36 +51,14 @@ METHODS = (
     "diffpath-1d",
     "reconstruction",
 )
-# roseood.detectors.aggregation.AGGREGATIONS: each name and the parameters its spec takes
-AGGREGATIONS = {
-    "relu-norm": ("beta", "p", "ties"),
-    "max-z": (),
-    "log-z": ("beta", "p", "ties"),
-    "two-sided": ("p",),
-    "gaussian": (),
-    "gmm": ("k", "reg", "seed"),
-}
-DEFAULT_AGGREGATION = "relu-norm"  # the paper's
 # the share of held-out in-distribution images a decision threshold lets through (Detector.calibrate,
 # rose fit --tpr, a report's threshold where none was calibrated)
 DECISION_TPR = 0.95
-# ROSE(rows=...): what a diffusion model's K (timestep, noise) rows per image give
-ROWS = ("sum", "each", "bands")
-ADJUSTMENTS = ("none", "nll", "both")  # ROSE(adjust=...), roseood.detectors.adjustment
-# ROSE's settings (name, default, help, check): roseood.settings.ROSE_SETTINGS
+# ROSE's settings and a diffusion model's per-image loss settings (name, default, help, check; the
+# aggregations, rows and adjustments they take): roseood.settings
 GALLERY = 8  # images shown at each end of a set in a report
 # roseood.data.preprocess: how an image of another size is brought to S×S
 RESIZE_METHODS = ("crop", "stretch")
-# roseood.models.diffusion: the weightings of the per-image loss's K terms, and the loss's K (timestep,
-# noise) pairs unless a model says otherwise
-DIFFUSION_WEIGHTINGS = ("simple", "elbo")
-DIFFUSION_LOSS_DEFAULTS: dict[str, Any] = {
-    "k": 8,
-    "t_min": 0.0,
-    "t_max": 1.0,
-    "weighting": "simple",
-    "seed": 0,
-}
 
 
 @dataclass(frozen=True)
@@ -168,38 +147,27 @@ def _diffusion_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--flow-shift", type=float, default=1.0, help="flow matching's σ shift (SD3: 3)")
     p.add_argument("--ema-decay", type=float, default=0.999, help="EMA decay of the evaluated weights")
-    add_pair_options(p, trained=True)
-    p.add_argument(
-        "--rose-weighting", choices=DIFFUSION_WEIGHTINGS, default="simple", help="weighting of the K terms"
-    )
-    p.add_argument("--rose-seed", type=int, default=0, help="seed of the pairs' noise")
+    add_loss_options(p, trained=True)
 
 
-def add_pair_options(p: argparse.ArgumentParser, trained: bool) -> None:
-    """``--rose-k`` and ``--rose-t-range``, a diffusion model's (timestep, noise) pairs: the defaults of a
-    model ``rose train`` makes (``trained``), else unset, the model's own (what ``rose fit`` and the other
-    detecting commands change, recorded in the detector file)."""
-    k, lo, hi = (DIFFUSION_LOSS_DEFAULTS[n] for n in ("k", "t_min", "t_max"))
-    whose = "" if trained else "diffusion models: "
-    p.add_argument(
-        "--rose-k",
-        type=count,
-        metavar="K",
-        default=k if trained else None,
-        help=f"{whose}(timestep, noise) pairs of the per-image loss ROSE differentiates, each a denoiser "
-        "pass per image"
-        + (f" (default: {k})" if trained else " (unset: the model's own; recorded in the detector file)"),
-    )
-    p.add_argument(
-        "--rose-t-range",
-        type=t_range,
-        metavar="LO,HI",
-        default=(lo, hi) if trained else None,
-        help=f"{whose}the pairs' timestep range, fractions of the train timesteps (e.g. 0,0.5: the less "
-        "noisy half; "
-        + (f"default: {lo:g},{hi:g}" if trained else "unset: the model's own")
-        + "); the K timesteps are the midpoints of K equal strata",
-    )
+def add_loss_options(p: argparse.ArgumentParser, trained: bool) -> None:
+    """A diffusion model's per-image loss settings as options, one per declared setting
+    (``roseood.settings.LOSS_SETTINGS``): each, with its default, for a model ``rose train`` makes
+    (``trained``; the default given as text, parsed as a given option is); else those the detecting
+    commands offer, unset (the model's own: what ``rose fit`` and the others change, recorded in the
+    detector file)."""
+    for s in LOSS_SETTINGS:
+        if trained or s.detecting:
+            p.add_argument(
+                s.option,
+                type=s.parse,
+                choices=s.choices,
+                metavar=s.metavar,
+                default=s.text(s.default) if trained else None,
+                help=s.help
+                if trained
+                else f"diffusion models: {s.help} (unset: the model's own; recorded in the detector file)",
+            )
 
 
 def _numbers(text: str, flag: str) -> list[int]:
@@ -231,8 +199,7 @@ def _denoiser_shape(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _diffusion_config(a: argparse.Namespace) -> dict[str, Any]:
-    lo, hi = a.rose_t_range
-    denoising = {"k": a.rose_k, "t_min": lo, "t_max": hi, "weighting": a.rose_weighting, "seed": a.rose_seed}
+    denoising = denoising_of(lambda s: getattr(a, s.dest))
     config = _denoiser_shape(a) | {
         "train_timesteps": a.timesteps,
         "ema_decay": a.ema_decay,

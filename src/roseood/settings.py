@@ -1,23 +1,39 @@
-"""ROSE's settings, each declared once: its keyword, default, help and check. ROSE's keywords and its two
-typed views (``roseood.detectors.rose.arguments``) take their defaults from here, the views run each
-field's check when made, the ``rose`` commands add the settings with a ``flag`` as options by one loop
-(``roseood.cli.common.add_rose_args``), and docs/detectors.md shows the table
-``benchmarks/settings_table.py`` renders from them. Torch-free, like the catalogue: ``rose --help`` and
-the refusal of a bad value need no torch. The Fisher kinds and the aggregations are checked by their
+"""ROSE's settings and a diffusion model's per-image loss settings, each declared once: its name, default,
+help and check. ROSE's keywords and its two typed views (``roseood.detectors.rose.arguments``) take their
+defaults from here, the views run each field's check when made, the ``rose`` commands add the settings
+with a ``flag`` as options by one loop (``roseood.cli.common.add_rose_args``), and docs/detectors.md
+shows the table ``benchmarks/settings_table.py`` renders from them. Likewise the loss settings
+(``LOSS_SETTINGS``): ``check_denoising`` runs their checks, ``rose train diffusion`` and the detecting
+commands add them as options by one loop (``roseood.catalogue.add_loss_options``), and docs/diffusion.md
+shows their table. Torch-free, and imported by the catalogue, never the reverse: ``rose --help`` and the
+refusal of a bad value need no torch. The Fisher kinds and the aggregations are checked by their
 registries (the views look them up), the rest here."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from roseood.catalogue import ADJUSTMENTS, AGGREGATIONS, DEFAULT_AGGREGATION, ROWS
 from roseood.errors import RoseError, shown
 from roseood.memory import parse_size
-from roseood.validation import check_float, check_seed
+from roseood.validation import check_float, check_int, check_seed, count, one_of, t_range
 
+# roseood.detectors.aggregation.AGGREGATIONS: each name and the parameters its spec takes
+AGGREGATIONS = {
+    "relu-norm": ("beta", "p", "ties"),
+    "max-z": (),
+    "log-z": ("beta", "p", "ties"),
+    "two-sided": ("p",),
+    "gaussian": (),
+    "gmm": ("k", "reg", "seed"),
+}
+DEFAULT_AGGREGATION = "relu-norm"  # the paper's
+# ROSE(rows=...): what a diffusion model's K (timestep, noise) rows per image give
+ROWS = ("sum", "each", "bands")
+ADJUSTMENTS = ("none", "nll", "both")  # ROSE(adjust=...), roseood.detectors.adjustment
 SIZE_WORDS = ("auto", "none")  # max_size's words besides a size
 FEATURES = ("layers", "stats", "complexity")  # ROSE(features=...), roseood.detectors.features
 
@@ -241,3 +257,104 @@ ROSE_SETTINGS = (
 ROSE_SETTING = {s.name: s for s in ROSE_SETTINGS}
 # ROSE's keyword defaults and its views' (what each means: ROSE_SETTINGS)
 ROSE_DEFAULTS: dict[str, Any] = {s.name: s.default for s in ROSE_SETTINGS}
+
+
+# -- a diffusion model's per-image loss: its ``denoising``, K fixed (timestep, noise) pairs ---------------
+
+DIFFUSION_WEIGHTINGS = ("simple", "elbo")  # the weightings of the loss's K terms (roseood.models.diffusion)
+
+
+@dataclass(frozen=True)
+class LossSetting:
+    """One setting of a diffusion model's per-image loss: its ``name`` (the option ``--rose-NAME``), the
+    ``default``, ``help`` (``rose train diffusion``'s, the detecting commands' and the docs' table),
+    ``check`` (``check(value, name, error=...)``: the value to keep, or a one-line ``error``), the
+    option's ``parse`` (an argparse ``type``), ``choices`` and ``metavar``, whether the detecting commands
+    offer it (``detecting``: unset, the model's own, recorded in the detector file), and ``ends``: for a
+    range, the two ``denoising`` keys of its ends (LO < HI, each checked; its default and parsed option
+    hold both), else None (one key, the name)."""
+
+    name: str
+    default: Any
+    help: str
+    check: Callable[..., Any]
+    parse: Callable[[str], Any]
+    detecting: bool = False
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    ends: tuple[str, str] | None = None
+
+    @property
+    def option(self) -> str:
+        """The command-line option: ``--rose-t-range`` for ``t_range``."""
+        return "--rose-" + self.name.replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        """The option's attribute on the parsed arguments: ``rose_t_range``."""
+        return "rose_" + self.name
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The ``denoising`` keys it sets: a range's two ends, else its name."""
+        return self.ends or (self.name,)
+
+    def config(self, value: Any) -> dict[str, Any]:
+        """Its keys' values for one value of it (a range: its two ends)."""
+        return dict(zip(self.keys, value if self.ends else (value,), strict=True))
+
+    def text(self, value: Any) -> str:
+        """A value as its option takes it (a range: LO,HI)."""
+        return ",".join(f"{v:g}" for v in value) if self.ends else str(value)
+
+    def checked(self, config: Mapping[str, Any], where: str, error: type[RoseError]) -> dict[str, Any]:
+        """Its keys of ``config``, each checked and named ``where.key`` in an error, a range's ends
+        ordered."""
+        values = [self.check(config[k], f"{where}.{k}", error=error) for k in self.keys]
+        if self.ends and values[0] >= values[1]:
+            raise error(f"{where} needs {' < '.join(self.ends)}, got {values[0]:g} and {values[1]:g}")
+        return dict(zip(self.keys, values, strict=True))
+
+
+# in the order of a model's ``denoising`` record
+LOSS_SETTINGS = (
+    LossSetting(
+        "k",
+        8,
+        "(timestep, noise) pairs of the per-image loss ROSE differentiates, each a denoiser pass per image",
+        check_int,
+        count,
+        detecting=True,
+        metavar="K",
+    ),
+    LossSetting(
+        "t_range",
+        (0.0, 1.0),
+        "the pairs' timestep range, fractions of the train timesteps (e.g. 0,0.5: the less noisy half); the "
+        "K timesteps are the midpoints of K equal strata",
+        partial(check_float, low=0.0, high=1.0),
+        t_range,
+        detecting=True,
+        metavar="LO,HI",
+        ends=("t_min", "t_max"),
+    ),
+    LossSetting(
+        "weighting",
+        "simple",
+        "weighting of the K terms: simple (w = 1, the ε-MSE diffusion models are trained with) or elbo "
+        "(each term weighted as in the DDPM variational bound: the loss bounds −log p(x) up to constants)",
+        one_of(*DIFFUSION_WEIGHTINGS),
+        str,
+        choices=DIFFUSION_WEIGHTINGS,
+    ),
+    LossSetting("seed", 0, "seed of the pairs' noise, drawn once (0 ≤ seed < 2**32)", check_seed, int),
+)
+
+
+def denoising_of(value: Callable[[LossSetting], Any]) -> dict[str, Any]:
+    """A ``denoising`` record (its keys in the declaration's order) of one ``value`` for each setting."""
+    return {k: v for s in LOSS_SETTINGS for k, v in s.config(value(s)).items()}
+
+
+# a diffusion model's per-image loss unless it says otherwise
+DIFFUSION_LOSS_DEFAULTS = denoising_of(lambda s: s.default)

@@ -101,6 +101,18 @@ def check_choice(value: T, choices: Iterable[T], name: str = "value") -> T:
     return value
 
 
+def one_of(*choices: Any) -> Callable[[Any, str, type[RoseError]], Any]:
+    """A check that a value is one of ``choices``, of the same type (True is no 1, 1.0 no "1"), else a
+    one-line ``error`` naming it."""
+
+    def check(value: Any, name: str, error: type[RoseError] = RoseError) -> Any:
+        if not any(type(value) is type(c) and value == c for c in choices):
+            raise error(f"{name} must be one of {', '.join(map(str, choices))}, got {shown(value)}")
+        return value
+
+    return check
+
+
 def check_names(text: str, choices: Iterable[str], name: str = "name") -> tuple[str, ...]:
     """A non-empty comma-separated list, each one of ``choices``."""
     items = tuple(t.strip() for t in text.split(",") if t.strip())

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from roseood import validation as v
-from roseood.catalogue import DECISION_TPR, FIT_COUNTS, GALLERY, add_pair_options, family_counts
+from roseood.catalogue import DECISION_TPR, FIT_COUNTS, GALLERY, add_loss_options, family_counts
 from roseood.errors import RoseError
 from roseood.serialization import check_output
-from roseood.settings import ROSE_SETTING, ROSE_SETTINGS, Setting
+from roseood.settings import LOSS_SETTINGS, ROSE_SETTING, ROSE_SETTINGS, Setting
 
 if TYPE_CHECKING:
     from roseood.models.base import RoseModel
@@ -252,29 +252,31 @@ def load_model_arg(args: argparse.Namespace, path: str | None = None) -> RoseMod
 
 
 def set_loss_args(args: argparse.Namespace, model: RoseModel) -> None:
-    """``--rose-k`` / ``--rose-t-range`` / ``--condition``: set a diffusion model's (timestep, noise) pairs
-    and how a class-conditional one is judged before anything is fitted (a detector file then records
-    them); refused in one line for a model whose loss has none."""
+    """The loss settings the detecting commands offer (``--rose-k`` / ``--rose-t-range``) and
+    ``--condition``: set a diffusion model's (timestep, noise) pairs and how a class-conditional one is
+    judged before anything is fitted (a detector file then records them); refused in one line for a model
+    whose loss has none."""
     from roseood.contracts import SettableLoss
     from roseood.progress import state
 
+    offered = [s for s in LOSS_SETTINGS if s.detecting]
     options: dict[str, Any] = {}
-    if getattr(args, "rose_k", None) is not None:
-        options["k"] = args.rose_k
-    if getattr(args, "rose_t_range", None) is not None:
-        options["t_min"], options["t_max"] = args.rose_t_range
+    for setting in offered:
+        if getattr(args, setting.dest, None) is not None:
+            options |= setting.config(getattr(args, setting.dest))
     if getattr(args, "condition", None) is not None:
         options["condition"] = args.condition
     if not options:
         return
     if not isinstance(model, SettableLoss):
         raise RoseError(
-            "--rose-k, --rose-t-range and --condition set a diffusion model's per-image loss; this model's "
-            "loss has none"
+            f"{', '.join(s.option for s in offered)} and --condition set a diffusion model's per-image loss; "
+            "this model's loss has none"
         )
     model.set_loss_settings(**options)
     pairs = model.loss_settings()
-    shown = ", ".join(f"{k} = {pairs[k]}" for k in ("k", "t_min", "t_max", "condition") if k in pairs)
+    keys = [*(k for s in offered for k in s.keys), "condition"]
+    shown = ", ".join(f"{k} = {pairs[k]}" for k in keys if k in pairs)
     state(f"the model's per-image loss: {shown}")
 
 
@@ -336,7 +338,7 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
             p.add_argument(
                 setting.option, choices=setting.choices, metavar=setting.metavar, help=_option_help(setting)
             )
-    add_pair_options(p, trained=False)
+    add_loss_options(p, trained=False)
     p.add_argument(
         "--condition",
         metavar="SPEC",

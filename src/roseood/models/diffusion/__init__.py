@@ -16,7 +16,7 @@ the model's fingerprint, so a detector fitted at one K refuses a model set to an
 diffusers is an optional dependency (``pip install roseood[diffusion]``); importing roseood never needs it.
 """
 
-from roseood.models.diffusion.config import LOSS_DEFAULTS, WEIGHTINGS, unet_config
+from roseood.models.diffusion.config import LOSS_DEFAULTS, unet_config
 from roseood.models.diffusion.folders import (
     ROSEOOD_JSON,
     WEIGHTS,
@@ -26,6 +26,7 @@ from roseood.models.diffusion.folders import (
 )
 from roseood.models.diffusion.library import diffusers_module, quiet_diffusers
 from roseood.models.diffusion.model import DiffusionModel, as_diffusion_model
+from roseood.settings import DIFFUSION_WEIGHTINGS as WEIGHTINGS
 
 __all__ = [
     "LOSS_DEFAULTS",

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from roseood.errors import RoseError, shown
-from roseood.validation import check_float, check_int
+from roseood.validation import check_float, check_int, one_of
 
 # Sane ranges of a UNet2DModel/DDPMScheduler config: published pixel-space UNet2DModels are at most 1024
 # pixels wide (latent ones 128), with a few thousand channels and timesteps; a number outside is a damaged
@@ -37,15 +37,6 @@ def float_in(low: float, high: float, low_open: bool = False, high_open: bool = 
         if high_open and x == high:
             raise error(f"{name} must be below {high:g}, got {x:g}")
         return x
-
-    return check
-
-
-def one_of(*choices: Any) -> Check:
-    def check(value: Any, name: str, error: type[RoseError]) -> Any:
-        if not any(type(value) is type(c) and value == c for c in choices):  # True is no 1, 1.0 no "1"
-            raise error(f"{name} must be one of {', '.join(map(str, choices))}, got {shown(value)}")
-        return value
 
     return check
 

@@ -9,8 +9,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from roseood.catalogue import DIFFUSION_LOSS_DEFAULTS as LOSS_DEFAULTS
-from roseood.catalogue import DIFFUSION_WEIGHTINGS as WEIGHTINGS
 from roseood.errors import RoseError, shown
 from roseood.models.diffusion.bounds import (
     FLAG,
@@ -24,12 +22,13 @@ from roseood.models.diffusion.bounds import (
     check_fields,
     float_in,
     int_in,
-    one_of,
     sample_size,
     width_list,
 )
 from roseood.models.diffusion.objectives import objective_of
-from roseood.validation import check_float, check_int, check_seed
+from roseood.settings import DIFFUSION_LOSS_DEFAULTS as LOSS_DEFAULTS
+from roseood.settings import LOSS_SETTINGS
+from roseood.validation import check_int, one_of
 
 
 def unet_config(
@@ -297,24 +296,16 @@ def check_denoising(
     error: type[RoseError] = RoseError,
     base: Mapping[str, Any] = LOSS_DEFAULTS,
 ) -> dict[str, Any]:
-    """The per-image loss's settings (``base`` updated by ``options``): known names, k ≥ 1, 0 ≤ t_min <
-    t_max ≤ 1, a known weighting, a seed numpy and torch accept."""
+    """The per-image loss's settings (``base`` updated by ``options``): known names, each checked by its
+    declaration (``roseood.settings.LOSS_SETTINGS``: k ≥ 1, 0 ≤ t_min < t_max ≤ 1, a known weighting, a
+    seed numpy and torch accept)."""
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
         raise error(f"{where} must be a mapping of denoising options, found {type(options).__name__}")
     unknown = sorted(set(options) - set(LOSS_DEFAULTS))
     if unknown:
         raise error(f"{where} has unknown options {unknown}; known: {sorted(LOSS_DEFAULTS)}")
     opts = dict(base) | dict(options)
-    out = {
-        "k": check_int(opts["k"], f"{where}.k", error=error),
-        "t_min": check_float(opts["t_min"], f"{where}.t_min", low=0.0, high=1.0, error=error),
-        "t_max": check_float(opts["t_max"], f"{where}.t_max", low=0.0, high=1.0, error=error),
-        "weighting": one_of(*WEIGHTINGS)(opts["weighting"], f"{where}.weighting", error),
-        "seed": check_seed(opts["seed"], f"{where}.seed", error=error),
-    }
-    if out["t_min"] >= out["t_max"]:
-        raise error(f"{where} needs t_min < t_max, got {out['t_min']:g} and {out['t_max']:g}")
-    return out
+    return {k: v for s in LOSS_SETTINGS for k, v in s.checked(opts, where, error).items()}
 
 
 def check_ema_decay(value: Any, name: str = "ema_decay", error: type[RoseError] = RoseError) -> float:

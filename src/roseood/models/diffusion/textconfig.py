@@ -15,10 +15,10 @@ from roseood.models.diffusion.bounds import (
     check_fields,
     float_in,
     int_in,
-    one_of,
     per_block,
 )
 from roseood.models.diffusion.config import UNET_FIELDS, check_blocks, check_size
+from roseood.validation import one_of
 
 # A text-conditioned UNet (Stable Diffusion 1.x/2.x): UNet2DModel's numbers, cross-attention to one text
 # embedding, and none of the further conditionings of other pipelines (each refused by what it is)
