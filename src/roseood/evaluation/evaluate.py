@@ -204,7 +204,7 @@ def evaluate(
     result = _new_result(spec, models, loaded)
     # what determines a fitted detector, for the cache (hashing the fit images only when there is one)
     fingerprint = result.settings["model_fingerprint"]
-    fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
+    fit_key = {"model": fingerprint, "n_fisher": loaded.n_fisher, "seed": spec.seed}
     if cache is not None:
         fit_key["fit_images"] = array_digest(fit.images)
     if progress:
@@ -287,7 +287,7 @@ def _settings(
         "model_config": model_config(first),
         "model_fingerprint": fingerprint,
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
-        "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
+        "fit_data": f"{fit.name} ({len(fit)} images: {loaded.n_fisher} "
         f"for fitting, the rest for ROSE layer statistics)",
         "ood_sets": ood_sets,
         "preprocessing": loaded.preprocessing.describe(),

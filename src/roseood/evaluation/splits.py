@@ -71,25 +71,29 @@ class EvalSpec:
         check_float(self.brightness, "brightness", low=0.0, low_open=True)
 
 
+def _fit_origin(spec: EvalSpec) -> str | None:
+    """Where the fit images come from: ``fit_data``, else the in-distribution set's training split;
+    None where there is neither (a folder, an ``.npz`` file, a named set with a test split only)."""
+    if spec.fit_data:
+        return spec.fit_data
+    named = dataset_spec(spec.in_data)
+    return f"{named.name}:train" if named is not None and "train" in named.splits else None
+
+
 def splits_in_data(spec: EvalSpec) -> bool:
     """Whether the fit images come out of the in-distribution set itself: no ``fit_data`` and no
-    training split to fit on (a folder, an ``.npz`` file, a named set with a test split only)."""
-    if spec.fit_data:
-        return False
-    named = dataset_spec(spec.in_data)
-    return not (named is not None and "train" in named.splits)
+    training split to fit on."""
+    return _fit_origin(spec) is None
 
 
 def fit_source(spec: EvalSpec) -> str:
     """Where detectors are fitted: ``--fit-data``, else the training split of the in-distribution set."""
-    if spec.fit_data:
-        return spec.fit_data
-    named = dataset_spec(spec.in_data)
-    if named is None or "train" not in named.splits:
+    source = _fit_origin(spec)
+    if source is None:
         raise DataError(
             f"{spec.in_data!r} has no training split to draw fit images from: name them with --fit-data"
         )
-    return f"{named.name}:train"
+    return source
 
 
 def model_preprocessing(model: RoseModel) -> Preprocessing:
@@ -192,11 +196,12 @@ def _split(spec: EvalSpec, pool: ImageSet, test: bool) -> tuple[ImageSet | None,
 def _in_wanted(spec: EvalSpec, test: bool) -> tuple[list[_Wanted], bool]:
     """The in-distribution sets to load for the fit images (and, with ``test``, the test images first),
     and whether they are one pool to split (no ``fit_data`` nor training split, no ``fit_draw``)."""
-    if splits_in_data(spec) and spec.fit_draw is None:
+    origin = _fit_origin(spec)
+    if origin is None and spec.fit_draw is None:
         n_test = spec.test_samples if test else 0
         return [_Wanted(spec.in_data, n_test + spec.fit_samples + spec.stats_samples, spec.seed)], True
     n_fit = spec.fit_samples + spec.stats_samples if spec.fit_draw is None else None  # a draw: all
-    fit = _Wanted(fit_source(spec), n_fit, spec.seed)
+    fit = _Wanted(origin or fit_source(spec), n_fit, spec.seed)  # fit_source: no origin is an error
     return ([_Wanted(spec.in_data, spec.test_samples, spec.seed), fit] if test else [fit]), False
 
 
@@ -239,6 +244,7 @@ class EvalSets:
     missing: dict[str, str]  # named OOD sets whose files are absent: why
     compression: dict[str, str]  # each set's compression history, as ``compression_report`` found it
     preprocessing: Preprocessing  # the model's, which every set was loaded with
+    n_fisher: int  # the first ``n_fisher`` fit images are the Fisher's (``fisher_count``), the rest held out
 
 
 def load_sets(spec: EvalSpec, model: RoseModel) -> EvalSets:
@@ -254,7 +260,7 @@ def load_sets(spec: EvalSpec, model: RoseModel) -> EvalSets:
     compression, mismatched = compression_report(test, ood)
     for line in mismatched:
         state(f"warning: {line}")
-    return EvalSets(test, fit, ood, missing, compression, prep)
+    return EvalSets(test, fit, ood, missing, compression, prep, fisher_count(spec, len(fit)))
 
 
 def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
