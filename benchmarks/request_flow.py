@@ -1,6 +1,6 @@
 """How an evaluation's request passes through the package: the roseood modules it stops in, in order.
 
-Runs one small ``evaluate`` (a tiny random VAE, Fashion-MNIST in-distribution, one OOD set, ROSE-diag
+Runs one small ``evaluate`` (the shipped demo VAE, Fashion-MNIST in-distribution, one OOD set, ROSE-diag
 and the NLL, no cache: the first-time fit path) under ``sys.setprofile`` and follows it through the code.
 
 Definitions (used for every number printed):
@@ -34,12 +34,10 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-import torch
-
+from roseood.demo import demo_model
 from roseood.evaluation.evaluate import evaluate
 from roseood.evaluation.splits import EvalSpec
 from roseood.machine import machine_description
-from roseood.models import VAE
 
 PACKAGE = "roseood"
 LAYERS = ("evaluation", "data")  # where a request is split, loaded and checked
@@ -131,16 +129,6 @@ def short(module: str) -> str:
     return module.removeprefix(PACKAGE + ".")
 
 
-def tiny_vae() -> VAE:
-    """A random 1-channel VAE (ngf 4, latent 4) with non-trivial batch-norm statistics, as the tests use."""
-    torch.manual_seed(0)
-    model = VAE(in_channels=1, ngf=4, nz=4)
-    model.train()
-    with torch.no_grad():
-        model.train_loss(torch.rand(32, 1, 32, 32))
-    return model.eval()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--test", type=int, default=48, help="test images per set")
@@ -160,9 +148,10 @@ def main() -> None:
     print(
         f"settings: in fashion_mnist, ood mnist, methods rose-diag + nll, {args.fit} Fisher + "
         f"{args.stats} statistics images, {args.test} test images per set, batch 64, seed 2021, no "
-        f"cache; tiny VAE (ngf 4, nz 4, random weights); {machine_description()}"
+        f"cache; the shipped demo VAE (the authors' Fashion-MNIST VAE, ngf 32, nz 100); "
+        f"{machine_description()}"
     )
-    model = tiny_vae()
+    model = demo_model()
     tracer = Tracer()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
