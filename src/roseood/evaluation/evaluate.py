@@ -24,22 +24,21 @@ from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.fishers import FisherPool
 from roseood.evaluation.forecast import forecast_evaluation, forecast_fit
 from roseood.evaluation.gallery import extremes
-from roseood.evaluation.histories import compression_report, storage_of
+from roseood.evaluation.histories import storage_of
 from roseood.evaluation.result import EvaluationResult
 from roseood.evaluation.splits import (
     OVERALL,
+    EvalSets,
     EvalSpec,
     fisher_count,
     load_fit_images,
-    load_ood_sets,
-    load_test_and_fit,
-    model_preprocessing,
+    load_sets,
     overall_scores,
 )
 from roseood.machine import machine_description
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
-from roseood.progress import duration, eta, note, resolve, stage, state
+from roseood.progress import duration, eta, note, resolve, stage
 
 
 def build_detectors(
@@ -200,12 +199,12 @@ def evaluate(
     progress = resolve(progress)
     built = check_request(spec, models, tpr, progress)
     first = models[0]  # the members take the same inputs (Ensemble checks): one set of images for all
-    test, fit = load_test_and_fit(spec, first)
-    ood, missing = load_ood_sets(spec, first, test)
-    result = _new_result(spec, models, test, fit, ood, missing)
+    loaded = load_sets(spec, first)
+    test, fit, ood = loaded.test, loaded.fit, loaded.ood
+    result = _new_result(spec, models, loaded)
     # what determines a fitted detector, for the cache (hashing the fit images only when there is one)
     fingerprint = result.settings["model_fingerprint"]
-    fit_key = {"model": fingerprint, "n_fisher": fisher_count(spec, len(fit)), "seed": spec.seed}
+    fit_key = {"model": fingerprint, "n_fisher": loaded.n_fisher, "seed": spec.seed}
     if cache is not None:
         fit_key["fit_images"] = array_digest(fit.images)
     if progress:
@@ -257,27 +256,17 @@ def check_request(
     return built
 
 
-def _new_result(
-    spec: EvalSpec,
-    models: list[RoseModel],
-    test: ImageSet,
-    fit: ImageSet,
-    ood: dict[str, ImageSet],
-    missing: dict[str, str],
-) -> EvaluationResult:
-    """An empty result with the evaluation's settings, and the test sets' file names and labels; warns
-    of OOD sets whose compression history differs from the in-distribution images'."""
-    histories, mismatched = compression_report(test, ood)
-    for line in mismatched:
-        state(f"warning: {line}")
+def _new_result(spec: EvalSpec, models: list[RoseModel], loaded: EvalSets) -> EvaluationResult:
+    """An empty result with the evaluation's settings, and the test sets' file names and labels."""
+    test, ood = loaded.test, loaded.ood
     ood_sets = {k: f"{len(v)} images from {v.source}" for k, v in ood.items()}
     if OVERALL in spec.ood:
         ood_sets[OVERALL] = f"{spec.overall_per_set} random images of each of: {', '.join(ood)}"
     detectors = {m: detector_params(m, spec) for m in spec.methods}
     fingerprint = "+".join(model_fingerprint(m) for m in models)
-    settings = _settings(spec, models, fingerprint, test, fit, ood, ood_sets, detectors)
-    settings["compression"] = histories
-    result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=missing)
+    settings = _settings(spec, models, fingerprint, loaded, ood_sets, detectors)
+    settings["compression"] = loaded.compression
+    result = EvaluationResult(in_name=spec.in_data, settings=settings, missing=loaded.missing)
     for name, images in {spec.in_data: test, **ood}.items():
         result.files[name], result.labels[name] = images.files, images.labels
     return result
@@ -287,24 +276,22 @@ def _settings(
     spec: EvalSpec,
     models: list[RoseModel],
     fingerprint: str,
-    test: ImageSet,
-    fit: ImageSet,
-    ood: dict[str, ImageSet],
+    loaded: EvalSets,
     ood_sets: dict[str, str],
     detectors: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """What an evaluation ran on and with, printed and saved beside its numbers."""
-    first = models[0]
+    first, test, fit = models[0], loaded.test, loaded.fit
     settings = {
         "model": model_name(first) if len(models) == 1 else f"ensemble of {len(models)} {model_name(first)}",
         "model_config": model_config(first),
         "model_fingerprint": fingerprint,
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
-        "fit_data": f"{fit.name} ({len(fit)} images: {fisher_count(spec, len(fit))} "
+        "fit_data": f"{fit.name} ({len(fit)} images: {loaded.n_fisher} "
         f"for fitting, the rest for ROSE layer statistics)",
         "ood_sets": ood_sets,
-        "preprocessing": model_preprocessing(first).describe(),
-        "conversions": {s.name: s.conversion for s in (fit, test, *ood.values()) if s.conversion},
+        "preprocessing": loaded.preprocessing.describe(),
+        "conversions": {s.name: s.conversion for s in (fit, test, *loaded.ood.values()) if s.conversion},
         "methods": list(spec.methods),
         "detectors": detectors,
         "seed": spec.seed,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -100,6 +101,24 @@ def matched_sources(sources: Sequence[str], match: str | None, in_set: ImageSet)
     if history is None:
         return list(sources)
     return [s + history.tag() if _stored(s) and split_suffix(s)[1] is None else s for s in sources]
+
+
+@dataclass(frozen=True)
+class OodSource:
+    """An OOD set to load: its ``name`` (with the round-trip asked for, ``celeba+jpeg75``), the set as
+    stored whose images it draws (``base``: the name its seed comes from) and whether it is a named set
+    (absent files: a 'no data' entry rather than an error)."""
+
+    name: str
+    base: str
+    named: bool
+
+
+def ood_sources(sources: Sequence[str], match: str | None, in_set: ImageSet | None) -> list[OodSource]:
+    """The OOD sets to load, each named and matched once here (``matched_sources`` where ``in_set``, the
+    in-distribution test images, is given), so that the loader need not read a source's name again."""
+    names = list(sources) if in_set is None else matched_sources(sources, match, in_set)
+    return [OodSource(s, split_suffix(s)[0], named_set(s) is not None) for s in names]
 
 
 def judged(names: Sequence[str]) -> list[str]:

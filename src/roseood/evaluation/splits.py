@@ -15,12 +15,11 @@ import numpy as np
 
 from roseood.contracts import Preprocessed
 from roseood.data import ImageSet, dataset_spec, load_images
-from roseood.data.jpeg import split_suffix
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
-from roseood.evaluation.histories import matched_sources, named_set, parse_match
+from roseood.evaluation.histories import compression_report, ood_sources, parse_match
 from roseood.models.base import RoseModel
 from roseood.progress import state
 from roseood.validation import check_float, check_int, check_seed
@@ -30,7 +29,7 @@ from roseood.validation import check_float, check_int, check_seed
 class EvalSpec:
     """What to evaluate. ``fit_data`` defaults to the training split of the in-distribution set; a set
     without one (a folder, an ``.npz`` file) is split at random into fit, statistics and test images
-    (``split_in_data``).
+    (``load_sets``).
 
     ``layerwise``: ROSE methods return raw per-layer scores ``(N, layers)`` instead of one score per image
     (the paper's Figure 6). ``fit_draw``: the Fisher gets ``fit_samples`` images drawn at random (draw
@@ -72,25 +71,29 @@ class EvalSpec:
         check_float(self.brightness, "brightness", low=0.0, low_open=True)
 
 
+def _fit_origin(spec: EvalSpec) -> str | None:
+    """Where the fit images come from: ``fit_data``, else the in-distribution set's training split;
+    None where there is neither (a folder, an ``.npz`` file, a named set with a test split only)."""
+    if spec.fit_data:
+        return spec.fit_data
+    named = dataset_spec(spec.in_data)
+    return f"{named.name}:train" if named is not None and "train" in named.splits else None
+
+
 def splits_in_data(spec: EvalSpec) -> bool:
     """Whether the fit images come out of the in-distribution set itself: no ``fit_data`` and no
-    training split to fit on (a folder, an ``.npz`` file, a named set with a test split only)."""
-    if spec.fit_data:
-        return False
-    named = dataset_spec(spec.in_data)
-    return not (named is not None and "train" in named.splits)
+    training split to fit on."""
+    return _fit_origin(spec) is None
 
 
 def fit_source(spec: EvalSpec) -> str:
     """Where detectors are fitted: ``--fit-data``, else the training split of the in-distribution set."""
-    if spec.fit_data:
-        return spec.fit_data
-    named = dataset_spec(spec.in_data)
-    if named is None or splits_in_data(spec):
+    source = _fit_origin(spec)
+    if source is None:
         raise DataError(
             f"{spec.in_data!r} has no training split to draw fit images from: name them with --fit-data"
         )
-    return f"{named.name}:train"
+    return source
 
 
 def model_preprocessing(model: RoseModel) -> Preprocessing:
@@ -114,23 +117,48 @@ def model_preprocessing(model: RoseModel) -> Preprocessing:
     return Preprocessing(shape[0], shape[1], resize)
 
 
-def _load(
-    source: str, n: int | None, seed: int, model: RoseModel, spec: EvalSpec, brightness: float = 1.0
-) -> ImageSet:
-    """Load ``source`` with the model's preprocessing and state any conversion on stderr."""
-    prep = model_preprocessing(model)
-    images = load_images(
-        source,
-        n=n,
-        seed=seed,
-        channels=prep.channels,
-        size=prep.size,
-        resize=prep.resize,
-        data_dir=spec.data_dir,
-        brightness=brightness,
-    )
-    images.state_preprocessing()
-    return images
+@dataclass(frozen=True)
+class _Wanted:
+    """One set to load: ``n`` images (None: all) of ``source`` drawn with ``seed``; ``named``: an OOD set
+    whose absent files make a 'no data' entry instead of an error."""
+
+    source: str
+    n: int | None
+    seed: int
+    brightness: float = 1.0
+    named: bool = False
+
+
+def _load_all(
+    spec: EvalSpec, prep: Preprocessing, wanted: Sequence[_Wanted]
+) -> tuple[list[ImageSet | None], dict[str, str]]:
+    """Every wanted set loaded with the model's preprocessing ``prep`` (its conversion stated on
+    stderr), in order: the one place an evaluation reads images; a named set whose files are absent is
+    None, with why in the second value (warned once per message, at the caller of the public loader)."""
+    sets: list[ImageSet | None] = []
+    missing: dict[str, str] = {}
+    for w in wanted:
+        try:
+            images = load_images(
+                w.source,
+                n=w.n,
+                seed=w.seed,
+                channels=prep.channels,
+                size=prep.size,
+                resize=prep.resize,
+                data_dir=spec.data_dir,
+                brightness=w.brightness,
+            )
+        except DataError as exc:
+            if not w.named:
+                raise
+            missing[w.source] = str(exc)
+            warnings.warn(f"{w.source}: no data ({exc})", stacklevel=4)
+            sets.append(None)
+            continue
+        images.state_preprocessing()
+        sets.append(images)
+    return sets, missing
 
 
 def derived_seed(spec: EvalSpec, name: str) -> int:
@@ -140,18 +168,15 @@ def derived_seed(spec: EvalSpec, name: str) -> int:
     return spec.seed + 1 + zlib.crc32(name.encode("utf-8", "surrogateescape")) % 100_000
 
 
-def split_in_data(spec: EvalSpec, model: RoseModel, test: bool) -> tuple[ImageSet | None, ImageSet]:
-    """The in-distribution set split at random (``derived_seed(spec, "split")``) into test images (with
-    ``test``; ``test_samples``, at most a fifth) and fit images: Fisher images followed by the held-out
-    statistics images, as ``fisher_count`` splits them. States the split in one line; each part keeps
-    the set's file order."""
-    n_test = spec.test_samples if test else 0
-    pool = _load(spec.in_data, n_test + spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
+def _split(spec: EvalSpec, pool: ImageSet, test: bool) -> tuple[ImageSet | None, ImageSet]:
+    """The in-distribution ``pool`` split at random (``derived_seed(spec, "split")``) into test images
+    (with ``test``; ``test_samples``, at most a fifth) and fit images: Fisher images followed by the
+    held-out statistics images, as ``fisher_count`` splits them. States the split in one line; each
+    part keeps the set's file order."""
     n = len(pool)
-    if test:
-        n_test = min(n_test, n // 5)
-        if n_test < 2:
-            raise DataError(f"{pool.name} has {n} images: too few to split into fit and test images")
+    n_test = min(spec.test_samples, n // 5) if test else 0
+    if test and n_test < 2:
+        raise DataError(f"{pool.name} has {n} images: too few to split into fit and test images")
     order = np.random.default_rng(derived_seed(spec, "split")).permutation(n)
     n_fit = n - n_test
     n_stats = held_out_count(n_fit, spec.stats_samples)
@@ -168,26 +193,37 @@ def split_in_data(spec: EvalSpec, model: RoseModel, test: bool) -> tuple[ImageSe
     return test_set, fit
 
 
-def load_test_and_fit(spec: EvalSpec, model: RoseModel) -> tuple[ImageSet, ImageSet]:
-    """The in-distribution test images and the fit images of an evaluation (see ``load_fit_images``)."""
-    if splits_in_data(spec) and spec.fit_draw is None:
-        test, fit = split_in_data(spec, model, test=True)
-        assert test is not None
-        return test, fit
-    return _load(spec.in_data, spec.test_samples, spec.seed, model, spec), load_fit_images(spec, model)
+def _in_wanted(spec: EvalSpec, test: bool) -> tuple[list[_Wanted], bool]:
+    """The in-distribution sets to load for the fit images (and, with ``test``, the test images first),
+    and whether they are one pool to split (no ``fit_data`` nor training split, no ``fit_draw``)."""
+    origin = _fit_origin(spec)
+    if origin is None and spec.fit_draw is None:
+        n_test = spec.test_samples if test else 0
+        return [_Wanted(spec.in_data, n_test + spec.fit_samples + spec.stats_samples, spec.seed)], True
+    n_fit = spec.fit_samples + spec.stats_samples if spec.fit_draw is None else None  # a draw: all
+    fit = _Wanted(origin or fit_source(spec), n_fit, spec.seed)  # fit_source: no origin is an error
+    return ([_Wanted(spec.in_data, spec.test_samples, spec.seed), fit] if test else [fit]), False
 
 
-def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
-    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples): from
-    ``fit_data``, the in-distribution set's training split, or else all of the set, split at random."""
-    if splits_in_data(spec) and spec.fit_draw is None:
-        return split_in_data(spec, model, test=False)[1]
-    if spec.fit_draw is None:
-        fit = _load(fit_source(spec), spec.fit_samples + spec.stats_samples, spec.seed, model, spec)
-        n_fisher = fisher_count(spec, len(fit))
-        warn_if_short(spec, fit.name, n_fisher, len(fit) - n_fisher)
-        return fit
-    pool = _load(fit_source(spec), None, spec.seed, model, spec)
+def _in_sets(
+    spec: EvalSpec, loaded: Sequence[ImageSet | None], split: bool, test: bool
+) -> tuple[ImageSet | None, ImageSet]:
+    """The test images (with ``test``) and the fit images (Fisher images, then the statistics images)
+    from what ``_in_wanted`` asked for: the pool split, or the fit set as loaded or drawn from."""
+    sets = [s for s in loaded if s is not None]
+    if split:
+        return _split(spec, sets[0], test)
+    fit = sets[-1]
+    if spec.fit_draw is not None:
+        return (sets[0] if test else None), _drawn(spec, fit)
+    n_fisher = fisher_count(spec, len(fit))
+    warn_if_short(spec, fit.name, n_fisher, len(fit) - n_fisher)
+    return (sets[0] if test else None), fit
+
+
+def _drawn(spec: EvalSpec, pool: ImageSet) -> ImageSet:
+    """``fit_draw``'s fit images: ``fit_samples`` drawn at random from ``pool`` beside the
+    ``stats_samples`` statistics images, which stay fixed across draws."""
     order = np.random.default_rng(derived_seed(spec, "statistics")).permutation(len(pool))
     stats, rest = order[: spec.stats_samples], order[spec.stats_samples :]
     if spec.fit_samples > len(rest):
@@ -196,6 +232,42 @@ def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
     keep = np.concatenate([rest[draw.choice(len(rest), spec.fit_samples, replace=False)], stats])
     source = f"draw {spec.fit_draw} of {spec.fit_samples} (+ {spec.stats_samples} fixed) of {pool.source}"
     return replace(pool, images=pool.images[keep], labels=pool.labels[keep], source=source, files=None)
+
+
+@dataclass(frozen=True)
+class EvalSets:
+    """Every image set of an evaluation, loaded once (``load_sets``)."""
+
+    test: ImageSet  # the in-distribution test images
+    fit: ImageSet  # Fisher images followed by the held-out statistics images
+    ood: dict[str, ImageSet]
+    missing: dict[str, str]  # named OOD sets whose files are absent: why
+    compression: dict[str, str]  # each set's compression history, as ``compression_report`` found it
+    preprocessing: Preprocessing  # the model's, which every set was loaded with
+    n_fisher: int  # the first ``n_fisher`` fit images are the Fisher's (``fisher_count``), the rest held out
+
+
+def load_sets(spec: EvalSpec, model: RoseModel) -> EvalSets:
+    """The test, fit and OOD images of an evaluation, read in one place (``_load_all``), and the one
+    compression check of the OOD sets against the test images (a warning line for each whose history
+    differs): the images pass down once, splitting, loading and checking each done here."""
+    prep = model_preprocessing(model)
+    wanted, split = _in_wanted(spec, test=True)
+    test, fit = _in_sets(spec, _load_all(spec, prep, wanted)[0], split, test=True)
+    assert test is not None
+    ood_wanted = _ood_wanted(spec, test)
+    ood, missing = _ood_sets(ood_wanted, *_load_all(spec, prep, ood_wanted))
+    compression, mismatched = compression_report(test, ood)
+    for line in mismatched:
+        state(f"warning: {line}")
+    return EvalSets(test, fit, ood, missing, compression, prep, fisher_count(spec, len(fit)))
+
+
+def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
+    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples): from
+    ``fit_data``, the in-distribution set's training split, or else all of the set, split at random."""
+    wanted, split = _in_wanted(spec, test=False)
+    return _in_sets(spec, _load_all(spec, model_preprocessing(model), wanted)[0], split, test=False)[1]
 
 
 def warn_if_short(spec: EvalSpec, name: str, n_fisher: int, n_stats: int) -> None:
@@ -221,25 +293,27 @@ def load_ood_sets(
     """Load every OOD set but ``overall``, each through ``spec.match_jpeg``'s round-trip where one is
     asked for ("auto": the history of ``in_set``, the in-distribution test images); named sets whose files
     are absent become 'no data' entries."""
-    sets: dict[str, ImageSet] = {}
-    missing: dict[str, str] = {}
+    wanted = _ood_wanted(spec, in_set)
+    return _ood_sets(wanted, *_load_all(spec, model_preprocessing(model), wanted))
+
+
+def _ood_wanted(spec: EvalSpec, in_set: ImageSet | None) -> list[_Wanted]:
+    """The OOD sets to load, named and matched once by ``ood_sources``; a matched set draws the images
+    of the set as stored (its seed is the stored set's)."""
     if spec.match_jpeg is not None and in_set is None:
         raise RoseError("match_jpeg needs the in-distribution images to match the OOD sets to")
-    sources = [s for s in spec.ood if s != OVERALL]
-    if in_set is not None:
-        sources = matched_sources(sources, spec.match_jpeg, in_set)
-    for source in sources:
-        base = split_suffix(source)[0]  # a matched set draws the images of the set as stored
-        named = named_set(source) is not None
-        try:
-            sets[source] = _load(
-                source, spec.test_samples, derived_seed(spec, base), model, spec, spec.brightness
-            )
-        except DataError as exc:
-            if not named:
-                raise
-            missing[source] = str(exc)
-            warnings.warn(f"{source}: no data ({exc})", stacklevel=3)  # shown once per message
+    sources = ood_sources([s for s in spec.ood if s != OVERALL], spec.match_jpeg, in_set)
+    return [
+        _Wanted(s.name, spec.test_samples, derived_seed(spec, s.base), spec.brightness, s.named)
+        for s in sources
+    ]
+
+
+def _ood_sets(
+    wanted: Sequence[_Wanted], loaded: Sequence[ImageSet | None], missing: dict[str, str]
+) -> tuple[dict[str, ImageSet], dict[str, str]]:
+    """The loaded OOD sets by name, and the missing ones; an error where none could be loaded."""
+    sets = {w.source: s for w, s in zip(wanted, loaded, strict=True) if s is not None}
     if not sets:
         raise DataError("none of the OOD sets could be loaded: " + "; ".join(missing.values()))
     return sets, missing
