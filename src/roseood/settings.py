@@ -347,7 +347,9 @@ LOSS_SETTINGS = (
         str,
         choices=DIFFUSION_WEIGHTINGS,
     ),
-    LossSetting("seed", 0, "seed of the pairs' noise, drawn once (0 ≤ seed < 2**32)", check_seed, int),
+    LossSetting(
+        "seed", 0, "seed of the pairs' noise, drawn once (0 ≤ seed < 2**32)", check_seed, int, metavar="SEED"
+    ),
 )
 
 
