@@ -136,3 +136,25 @@ def test_a_familys_default_method_is_the_near_ood_verdict_else_the_papers():
         default_method(wrap(module, lambda x: module(x.flatten(1)).squeeze(1), input_shape=(1, 2, 2)))
         == "rose-ekfac"
     )
+
+
+def test_the_faster_setting_named_beside_a_default_is_one_rose_fit_takes():
+    """``rose fit`` names a cheaper setting of the DDPM default when it takes it unasked: the options it
+    names must be a method and flags the command accepts, the method a detector the model can take; other
+    families name none."""
+    import shlex
+
+    from roseood.cli import build_parser
+    from roseood.detectors import make_detector
+    from roseood.models import VAE
+    from roseood.models.diffusion import DiffusionModel
+    from roseood.models.families import default_faster
+
+    ddpm = DiffusionModel(in_channels=1, image_size=8, widths=(8, 16), denoising={"k": 2})
+    hint = default_faster(ddpm)
+    options = [w for w in shlex.split(hint.split(" scores")[0]) if w]
+    args = build_parser().parse_args(["fit", "--model", "m", "--out", "d.rose", *options])
+    assert args.method == "rose-bands-stats-diag" and args.layers == "mid"
+    det = make_detector(args.method, ddpm, layers=args.layers)
+    assert det.layers == ddpm.rose_layers("mid")
+    assert default_faster(VAE(ngf=4, nz=4)) == ""

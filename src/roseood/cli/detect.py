@@ -43,14 +43,17 @@ COMMANDS = {
 
 def cmd_fit(args: argparse.Namespace) -> None:
     from roseood.evaluation.evaluate import fit_calibrated
-    from roseood.models.families import default_method
+    from roseood.models.families import default_faster, default_method
     from roseood.progress import note
 
     checked_output(args, args.out)
     models = load_models_arg(args)
     if args.method is None:
         args.method = default_method(models[0])
-        note(f"--method {args.method}: the default for this model's family")
+        faster = default_faster(models[0])
+        note(
+            f"--method {args.method}: the default for this model's family" + (f"; {faster}" if faster else "")
+        )
     spec = spec_from_args(args, [args.method], models[0])
     model = models if len(models) > 1 else models[0]
     fitted = fit_calibrated(args.method, model, spec, tpr=args.tpr, progress=not args.quiet)
