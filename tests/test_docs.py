@@ -223,6 +223,25 @@ def test_adding_a_run_commits_its_results_and_figures(tmp_path, monkeypatch):
     )
 
 
+def test_figure5_shows_its_auroc_per_fisher_size_below_its_picture():
+    """Figure 5's run (no paper numbers to compare) shows mean ± std over its draws per OOD set and number
+    of Fisher images; other runs get no such table."""
+    from benchmarks import paper_page
+
+    auroc = {
+        "10": {"mnist": [0.9, 1.0], "overall": [0.8, 0.8]},
+        "2000": {"mnist": [1.0, 1.0], "overall": [0.9, 0.7]},
+    }
+    profile = {"fisher_stats_samples": 100, "fisher_test_samples": 50}
+    run = {"experiment": "figure5", "results": {"auroc": auroc}, "profile": profile}
+    text = "\n".join(paper_page.fisher_sizes(run))
+    assert "(mean ± std over 2 draws)" in text and "| OOD set / Fisher images | 10 | 2000 |" in text
+    assert "fixed: 100 images for the layer statistics and 50 test images per set." in text
+    assert "| mnist | 0.950 ± 0.050 | 1.000 ± 0.000 |" in text
+    assert "| overall | 0.800 ± 0.000 | 0.800 ± 0.100 |" in text
+    assert paper_page.fisher_sizes({"experiment": "figure3", "results": {"auroc": auroc}}) == []
+
+
 def test_numbers_quoted_on_two_pages_agree_with_their_source():
     """A number two pages quote is checked against where it comes from: the zoo's size against its
     folders, the demo's AUROCs on getting-started against the results table."""
