@@ -109,22 +109,27 @@ def get_family(name: str) -> ModelFamily:
     return FAMILIES.get(name)
 
 
+def _family_of(model: object) -> ModelFamily | None:
+    """The registered family of ``model``'s kind, or None (a wrapped or user model, an unknown kind)."""
+    return FAMILIES.find(model.kind) if isinstance(model, Described) else None
+
+
 def default_method(model: object) -> str:
     """The detection method for ``model`` when none is named: its family's, else the paper's ROSE-EKFAC."""
-    family = FAMILIES.find(model.kind) if isinstance(model, Described) else None
+    family = _family_of(model)
     return family.method if family is not None else ModelFamily.method
 
 
 def default_faster(model: object) -> str:
     """A cheaper setting of ``default_method(model)`` to name beside it (its family's ``faster``), or ""."""
-    family = FAMILIES.find(model.kind) if isinstance(model, Described) else None
+    family = _family_of(model)
     return family.faster if family is not None else ""
 
 
 def default_counts(model: object) -> tuple[int, int]:
     """The (fit, statistics) images ``rose fit`` and ``rose evaluate`` take for ``model`` when none are
     given: its family's, else the paper's."""
-    family = FAMILIES.find(model.kind) if isinstance(model, Described) else None
+    family = _family_of(model)
     return family.fit_counts if family is not None else FIT_COUNTS
 
 
