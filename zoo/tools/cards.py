@@ -47,10 +47,12 @@ CPU_SUBSET = (
     "a 30 000-image subset (seed 0) of the 60 000 training images, 28×28 grayscale, resized to 32×32 "
     "(bilinear) as in the paper"
 )
+CPU_DAYS = {"s0": "2026-11-29"}  # when the newer kinds' seeds were trained on the CPU
+LATER_SEEDS = "2026-12-06"  # seeds 1 and 2, one at a time at idle priority
 CPU_RECIPE = (
     "`rose train diffusion {flags}` ({what}); Adam 1e-3, 100 warm-up steps, gradient clipping at 1, "
     "batch 128, random horizontal flips, EMA decay 0.999; on a 2-core AMD EPYC CPU, one thread, beside "
-    "other jobs, 2026-11-29; `zoo/build.sh {{name}}` rebuilds it"
+    "other jobs, {{day}}; `zoo/build.sh {{name}}` rebuilds it"
 )
 
 FAMILY = {
@@ -251,6 +253,7 @@ def card(name: str, count: int) -> str:
     minutes = float(last["seconds"]) / 60
     detector = TRAIN_OPTIONS[fam["train_family"]].method
     table = "\n".join(f"| {text} | {value} |" for _, text, value in metrics)
+    recipe = fam["recipe"].format(name=name, day=CPU_DAYS.get(seed, LATER_SEEDS))
     return f"""---
 license: mit
 library_name: {fam["library"]}
@@ -282,7 +285,7 @@ rose evaluate --model {name} --ood mnist --test-samples 500   # --in: its own {d
 
 ## Recipe
 
-{fam["arch"][short]}; {fam["recipe"].format(name=name)}. Trained for {last["epoch"]} epochs
+{fam["arch"][short]}; {recipe}. Trained for {last["epoch"]} epochs
 ({spaced(int(last["step"]))} steps, {minutes:.1f} min of wall time); its learning curve is
 `curve.csv`.
 {fam.get("length", UNDER_TRAINED)}
