@@ -28,6 +28,7 @@ import torch
 
 from roseood.data import load_images
 from roseood.detectors import ROSE, DiffPath, make_detector
+from roseood.detectors.inputs import model_inputs
 from roseood.errors import RoseError
 from roseood.machine import machine_description
 from roseood.models import load_model
@@ -76,13 +77,15 @@ def measure(name: str, n: int, rounds: int) -> dict[str, Any]:
     fit = load_images(f"{data}:train", n=n + max(n, 24), seed=0).images  # the band density takes ≥ 20
     test = load_images(data, n=n, seed=0).images
     rose = ROSE(model, progress=False)
-    row: dict[str, Any] = {"model": name, "images": n, "k": rose._k}
-    x = rose._check(test)
+    row: dict[str, Any] = {"model": name, "images": n, "k": rose.stream.rows_per_image}
+    x = model_inputs(test, rose.model, rose.batch_size)
     params = [p for p in model.unet.parameters() if p.requires_grad]
 
+    step = rose.stream.images_per_batch(rose.batch_size)
+
     def loss_backward() -> None:
-        for i in range(0, n, rose.images_per_batch):
-            torch.autograd.grad(model.rose_loss(x[i : i + rose.images_per_batch]).sum(), params)
+        for i in range(0, n, step):
+            torch.autograd.grad(model.rose_loss(x[i : i + step]).sum(), params)
 
     model.eval()
     row["loss_fb"] = best_of(rounds, loss_backward) / n
@@ -95,7 +98,10 @@ def measure(name: str, n: int, rounds: int) -> dict[str, Any]:
     row["fit"] = fit_seconds(model, fit[:n]) / n
     row["fit_diag"] = fit_seconds(model, fit[:n], "diag") / n
     rose.fit(fit[:n], held_out=fit[n:])
-    row["rose_ekfac"] = best_of(rounds, lambda: rose._compute_scores_and_loss(x, "")) / n
+    fishers = rose.fishers_
+    assert fishers is not None  # fitted above
+    scoring = partial(rose.stream.scores, x, fishers, batch_size=rose.batch_size, progress=False, desc="")
+    row["rose_ekfac"] = best_of(rounds, scoring) / n  # the raw scores, never read from a memo
     for key, fisher in (("bands", "ekfac"), ("bands_diag", "diag")):
         bands = make_detector("rose-bands-stats", model, progress=False, fisher=fisher)
         bands.fit(fit[:n], held_out=fit[n:])  # its own Fishers: shared ones would remember the scores timed

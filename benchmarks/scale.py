@@ -152,7 +152,11 @@ def one(method: str, args: argparse.Namespace) -> dict[str, object]:
             agree = agreement(loaded, path, args.folder, test[: args.agree])
     loaded.score(test[:1])  # warm: ROSE's one-image memory probe and first-call costs are not timed
     fishers = loaded.fishers_ if isinstance(loaded, ROSE) else None
-    per_batch = loaded._plan(test, fishers.kinds).images if isinstance(loaded, ROSE) and fishers else 0
+    per_batch = (
+        loaded.stream.plan(test, fishers.kinds, batch_size=loaded.batch_size, fishers=fishers).images
+        if isinstance(loaded, ROSE) and fishers
+        else 0
+    )
     times, floors = [], []
     for _ in range(args.repeats):  # interleaved, so that a busy machine slows both alike; the best of each
         sync(device)

@@ -32,6 +32,7 @@ from roseood import load_images, load_model
 from roseood.curvature import LayerGrad
 from roseood.detectors import ROSE, DiffPath, make_detector
 from roseood.detectors.aggregation import make_aggregation
+from roseood.detectors.inputs import model_inputs
 from roseood.evaluation.metrics import metric_intervals, ood_metrics
 from roseood.machine import machine_description
 from roseood.models.diffusion import DiffusionModel
@@ -66,8 +67,9 @@ def collect(args: argparse.Namespace) -> None:
         "fit_seconds": np.array(time.time() - start),
     }
     for name, images in sets.items():
-        x = det._check(images)  # the detector's own stream, stopped before the layers are summed
-        step = det._plan(x, fishers.kinds).images
+        # the detector's own stream, stopped before the layers are summed
+        x = model_inputs(images, det.model, det.batch_size)
+        step = det.stream.plan(x, fishers.kinds, batch_size=det.batch_size, fishers=fishers).images
         quads, losses = [], []
         for i in range(0, len(x), step):
             layer: dict[str, torch.Tensor] = {}
@@ -76,7 +78,7 @@ def collect(args: argparse.Namespace) -> None:
                 layer[name] = fishers[name].quad(g)
 
             batch = x[i : i + step]
-            loss = det._stream(batch, quad)
+            loss = det.stream.run(batch, quad)
             quads.append(torch.stack([layer[n] for n in det.layers], 1).view(len(batch), args.k, -1).double())
             losses.append(loss.double().view(len(batch), args.k))
         out[f"q/{name}"], out[f"loss/{name}"] = torch.cat(quads).numpy(), torch.cat(losses).numpy()
@@ -140,7 +142,7 @@ def time_candidates(args: argparse.Namespace) -> None:
     fit = load_images(f"{data}:train", n=40, seed=0).images
     test = load_images(data, n=n, seed=0).images
     diffpath = DiffPath(model, progress=False)
-    x = diffpath._check(test)
+    x = model_inputs(test, diffpath.model, diffpath.batch_size)
     own, rows = model.k, []
     before = best_of(2, lambda: diffpath.statistics(x)) / n
     for cand in args.candidates.split(","):

@@ -26,6 +26,7 @@ from benchmarks.text_lora import BASE, CHANNELS, SIZE, SNEAKER, prompt, sneakers
 from roseood.bench.experiments.diffusion import mean_interval
 from roseood.data import load_images
 from roseood.detectors import ROSE, make_detector
+from roseood.detectors.inputs import model_inputs
 from roseood.evaluation.metrics import metric_intervals, ood_metrics
 from roseood.machine import machine_description
 from roseood.models import load_model
@@ -57,9 +58,9 @@ def judged_images(seed: int, lora_images: int, fit: int, stats: int, test: int) 
 def loss_backward_ms(model: DiffusionModel, x: np.ndarray) -> float:
     """ms per image of the loss's forward + backward over the model's trainable UNet parameters."""
     det = ROSE(model, progress=False)
-    t = det._check(x)
+    t = model_inputs(x, det.model, det.batch_size)
     params = [p for p in model.unet.parameters() if p.requires_grad]
-    step = det.images_per_batch
+    step = det.stream.images_per_batch(det.batch_size)
 
     def run() -> None:
         for i in range(0, len(t), step):

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from roseood.detectors import Detector, register_detector
+from roseood.detectors.inputs import require_model
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel
 from roseood.validation import check_float
@@ -30,7 +31,7 @@ class Mahalanobis(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        self.encoder = getattr(self._require_model("the Mahalanobis detector"), "encoder", None)
+        self.encoder = getattr(require_model(model, "the Mahalanobis detector"), "encoder", None)
         if not callable(self.encoder):
             raise RoseError("the Mahalanobis detector needs a model with an encoder (a VAE)")
         self.shrinkage = check_float(shrinkage, "shrinkage", low=0.0)

@@ -622,7 +622,7 @@ def test_fit_warns_where_its_held_out_images_were_stored_unlike_those_it_fits_on
 def test_a_detector_file_without_the_record_loads_and_score_says_so_in_one_line(workdir, stored, capsys):
     """A file written before the record existed loads and scores, with one line that its fit images'
     history is unknown; a damaged record is refused in one line naming the field."""
-    from roseood.detectors.base import DETECTOR_FORMAT
+    from roseood.detectors.files import DETECTOR_FORMAT
     from roseood.serialization import safe_load, save_file
 
     assert run("fit", *stored, "--fit-data", "jpeg.npz", "--out", "det.pt") == 0

@@ -57,7 +57,7 @@ def test_rose_batches_count_unet_rows_so_memory_does_not_grow_with_k(model):
     fit, held, test = (torch.rand(n, 1, 8, 8, generator=g) for n in (12, 6, 5))
     try:
         small = ROSE(model, fisher="diag", layers="mid", batch_size=6).fit(fit, held_out=held)
-        assert small.images_per_batch == 2 and max(seen) == 6  # K = 3 rows per image
+        assert small.stream.images_per_batch(small.batch_size) == 2 and max(seen) == 6  # K = 3 rows per image
         scores = small.score(test)
     finally:
         hook.remove()

@@ -10,7 +10,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from roseood.detectors import NLL, ROSE
-from roseood.detectors import base as detector_base
+from roseood.detectors import inputs as detector_inputs
 from roseood.errors import DataError
 from tests.detectors.fake_models import ScaledSumModel, tiny_vae
 
@@ -62,7 +62,7 @@ def test_loaders_and_datasets_score_as_tensors_do(images: torch.Tensor) -> None:
 def test_scoring_a_loader_streams_it(images: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> None:
     """Scores come batch by batch: the loader is never read into one tensor."""
     det = NLL(ScaledSumModel(), batch_size=4).fit(images)
-    monkeypatch.setattr(detector_base, "collect", lambda *a: pytest.fail("scoring collected the loader"))
+    monkeypatch.setattr(detector_inputs, "collect", lambda *a: pytest.fail("scoring collected the loader"))
     assert det.score(DataLoader(images, batch_size=4)).shape == (10,)
 
 

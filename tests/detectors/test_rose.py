@@ -57,8 +57,8 @@ def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, mo
         monkeypatch.setattr(ROSE, "grad_cache_bytes", budget)
         det = ROSE(tiny_vae, fisher="ekfac", batch_size=8, stochastic=stochastic)
         calls = []
-        real = det._stream
-        monkeypatch.setattr(det, "_stream", lambda *a, **k: calls.append(1) or real(*a, **k))
+        real = det.stream.run
+        monkeypatch.setattr(det.stream, "run", lambda *a, **k: calls.append(1) or real(*a, **k))
         det.fit_fisher(images[:16])
         return det, len(calls)
 

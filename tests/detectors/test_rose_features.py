@@ -13,6 +13,7 @@ import torch
 
 from roseood.detectors import ROSE, Detector, make_detector
 from roseood.detectors.aggregation import GMM
+from roseood.detectors.rose.stream import LayerStream
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.evaluate import evaluate
 from roseood.evaluation.splits import EvalSpec
@@ -179,33 +180,33 @@ def test_the_roses_that_took_fishers_read_the_layer_scores_they_gave(tiny_vae, m
     same images (their scores as from a fit of their own); a ROSE that fitted its own runs the model at
     each scoring (its timings stay honest), and weights changed in place since are run again."""
     runs: list[int] = []
-    real = ROSE._compute_scores_and_loss
+    real = LayerStream.scores
 
-    def counting(self, x, desc):
+    def counting(self, x, fishers, **kw):
         runs.append(id(self))
-        return real(self, x, desc)
+        return real(self, x, fishers, **kw)
 
-    monkeypatch.setattr(ROSE, "_compute_scores_and_loss", counting)
+    monkeypatch.setattr(LayerStream, "scores", counting)
     fit, held, test = many[:30], many[30:], many[:8]
     alone = ROSE(tiny_vae, progress=False).fit(fit, held_out=held)
     alone.score(test)
     alone.score(test)
-    assert runs == [id(alone)] * 3  # the statistics images, then the test images twice
+    assert runs == [id(alone.stream)] * 3  # the statistics images, then the test images twice
     runs.clear()
     fishers = ROSE(tiny_vae, progress=False).fit_fisher(fit).share()
     first = ROSE(tiny_vae, progress=False).fit(fit, held_out=held, fishers=fishers)
     first.score(test)
-    assert runs == [id(first)] * 2  # the statistics images, the test images
+    assert runs == [id(first.stream)] * 2  # the statistics images, the test images
     shared = ROSE(tiny_vae, aggregate="two-sided", progress=False).fit(fit, held_out=held, fishers=fishers)
     scores = shared.score(test)
-    assert runs == [id(first)] * 2
+    assert runs == [id(first.stream)] * 2
     own = ROSE(tiny_vae, aggregate="two-sided", progress=False).fit(fit, held_out=held)
     np.testing.assert_allclose(scores, own.score(test), rtol=1e-6, atol=1e-9)
     runs.clear()
     with torch.no_grad():
         next(tiny_vae.parameters()).mul_(1.01)
     shared.score(test)
-    assert runs == [id(shared)]  # other weights: run again
+    assert runs == [id(shared.stream)]  # other weights: run again
 
 
 def test_evaluate_fits_one_fisher_for_the_rose_variants_that_share_it(tiny_vae, monkeypatch):

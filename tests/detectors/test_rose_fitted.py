@@ -21,7 +21,7 @@ from roseood.models.vae import VAE
 def test_init_stores_the_settings_and_builds_nothing(tiny_vae: VAE) -> None:
     """Nothing that ``fit`` makes exists before it: no layer gradients, aggregation or Fishers."""
     det = ROSE(tiny_vae, fisher="diag", aggregate="gmm:k=2", progress=False)
-    assert "_grads" not in vars(det) and det.aggregation_ is None and det.fishers_ is None
+    assert "grads" not in vars(det.stream) and det.aggregation_ is None and det.fishers_ is None
     assert det.get_params()["aggregate"] == "gmm:k=2"
     args = det.fisher_arguments
     assert args == FisherArguments("diag", tuple(det.layers), rows="sum")

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWar
 @pytest.fixture(autouse=True)
 def steady_process(monkeypatch):
     """The process's resident memory as a constant, so that a budget set from one plan fits the next."""
-    monkeypatch.setattr("roseood.detectors.rose.detector.in_use", lambda device: 100 * 2**20)
+    monkeypatch.setattr("roseood.detectors.rose.stream.in_use", lambda device: 100 * 2**20)
 
 
 def unet() -> DiffusionModel:
@@ -37,12 +37,13 @@ def fitted(model, images, **kw) -> ROSE:
 def test_a_tight_budget_shrinks_batches_and_keeps_the_scores(fisher, tiny_vae, images, capsys):
     free = fitted(tiny_vae, images, fisher=fisher)
     probe = ROSE(tiny_vae, fisher=fisher, memory="64G")
-    _, per_image = probe._probe(images)
-    plan = probe._plan(images, dict.fromkeys(probe.layers, fisher))
+    _, per_image = probe.stream.probe(images)
+    plan = probe.stream.plan(images, dict.fromkeys(probe.layers, fisher), batch_size=probe.batch_size)
     tight = plan.fixed + 3 * per_image  # three images per batch, whatever the machine
     det = fitted(tiny_vae, images, fisher=fisher, memory=tight, progress=True)
     assert "3 images per batch" in capsys.readouterr().err
-    after = det._plan(images, det.fishers_.kinds)  # the fitted Fishers' memory is counted once: more room
+    # the fitted Fishers' memory is counted once: more room
+    after = det.stream.plan(images, det.fishers_.kinds, batch_size=det.batch_size, fishers=det.fishers_)
     assert after.fits and 3 <= after.images < 64
     np.testing.assert_allclose(det.score(images), free.score(images), rtol=1e-5, atol=1e-6)
 
@@ -61,14 +62,15 @@ def test_a_fitted_fishers_memory_is_counted_once(fisher, tiny_vae, images):
     """What a fitted Fisher holds is already in the process's memory: the plan adds only the rest of its
     ``work_bytes``, and what it holds never exceeds them."""
     det = fitted(tiny_vae, images, fisher=fisher, memory="64G")
-    shapes = det._probe(images)[0]
+    shapes = det.stream.probe(images)[0]
     work = {n: FISHERS.get(k).work_bytes(shapes[n]) for n, k in det.fishers_.kinds.items()}
     held = {n: f.held_bytes() for n, f in det.fishers_.items()}
     assert all(0 < held[n] <= work[n] for n in work)
     fresh = ROSE(tiny_vae, fisher=fisher, memory="64G")  # no Fisher yet: the whole work_bytes
-    assert fresh._plan(images, det.fishers_.kinds).fixed - det._plan(images, det.fishers_.kinds).fixed == sum(
-        held.values()
-    )
+    kinds, size = det.fishers_.kinds, det.batch_size
+    before = fresh.stream.plan(images, kinds, batch_size=size)
+    after = det.stream.plan(images, kinds, batch_size=size, fishers=det.fishers_)
+    assert before.fixed - after.fixed == sum(held.values())
 
 
 def test_held_bytes_counts_a_shared_storage_once(tiny_vae, images):
@@ -86,8 +88,9 @@ def test_diffusion_budget_counts_images_of_k_rows(capsys):
     x = torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     free = fitted(model, x, fisher="diag", layers=layers)
     probe = ROSE(model, fisher="diag", layers=layers, memory="64G")
-    _, per_image = probe._probe(x)
-    tight = probe._plan(x, dict.fromkeys(probe.layers, "diag")).fixed + per_image
+    _, per_image = probe.stream.probe(x)
+    plan = probe.stream.plan(x, dict.fromkeys(probe.layers, "diag"), batch_size=probe.batch_size)
+    tight = plan.fixed + per_image
     det = fitted(model, x, fisher="diag", layers=layers, memory=tight, progress=True)
     assert "1 image (3 rows) per batch" in capsys.readouterr().err
     # batches of 3 rows instead of 48 convolve in another order: float32 rounding, within 1e-4
@@ -97,8 +100,8 @@ def test_diffusion_budget_counts_images_of_k_rows(capsys):
 def test_an_impossible_budget_is_refused_before_any_batch(tiny_vae, images, monkeypatch):
     det = ROSE(tiny_vae, fisher="ekfac", memory="1M")
     calls = []
-    real = det._stream
-    monkeypatch.setattr(det, "_stream", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    real = det.stream.run
+    monkeypatch.setattr(det.stream, "run", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
     expected = r"ROSE-ekfac needs ≈ .* for one image per batch .* budget is 1\.0 MiB"
     with pytest.raises(RoseError, match=expected):
         det.fit(images[:12], held_out=images[12:])
@@ -115,7 +118,7 @@ def test_memory_is_how_it_runs_not_what_it_computes(tiny_vae):
 def test_max_size_turns_the_largest_eigenbases_diagonal_and_the_file_says_so(tiny_vae, images, tmp_path):
     exact = fitted(tiny_vae, images, fisher="ekfac")
     assert set(exact.fishers_.kinds.values()) == {"ekfac"}  # a small model: under 128 MiB, unchanged
-    shapes = exact._probe(images)[0]
+    shapes = exact.stream.probe(images)[0]
     from roseood.curvature import FISHERS
 
     diag = sum(FISHERS.get("diag").file_bytes(s) for s in shapes.values())
@@ -142,7 +145,7 @@ def test_max_size_below_a_diagonal_fisher_is_refused(tiny_vae, images):
 def test_the_memory_probe_moves_no_random_number_generator(tiny_vae, images):
     det = ROSE(tiny_vae, fisher="diag", stochastic=True)
     torch.manual_seed(3)
-    det._probe(images)
+    det.stream.probe(images)
     after = torch.rand(3)
     torch.manual_seed(3)
     assert torch.equal(torch.rand(3), after)

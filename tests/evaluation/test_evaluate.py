@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from roseood.detectors import ROSE, method_params
-from roseood.detectors import base as detector_base
+from roseood.detectors import inputs as detector_inputs
 from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import evaluate, sweep
@@ -117,8 +117,8 @@ def test_rose_validates_images_once_per_score(
         np.random.default_rng(0).integers(0, 255, (12, 1, 32, 32), np.uint8)
     )
     calls = []
-    original = detector_base.check_model_input
-    monkeypatch.setattr(detector_base, "check_model_input", lambda *a: calls.append(1) or original(*a))
+    original = detector_inputs.check_model_input
+    monkeypatch.setattr(detector_inputs, "check_model_input", lambda *a: calls.append(1) or original(*a))
     det.score(np.zeros((3, 1, 32, 32), np.uint8))
     assert len(calls) == 1
 

@@ -139,18 +139,19 @@ def test_a_tight_memory_budget_counts_every_class_row_and_keeps_the_scores(
     """The marginal runs K·C denoiser rows per image: ROSE's memory plan measures an image at C× the
     denoiser rows of one label (issue 60, item 7), and a budget of one image per batch scores as an
     unbounded run does."""
-    import roseood.detectors.rose.detector as rose_module
+    import roseood.detectors.rose.stream as stream_module
     from roseood.detectors import ROSE
 
-    monkeypatch.setattr(rose_module, "in_use", lambda device: 100 << 20)  # the process's memory, held still
+    monkeypatch.setattr(stream_module, "in_use", lambda device: 100 << 20)  # the process's memory, held still
     model = load_model(pipeline(tmp_path / "p"))
     one_label = load_model(pipeline(tmp_path / "q", condition="label:0"))
     x = torch.rand(12, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     free = ROSE(model, fisher="diag").fit(x[:8], held_out=x[8:])
     probe = ROSE(model, fisher="diag", memory="64G")
-    _, per_image = probe._probe(x)
-    assert per_image > 2 * ROSE(one_label, fisher="diag", memory="64G")._probe(x)[1]  # C = 3 rows each
-    tight = probe._plan(x, dict.fromkeys(probe.layers, "diag")).fixed + int(1.5 * per_image)
+    _, per_image = probe.stream.probe(x)
+    assert per_image > 2 * ROSE(one_label, fisher="diag", memory="64G").stream.probe(x)[1]  # C = 3 rows each
+    plan = probe.stream.plan(x, dict.fromkeys(probe.layers, "diag"), batch_size=probe.batch_size)
+    tight = plan.fixed + int(1.5 * per_image)
     det = ROSE(model, fisher="diag", memory=tight, progress=True).fit(x[:8], held_out=x[8:])
     assert "1 image (2 rows) per batch" in capsys.readouterr().err
     np.testing.assert_allclose(det.score(x), free.score(x), rtol=1e-4, atol=1e-6)

@@ -15,11 +15,10 @@ file: a subclass plus ``register_detector(cls, {"method-name": {preset kwargs}, 
 from __future__ import annotations
 
 import inspect
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, Self, TypeVar
+from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 import torch
@@ -28,23 +27,18 @@ from torch.utils.data import DataLoader, Dataset
 
 from roseood import distributed
 from roseood.catalogue import DECISION_TPR
-from roseood.contracts import ModelInputs, SettableLoss
 from roseood.data.jpeg import Storage
 from roseood.data.loading import ImageStream, read_readable
-from roseood.data.tensors import ImageData, check_model_input, collect, loader_batches
+from roseood.data.tensors import ImageData, loader_batches
 from roseood.detectors.aggregation import threshold_at
+from roseood.detectors.files import built_from_file, check_model, file_contents, read_file, restore
+from roseood.detectors.inputs import model_inputs
 from roseood.errors import CheckpointError, DataError, RoseError
-from roseood.integrity import check_detector_file
-from roseood.memory import check_memory
 from roseood.models.base import RoseModel
-from roseood.models.checkpoint import model_fingerprint
-from roseood.progress import progress, resolve, state
+from roseood.progress import progress, resolve
 from roseood.registry import Registry
-from roseood.serialization import safe_load, save_file, share_equal_tensors
+from roseood.serialization import save_file
 from roseood.validation import check_float, check_int
-
-DETECTOR_FORMAT = "roseood-detector"
-D = TypeVar("D", bound="Detector")
 
 
 class Detector(ABC):
@@ -128,37 +122,6 @@ class Detector(ABC):
             return torch.device("cpu")
         return next(self.model.parameters(), torch.empty(0)).device
 
-    def _check(self, images: ImageData) -> Tensor:
-        """Validate inputs against the model's declared input kind and shape (images when no model): the
-        one point where every input comes in (a DataLoader or Dataset is read into one tensor here)."""
-        data = collect(images, self.batch_size) if isinstance(images, DataLoader | Dataset) else images
-        return check_model_input(data, self.model)
-
-    def _require_model(self, what: str) -> RoseModel:
-        """The detector's generative model; a ``RoseError`` saying ``what`` needs one when there is none."""
-        if self.model is None:
-            raise RoseError(f"{what} needs a generative model")
-        return self.model
-
-    def _per_image(self, value: Any, name: str, *, low: int = 1) -> int:
-        """A per-image count of the detector (IWAE samples, optimisation steps): an integer ≥ ``low``, and
-        its upper bound what the machine can hold: ``value`` float32 copies of one model input (at least
-        what one image costs) must fit in memory. Python, the command line and a detector file share it."""
-        count = check_int(value, name, low=low)
-        shape = self.model.input_shape if self.model is not None else None
-        check_memory(
-            count * math.prod(shape or (1,)) * 4,
-            f"{self.method}: {name} = {count} (that many copies of each {shape} input)",
-            hint=f"lower {name}",
-        )
-        return count
-
-    def _require_images(self) -> None:
-        """Refuse a model whose inputs are not images (for methods built on image perturbations/codecs)."""
-        kind = self.model.input_kind if isinstance(self.model, ModelInputs) else "image"
-        if kind != "image":
-            raise RoseError(f"the {self.method} method works on images only; this model takes {kind} inputs")
-
     def fit(self, images: ImageData, held_out: ImageData | None = None) -> Self:
         """Learn from in-distribution inputs (images: uint8 (N, C, H, W) or float in [0, 1]), as tensors,
         arrays or a torch ``DataLoader`` / ``Dataset`` of them (items: tensors, (image, label) tuples or
@@ -168,8 +131,8 @@ class Detector(ABC):
         main part from ``images`` and the rest from ``held_out`` (without one: the last
         ``held_out_share()`` of ``images``, the package's one split policy); the others learn from both.
         """
-        x = self._check(images)
-        held = None if held_out is None else self._check(held_out)
+        x = model_inputs(images, self.model, self.batch_size)
+        held = None if held_out is None else model_inputs(held_out, self.model, self.batch_size)
         self.check_counts(x.shape[0], None if held is None else held.shape[0])
         self.fit_storage_ = None  # these images' is set by whoever knows it (``fit_detector``)
         self.held_out_scores_ = None  # set by a detector that scores its held-out images while fitting
@@ -218,7 +181,7 @@ class Detector(ABC):
             if not parts:
                 raise DataError("empty input set: the dataset gave no items")
             return np.concatenate(parts)
-        x = self._check(images)
+        x = model_inputs(images, self.model, self.batch_size)
         if shard:
             x = x[distributed.shard(x.shape[0])]
         out = self._score(x).detach() if x.shape[0] else torch.empty(0)
@@ -272,21 +235,7 @@ class Detector(ABC):
         if not distributed.is_main():
             distributed.barrier()  # rank 0 writes; the others wait until the file is there
             return
-        save_file(
-            {
-                "format": DETECTOR_FORMAT,
-                "version": 1,
-                "method": self.method,
-                "params": self.get_params(),
-                "state": share_equal_tensors(self.state()),
-                "threshold": self.threshold_,
-                "model_fingerprint": model_fingerprint(self.model) if self.model is not None else None,
-            }
-            | ({"fit_storage": self.fit_storage_.as_dict()} if self.fit_storage_ is not None else {})
-            | ({"model_loss": self.model.loss_settings()} if isinstance(self.model, SettableLoss) else {})
-            | ({"tag": tag} if tag is not None else {}),
-            path,
-        )
+        save_file(file_contents(self, tag), path)
         distributed.barrier()
 
     @property
@@ -317,14 +266,14 @@ class Detector(ABC):
         other models. The file's method name is looked up in ``DETECTORS``, never imported. Loading through
         the detector's own class (``LikelihoodRatio.load``) requires its further models; the generic
         ``Detector.load`` leaves them to be attached later (scoring refuses until they are)."""
-        obj = safe_load(path, DETECTOR_FORMAT)
-        method = obj.get("method")
-        found, _ = file_fields(obj, path, DETECTORS)  # the method by the registry, every field checked
+        obj, found = read_file(path, DETECTORS)  # the method by the registry, every field checked
         if not issubclass(found, cls):
-            raise CheckpointError(f"{path}: holds a {method!r} detector, not {cls.describe()}")
+            raise CheckpointError(f"{path}: holds a {found.method!r} detector, not {cls.describe()}")
         extra = {k: extra_models.get(k) for k in found.extra_models}
         if cls is found and (missing := [k for k, m in extra.items() if m is None]):
-            raise CheckpointError(f"{path}: a {method} detector needs its {missing[0]} model ({missing[0]}=)")
+            raise CheckpointError(
+                f"{path}: a {found.method} detector needs its {missing[0]} model ({missing[0]}=)"
+            )
         return found.from_file(obj, path, model, **{k: m for k, m in extra.items() if m is not None})
 
     @classmethod
@@ -338,57 +287,8 @@ class Detector(ABC):
                     f"got {len(model)}"
                 )
             model = model[0]
-        expected = obj.get("model_fingerprint")
-        _set_model_loss(obj, path, model)
-        if expected is not None:
-            if model is None:
-                raise CheckpointError(f"{path}: this {cls.method} detector needs the model it was fitted on")
-            actual = model_fingerprint(model)
-            if actual != expected:
-                raise CheckpointError(
-                    f"{path}: fitted on model {expected}, but the given model is {actual}; "
-                    "refit the detector for this model"
-                )
-        return built_from_file(path, cls, model, **obj["params"], **extra_models)._restore(obj, path)
-
-    def _restore(self, obj: Mapping[str, Any], path: str | Path) -> Self:
-        """Set the learned state and threshold of a loaded file (``obj``: its contents) on this detector;
-        a state that does not fit is a one-line ``CheckpointError`` naming the file."""
-        try:
-            self.load_state(obj["state"])
-        except CheckpointError as exc:
-            raise CheckpointError(f"{path}: {exc}") from None
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
-            raise CheckpointError(f"{path}: damaged {self.method} detector state ({_line(exc)})") from None
-        self.threshold_ = obj.get("threshold")
-        if "fit_storage" in obj:  # files written before it was recorded have none: unknown
-            try:
-                self.fit_storage_ = Storage.from_dict(obj["fit_storage"])
-            except RoseError as exc:
-                raise CheckpointError(f"{path}: field 'fit_storage': {exc}") from None
-        self.fitted_ = True
-        return self
-
-
-def _set_model_loss(obj: Mapping[str, Any], path: str | Path, model: Any) -> None:
-    """Set the loss settings a detector file records (a DDPM's pairs, as it was fitted) on ``model``, which
-    then has the fingerprint the file expects; a one-line ``CheckpointError`` where they cannot be set."""
-    settings = obj.get("model_loss")
-    if settings is None:
-        return
-    if not isinstance(settings, Mapping) or not isinstance(model, SettableLoss):
-        raise CheckpointError(f"{path}: records loss settings that this model does not take")
-    if settings == model.loss_settings():
-        return
-    try:
-        model.set_loss_settings(**settings)
-    except RoseError as exc:
-        raise CheckpointError(f"{path}: its loss settings cannot be set on this model ({exc})") from None
-    state(f"{path}: the model's loss settings set as the detector was fitted: {_settings_text(settings)}")
-
-
-def _settings_text(settings: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in settings.items())
+        check_model(obj, path, model, cls.method)
+        return restore(built_from_file(path, cls, model, **obj["params"], **extra_models), obj, path)
 
 
 class Method(NamedTuple):
@@ -453,29 +353,6 @@ def load_detector(path: str | Path, model: Any, **extra_models: Any) -> Detector
     """Load any saved detector (``Detector.load``): ``model`` is its model, or for an ensemble the list of
     its members' models; ``extra_models`` are given to detectors that declare them (e.g. ``background``)."""
     return Detector.load(path, model, **extra_models)
-
-
-def _line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-
-
-def file_fields(
-    obj: dict[str, Any], path: str | Path, registry: Registry[str, type[Detector]]
-) -> tuple[Any, dict[str, Any]]:
-    """``check_detector_file`` with the file's path in its error."""
-    try:
-        return check_detector_file(obj, registry)
-    except CheckpointError as exc:
-        raise CheckpointError(f"{path}: {exc}") from None
-
-
-def built_from_file(path: str | Path, cls: type[D], *args: Any, **params: Any) -> D:
-    """``cls(*args, **params)`` with settings read from a file: settings it refuses are the file's fault,
-    a one-line ``CheckpointError`` naming it."""
-    try:
-        return cls(*args, **params)
-    except (RoseError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: its settings do not build a detector ({_line(exc)})") from None
 
 
 def held_out_count(n: int, held_out: int | float) -> int:

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roseood.detectors.base import DETECTORS, Detector, built_from_file, register_detector
+from roseood.detectors.base import DETECTORS, Detector, register_detector
+from roseood.detectors.files import built_from_file, restore
 from roseood.errors import CheckpointError, DataError, RoseError, shown
 from roseood.integrity import same, tensor
 from roseood.models.base import RoseModel
@@ -194,7 +195,7 @@ class Ensemble(Detector):
             for m, s in zip(given, specs, strict=True)
         ]
         rest = {k: v for k, v in params.items() if k != "members"}
-        return built_from_file(path, cls, members, **rest)._restore(obj, path)
+        return restore(built_from_file(path, cls, members, **rest), obj, path)
 
 
 register_detector(Ensemble, {})

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from roseood.detectors.base import Detector, register_detector
 from roseood.detectors.compression import CODECS, compressed_bits, to_uint8
+from roseood.detectors.inputs import per_image_count, require_images, require_model
 from roseood.detectors.nll import model_nll
 from roseood.models.base import RoseModel
 from roseood.validation import check_choice, check_seed
@@ -41,10 +42,10 @@ class InputComplexity(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        self.model: RoseModel = self._require_model("Input Complexity")
-        self._require_images()
+        self.model: RoseModel = require_model(model, "Input Complexity")
+        require_images(model, self.method)
         self.compressor = check_choice(compressor, CODECS, "compressor")
-        self.k = self._per_image(k, "k")
+        self.k = per_image_count(k, "k", self.method, model)
         self.seed = check_seed(seed)
 
     def _fit(self, x: Tensor) -> None:

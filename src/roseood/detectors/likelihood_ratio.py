@@ -19,6 +19,7 @@ from typing import Any
 from torch import Tensor
 
 from roseood.detectors.base import Detector, register_detector
+from roseood.detectors.inputs import per_image_count, require_images, require_model
 from roseood.detectors.nll import model_nll
 from roseood.errors import CheckpointError, RoseError, shown
 from roseood.integrity import FINGERPRINT, field
@@ -50,9 +51,9 @@ class LikelihoodRatio(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        self.model: RoseModel = self._require_model("the likelihood ratio")
-        self._require_images()
-        self.k = self._per_image(k, "k")
+        self.model: RoseModel = require_model(model, "the likelihood ratio")
+        require_images(model, self.method)
+        self.k = per_image_count(k, "k", self.method, model)
         self.seed = check_seed(seed)
         self.background: RoseModel | None = None
         self._background_fingerprint: str | None = None

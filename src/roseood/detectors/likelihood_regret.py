@@ -23,6 +23,7 @@ from torch.func import functional_call, grad, vmap
 
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
+from roseood.detectors.inputs import per_image_count
 from roseood.errors import DataError, RoseError
 from roseood.models.base import GenerativeModel, is_latent_model, model_name
 from roseood.models.vae import VAE
@@ -116,10 +117,10 @@ class LikelihoodRegret(Detector):
         if not is_latent_model(model):
             found = "no model" if model is None else f"a {model_name(model)}"
             raise RoseError(f"Likelihood Regret needs a VAE (it fine-tunes the encoder), got {found}")
-        self.steps = self._per_image(steps, "steps", low=0)
+        self.steps = per_image_count(steps, "steps", self.method, model, low=0)
         self.lr = check_float(lr, "lr", low=0.0, low_open=True)
         self.weight_decay = check_float(weight_decay, "weight_decay", low=0.0)
-        self.k = self._per_image(k, "k")
+        self.k = per_image_count(k, "k", self.method, model)
         if len(betas) != 2 or not all(0.0 <= check_float(b, "betas") < 1.0 for b in betas):
             raise RoseError(f"betas must be two numbers in [0, 1), got {betas!r}")
         self.model: VAE = cast(VAE, model)  # the IWAE and encoder parts of LatentModel, typed as the VAE

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
+from roseood.detectors.inputs import per_image_count, require_model
 from roseood.errors import RoseError
 from roseood.models.base import LatentModel, RoseModel, is_latent_model
 from roseood.progress import LINE_INTERVAL_S, forecast
@@ -37,8 +38,8 @@ class NLL(Detector):
         progress: bool | None = None,
     ):
         super().__init__(model, batch_size=batch_size, progress=progress)
-        self.model: RoseModel = self._require_model("the NLL score")
-        self.k = self._per_image(k, "k")
+        self.model: RoseModel = require_model(model, "the NLL score")
+        self.k = per_image_count(k, "k", self.method, model)
         if self.k > 1 and not is_latent_model(model):
             raise RoseError("IWAE (k > 1) applies to latent-variable models (VAEs) only; Glow's is exact")
         self.seed = check_seed(seed)

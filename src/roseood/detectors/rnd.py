@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from roseood.data.perturbations import make_perturbation
 from roseood.data.tensors import iter_batches
 from roseood.detectors.base import Detector, register_detector
+from roseood.detectors.inputs import require_images
 from roseood.errors import CheckpointError, DataError
 from roseood.integrity import count, field, tensor
 from roseood.memory import check_memory, module_bytes
@@ -83,7 +84,7 @@ class RND(Detector):
         progress: bool | None = None,
     ) -> None:
         super().__init__(model, batch_size=batch_size, progress=progress)
-        self._require_images()
+        require_images(model, self.method)
         self._device = super().device
         self.model = None  # the model only chooses the device: RND never reads it
         self._perturb = make_perturbation(perturbation)  # validates the spec

@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from roseood.detectors.base import DETECTOR_FORMAT, Detector
+from roseood.detectors.base import Detector
+from roseood.detectors.files import DETECTOR_FORMAT
 from roseood.errors import CheckpointError, RoseWarning
 from roseood.integrity import field, tensor
 from roseood.serialization import array_digest as array_digest

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roseood.data.tensors import ImageData
+from roseood.detectors.inputs import model_inputs
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def stage_seconds(det: Any, images: ImageData) -> StageSeconds:
     Fishers there (each pass's batches timed apart from its end) and computes their layer scores and
     extra columns, as its statistics and scoring do; ``det`` itself is left as it was."""
     probe = type(det)(det.model, **det.get_params(), memory=det.memory, progress=False)
-    x = probe._check(images)[: probe.images_per_batch]
+    x = model_inputs(images, probe.model, probe.batch_size)[: probe.stream.images_per_batch(probe.batch_size)]
     with warnings.catch_warnings():  # a fit on one batch may be warned about; the real fit is not this one
         warnings.simplefilter("ignore")
         fishers = probe.fit_fisher(x)

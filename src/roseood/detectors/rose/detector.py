@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from contextlib import closing
-from functools import cached_property, partial
+from functools import partial
 from typing import Any, Self
 
 import numpy as np
@@ -13,37 +12,32 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.contracts import RowsModel, rows_per_input
+from roseood.contracts import RowsModel
 from roseood.curvature import (
-    FISHERS,
     FactorCache,
     GradientStore,
-    LayerGrad,
-    LayerGradients,
     LayerReport,
-    LayerShape,
     check_layers,
     fisher_pass,
     settled_line,
 )
-from roseood.curvature.memory import MemoryPlan, saved_bytes
 from roseood.data.tensors import ImageData, iter_batches
 from roseood.detectors.adjustment import LikelihoodTrend, column_names
 from roseood.detectors.aggregation import Aggregation
 from roseood.detectors.base import Detector
 from roseood.detectors.features import extra_columns
+from roseood.detectors.inputs import model_inputs
 from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments, check_rows, view
 from roseood.detectors.rose.cost import StageSeconds, stage_seconds
 from roseood.detectors.rose.fitted import FittedFishers, MemoKey, stored_digest
 from roseood.detectors.rose.statistics import fit_statistics, statistics_scores
+from roseood.detectors.rose.stream import LayerStream
 from roseood.errors import CheckpointError, DataError, RoseError, shown
 from roseood.integrity import same, tensor
-from roseood.memory import budget, in_use
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 from roseood.models.wrap import LossFn, wrap
 from roseood.progress import note
-from roseood.randomness import per_input_seed
 from roseood.serialization import array_digest
 from roseood.settings import ROSE_DEFAULTS
 
@@ -110,6 +104,15 @@ class ROSE(Detector):
         self.seed, self.max_size, self.memory = checked.seed, checked.max_size, checked.memory
         self.score_arguments  # noqa: B018 (the same check of the scoring settings)
         check_rows(rows, model, stochastic)
+        self.stream = LayerStream(  # the layers' per-sample gradients, in batches that fit the memory
+            model,
+            self.layers,
+            fisher=fisher,
+            rows=rows,
+            stochastic=stochastic,
+            seed=self.seed,
+            memory=self.memory,
+        )
         if "complexity" in features and model.input_kind != "image":
             raise RoseError("features=...,complexity needs an image model (it compresses the images)")
         self.fishers_: FittedFishers | None = None  # fitted (or taken) by fit, restored by load
@@ -119,8 +122,6 @@ class ROSE(Detector):
         self.mean_: Tensor | None = None  # the held-out layer scores' mean and spread (z-scores)
         self.std_: Tensor | None = None
         self.fisher_seconds_: list[tuple[float, float]] = []  # each Fisher pass's batches', its end's
-        self._probed: dict[torch.device, tuple[dict[str, LayerShape], int]] = {}
-        self._stated: set[int] = set()  # the images per batch stated so far
 
     def _matches(self, param: str, value: Any) -> bool:
         if param == "layers" and isinstance(value, str):  # a named set: the layers it names
@@ -148,17 +149,6 @@ class ROSE(Detector):
         anew each time): ROSEs with equal ones sharing Fishers read each other's scores."""
         return None if self.stochastic else (self.fisher_arguments, self.rows)
 
-    @cached_property
-    def _grads(self) -> LayerGradients:
-        """The chosen layers' per-sample gradients (handlers, Jacobians), built on first use."""
-        assert isinstance(self.model, torch.nn.Module)  # __init__ refuses other models
-        return LayerGradients(self.model, self.layers, coords=FISHERS.get(self.fisher).coords)
-
-    @property
-    def images_per_batch(self) -> int:
-        """Images per batch: ``batch_size`` rows of the loss over the rows each image becomes (≥ 1)."""
-        return max(1, self.batch_size // self._k)
-
     @property
     def columns(self) -> list[str]:
         """Names of the raw layer-score columns: the layers, or with ``rows="each"`` each layer at each of
@@ -166,95 +156,19 @@ class ROSE(Detector):
         over the layers (``layers@t``)."""
         if self.rows == "sum":
             return list(self.layers)
-        steps = self.model.row_labels() if isinstance(self.model, RowsModel) else list(range(self._k))
+        k = self.stream.rows_per_image
+        steps = self.model.row_labels() if isinstance(self.model, RowsModel) else list(range(k))
         if self.rows == "bands":
             return [f"layers@{t}" for t in steps]
         return [f"{name}@{t}" for name in self.layers for t in steps]
-
-    @property
-    def _k(self) -> int:
-        """Rows per image of the model's loss (1 for a model that runs each image once)."""
-        return rows_per_input(self.model)
-
-    def _stream(
-        self,
-        x: Tensor,
-        consume: Callable[[str, LayerGrad], None],
-        only: set[str] | None = None,
-        rows: str | None = None,
-    ) -> Tensor:
-        """Hand each chosen layer's per-sample gradients (one layer at a time) to ``consume``; returns
-        the per-sample loss they differentiate: per image, or per (image, pair) row, image-major, when
-        ``rows`` (default: the detector's) is "each" or "bands"."""
-        self.model.eval()
-        x = x.to(self.device)
-        with per_input_seed(self.seed):
-            if (rows or self.rows) != "sum":
-                assert isinstance(self.model, RowsModel)  # rows other than "sum" are refused otherwise
-                rows_in = x.repeat_interleave(self._k, 0)
-                return self._grads.stream(self.model.row_loss, rows_in, consume, only)
-            loss = lambda b: self.model.rose_loss(b, stochastic=self.stochastic)  # noqa: E731
-            return self._grads.stream(loss, x, consume, only)
-
-    def _probe(self, x: Tensor) -> tuple[dict[str, LayerShape], int]:
-        """The layers' shapes and the bytes one image adds to a batch (the activations the backward pass
-        keeps, the largest layer's per-sample gradients and their products), from one image; measured once
-        per device, without moving any random number generator."""
-        if self.device not in self._probed:
-            shapes: dict[str, LayerShape] = {}
-            largest = [0]
-
-            def measure(name: str, g: LayerGrad) -> None:
-                shapes[name] = LayerShape.of(g)
-                largest[0] = max(largest[0], g.peak_bytes())
-
-            held = (*self._grads.model.parameters(), *self._grads.model.buffers())
-            weights = {t.untyped_storage().data_ptr() for t in held}
-            devices = [self.device] if self.device.type == "cuda" else []
-            with torch.random.fork_rng(devices=devices), saved_bytes(weights) as saved:
-                self._stream(x[:1], measure)
-            self._probed[self.device] = shapes, int(1.25 * (saved() + largest[0]))
-        return self._probed[self.device]
-
-    def _plan(self, x: Tensor, kinds: dict[str, str], extra: int = 0) -> MemoryPlan:
-        """Images per batch within the memory budget for these layers' Fishers (``extra``: more bytes held,
-        e.g. kept gradients), stated once on the progress output; refused in one line if even one image
-        does not fit, before any batch runs."""
-        limit = budget(self.device, self.memory)
-        known = limit is None and self.device in self._probed
-        shapes, per_image = self._probed[self.device] if known else self._probe(x)
-        fishers = sum(
-            max(0, FISHERS.get(kinds[n]).work_bytes(shapes[n]) - self._held(n, kinds[n])) for n in kinds
-        )
-        plan = MemoryPlan(
-            params=sum(s.params for s in shapes.values()),
-            layers=len(shapes),
-            rows=self._k,
-            fixed=in_use(self.device) + fishers + extra,
-            per_image=per_image,
-            wanted=self.images_per_batch,
-            budget=limit,
-            what=f"ROSE-{self.fisher}",
-        )
-        plan.check()
-        if self.progress and plan.images not in self._stated:  # the process's memory moves the peak a little
-            self._stated.add(plan.images)
-            note(plan.line())
-        return plan
-
-    def _held(self, name: str, kind: str) -> int:
-        """Bytes layer ``name``'s Fisher of ``kind`` holds already (counted in the process's memory), of
-        the ``work_bytes`` it may hold at most."""
-        fisher = self.fishers_.get(name) if self.fishers_ is not None else None
-        return fisher.held_bytes() if fisher is not None and fisher.name == kind else 0
 
     def check(self, images: Tensor | np.ndarray) -> list[LayerReport]:
         """Dry run on a couple of images: every parameterised layer of the model, its handler, usable or
         why not (``roseood.curvature.format_layer_report`` prints it as a table)."""
         self.model.eval()
-        x = self._check(images).to(self.device)
+        x = model_inputs(images, self.model, self.batch_size).to(self.device)
         return check_layers(
-            self._grads.model, lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x
+            self.stream.grads.model, lambda b: self.model.rose_loss(b, stochastic=self.stochastic), x
         )
 
     def fit(
@@ -292,7 +206,7 @@ class ROSE(Detector):
 
     def fisher_key(self, images: ImageData) -> tuple[FisherArguments, str, str]:
         """What identifies the Fishers ``fit_fisher(images)`` fits (the key they are shared by)."""
-        x = self._check(images)
+        x = model_inputs(images, self.model, self.batch_size)
         return self.fisher_arguments, model_fingerprint(self.model), array_digest(x.detach().cpu().numpy())
 
     def fit_fisher(self, images: ImageData, fishers: FittedFishers | None = None) -> FittedFishers:
@@ -304,7 +218,7 @@ class ROSE(Detector):
         before each pass ends, and rank 0's eigendecompositions are shared with every process. With a
         deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
         instead of running the model again."""
-        x = self._check(images)
+        x = model_inputs(images, self.model, self.batch_size)
         arguments, model, digest = self.fisher_key(x)  # all the images, before this process's shard
         if fishers is not None:
             fishers.check(arguments, model, digest)
@@ -312,10 +226,12 @@ class ROSE(Detector):
             return fishers
         distributed.check_enough(x.shape[0], "Fisher images")
         x = x[distributed.shard(x.shape[0])]
-        made = {n: arguments.make(kind) for n, kind in arguments.kinds(self._probe(x)[0]).items()}
+        made = {n: arguments.make(kind) for n, kind in arguments.kinds(self.stream.probe(x)[0]).items()}
         self.fishers_ = FittedFishers(arguments, made, model=model, images=digest)
         passes = max(f.passes for f in made.values())
-        plan = self._plan(x, self.fishers_.kinds)
+        plan = self.stream.plan(
+            x, self.fishers_.kinds, batch_size=self.batch_size, fishers=self.fishers_, progress=self.progress
+        )
         room = plan.budget - plan.peak if plan.budget is not None else self.grad_cache_bytes
         store = GradientStore(min(self.grad_cache_bytes, room) if passes > 1 and not self.stochastic else 0)
         self.fisher_seconds_ = []
@@ -324,7 +240,8 @@ class ROSE(Detector):
             desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
             start = time.perf_counter()
             with closing(iter_batches(x, plan.images, desc)) as batches:
-                fisher_pass(pending, batches, pass_index, store, partial(self._stream, rows=arguments.rows))
+                run = partial(self.stream.run, rows=arguments.rows)
+                fisher_pass(pending, batches, pass_index, store, run)
             if pass_index == 0 and self.progress and (line := settled_line(self.fisher, pending, len(x))):
                 note(line)
             ended = time.perf_counter()
@@ -380,58 +297,37 @@ class ROSE(Detector):
     def layer_scores(self, images: ImageData, desc: str = "ROSE scoring") -> Tensor:
         """Raw per-layer scores ``gᵀ F⁻¹ g``, shape (N, columns), float64 (``columns``: one per layer, or
         per layer and timestep with ``rows="each"``)."""
-        return self._scores_and_loss(self._check(images), desc)[0]
+        return self._scores_and_loss(model_inputs(images, self.model, self.batch_size), desc)[0]
 
     def layer_scores_and_loss(self, images: Tensor | np.ndarray) -> tuple[Tensor, Tensor]:
         """Raw per-layer scores (N, layers) and the per-sample loss they are gradients of (N,), float64."""
-        raw, rows = self._scores_and_loss(self._check(images))
+        raw, rows = self._scores_and_loss(model_inputs(images, self.model, self.batch_size))
         return raw, rows.sum(1)
 
     def _scores_and_loss(self, x: Tensor, desc: str = "ROSE scoring") -> tuple[Tensor, Tensor]:
         """Raw layer scores (N, columns) and the loss of each image's rows (N, K; K = 1 with
-        ``rows="sum"``), both float64 on the CPU; a ROSE that took shared Fishers reads what they
-        remember of these images, rows and weights."""
-        if self.fishers_ is None:
-            raise RoseError("ROSE detector is not fitted: call fit() or load() first")
-        key = self._memo_key(x)
-        found = self.fishers_.remembered(key) if key is not None else None
-        if found is None:
-            found = self._compute_scores_and_loss(x, desc)
-            if key is not None:
-                self.fishers_.remember(key, found)
-        return found
-
-    def _memo_key(self, x: Tensor) -> MemoKey | None:
-        """Where shared Fishers (``FittedFishers.share``) remember these scores: the weights', the images'
-        and the rows' names (None when they are not shared, or when the loss is drawn anew each time)."""
-        if self.fishers_ is None or not self.fishers_.shared or self.stochastic:
-            return None
-        return model_fingerprint(self.model), array_digest(x.detach().cpu().numpy()), self.rows
-
-    def _compute_scores_and_loss(self, x: Tensor, desc: str) -> tuple[Tensor, Tensor]:
+        ``rows="sum"``), both float64 on the CPU (``LayerStream.scores``); shared Fishers
+        (``FittedFishers.share``) remember them by the weights', the images' and the rows' names, unless
+        the loss is drawn anew each time, and a ROSE that took them reads what they remember."""
         fishers = self.fishers_
-        assert fishers is not None  # _scores_and_loss refuses an unfitted detector
-        plan = self._plan(x, fishers.kinds)
-        scores, losses = [], []
-        for batch in iter_batches(x, plan.images, desc if self.progress else None):
-            layer: dict[str, Tensor] = {}
-
-            def quad(name: str, g: LayerGrad, layer: dict[str, Tensor] = layer) -> None:
-                layer[name] = fishers[name].quad(g)
-
-            loss = self._stream(batch, quad)
-            raw = torch.stack([layer[n] for n in self.layers], 1)
-            if self.rows == "bands":  # (N·K, L) image-major rows → (N, K), each row's sum over layers
-                raw = raw.sum(1, keepdim=True)
-            if self.rows != "sum":  # (N·K, C) image-major rows → (N, C·K), column-major
-                raw = raw.view(len(batch), self._k, -1).transpose(1, 2).flatten(1)
-            scores.append(raw)
-            losses.append(loss.double().view(len(batch), -1))
-        return torch.cat(scores).cpu(), torch.cat(losses).cpu()
+        if fishers is None:
+            raise RoseError("ROSE detector is not fitted: call fit() or load() first")
+        key: MemoKey | None = None
+        if fishers.shared and not self.stochastic:
+            key = model_fingerprint(self.model), array_digest(x.detach().cpu().numpy()), self.rows
+        found = fishers.remembered(key) if key is not None else None
+        if found is None:
+            found = self.stream.scores(
+                x, fishers, batch_size=self.batch_size, desc=desc, progress=self.progress
+            )
+            if key is not None:
+                fishers.remember(key, found)
+        return found
 
     def normalized_layer_scores(self, images: Tensor | np.ndarray) -> Tensor:
         """Layer scores z-normalised with the in-distribution statistics, (N, layers)."""
-        raw = self._scores_and_loss(self._check(images))[0]  # refuses a detector with no Fishers
+        x = model_inputs(images, self.model, self.batch_size)
+        raw = self._scores_and_loss(x)[0]  # refuses a detector with no Fishers
         assert self.mean_ is not None and self.std_ is not None  # fitted with them
         return (raw - self.mean_) / self.std_
 
@@ -448,7 +344,7 @@ class ROSE(Detector):
         ``rows``: each image's rows' loss (N, K), which a diffusion model's statistics are read from."""
         if self.features == "layers":
             return np.empty((len(x), 0)), []
-        step = self.images_per_batch
+        step = self.stream.images_per_batch(self.batch_size)
 
         def batches(images: Tensor) -> list[Tensor]:
             return [images[i : i + step].to(self.device) for i in range(0, len(images), step)]

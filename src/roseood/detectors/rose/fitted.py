@@ -59,6 +59,12 @@ class FittedFishers(Mapping[str, Fisher]):
         """The Fisher kind of each layer (``diag`` where ``max_size`` made it so)."""
         return {name: f.name for name, f in self._fishers.items()}
 
+    def held_bytes(self, name: str, kind: str) -> int:
+        """Bytes layer ``name``'s Fisher holds already (counted in the process's memory) where it is of
+        ``kind``, of the ``work_bytes`` a Fisher of that kind may hold at most; 0 otherwise."""
+        fisher = self._fishers.get(name)
+        return fisher.held_bytes() if fisher is not None and fisher.name == kind else 0
+
     def check(self, arguments: FisherArguments, model: str, images: str) -> None:
         """Refuse in one line Fishers fitted with other settings, on other weights or on other images."""
         if arguments != self.arguments:
