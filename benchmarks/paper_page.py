@@ -160,8 +160,6 @@ NOT_REPRODUCED = {
     "Figure 4 (throughput vs overall AUROC, CIFAR-10 VAE)": "not run: it scores every method on the CIFAR-10 "
     "VAE, and Likelihood Regret alone took 5–12 min per set for 30 images in Table 2's run; `rose bench "
     "figure4` draws it",
-    "Figure 6 (layer-wise ROSE on six classifiers)": "not run: six classifiers to train, KMNIST absent; "
-    "`rose bench figure6` draws it",
 }
 
 
@@ -241,12 +239,14 @@ def _models(run: Run) -> str:
     span = {kind: "–".join(map(str, sorted({min(e), max(e)}))) for kind, e in per_kind.items()}
     trained = [f"{names.get(k, k)} {epochs(n)}" for k, n in span.items()]
     parts = [f"given files, not trained here: {', '.join(given)}"] if given else []
+    beside = (
+        f"the paper: VAEs {paper.vae_train['cifar10'][1]}, Glows {paper.glow_train['cifar10'][1]}, on all "
+        "images; a bold Δ here mostly measures this short training"
+    )
+    if set(span) == {"classifier"}:  # Figure 6: the paper gives no training budget for its classifiers
+        beside = "the paper does not state its classifiers' training"
     if trained:
-        parts.append(
-            f"trained by the {run['profile']['name']} profile: {', '.join(trained)} (the paper: VAEs "
-            f"{paper.vae_train['cifar10'][1]}, Glows {paper.glow_train['cifar10'][1]}, on all images; a "
-            "bold Δ here mostly measures this short training)"
-        )
+        parts.append(f"trained by the {run['profile']['name']} profile: {', '.join(trained)} ({beside})")
     return ("Models: " + "; ".join(parts) + ".") if parts else "No trained models."
 
 
