@@ -157,9 +157,6 @@ NOT_REPRODUCED = {
     "longer in this machine's cache, and SVHN (Figure 3's CIFAR-10 OOD set) is absent; `rose bench figure1 "
     "figure3` draws them all",
     "Figure 2 (CelebA at each brightness)": "example images, not a measurement: the bench does not draw it",
-    "Figure 4 (throughput vs overall AUROC, CIFAR-10 VAE)": "not run: it scores every method on the CIFAR-10 "
-    "VAE, and Likelihood Regret alone took 5–12 min per set for 30 images in Table 2's run; `rose bench "
-    "figure4` draws it",
 }
 
 
@@ -380,7 +377,7 @@ def throughput(run: Run) -> list[str]:
     rows = [
         [
             method,
-            f"{ips:.1f}",
+            f"{ips:.2f}",
             _paper_number("figure4", f"vae/cifar10/{method}/images_per_second", 1),
             f"{auroc:.3f}",
             _paper_number("figure4", f"vae/cifar10/overall/{method}/auroc", 3),

@@ -272,7 +272,8 @@ def test_figures_4_and_6_show_their_numbers():
     run4 = {"experiment": "figure4", "profile": profile, "results": {"points": points}}
     text = "\n".join(paper_page.throughput(run4))
     assert (
-        "| rose-ekfac | 52.0 | 110.0 | 0.900 | 0.918 |" in text and "| nll | 300.0 | – | 0.400 | – |" in text
+        "| rose-ekfac | 52.04 | 110.0 | 0.900 | 0.918 |" in text
+        and "| nll | 300.00 | – | 0.400 | – |" in text
     )
     auroc = {"mnist": [0.5, 0.9, 0.7], "notmnist": [0.6, 0.7, 0.8]}
     run6 = {"experiment": "figure6", "profile": profile, "results": {"vgg11": {"layers": [], "auroc": auroc}}}
