@@ -206,7 +206,7 @@ def test_adding_a_run_commits_its_results_and_figures(tmp_path, monkeypatch):
     (folder / "roc.png").write_bytes(b"png")
     run = {
         "experiment": "figure3",
-        "profile": {"name": "cpu"},
+        "profile": {"name": "cpu", "experiment_overrides": {}},
         "figures": [{"file": "roc.png", "caption": "ROC"}],
     }
     (folder / "results.json").write_text(json.dumps(run))
@@ -240,6 +240,47 @@ def test_figure5_shows_its_auroc_per_fisher_size_below_its_picture():
     assert "| mnist | 0.950 ± 0.050 | 1.000 ± 0.000 |" in text
     assert "| overall | 0.800 ± 0.000 | 0.800 ± 0.100 |" in text
     assert paper_page.fisher_sizes({"experiment": "figure3", "results": {"auroc": auroc}}) == []
+
+
+def test_a_run_cut_below_its_profile_says_so_beside_each_figure():
+    """A run whose experiment counts were cut below its profile's names each cut beside the profile's
+    number in every caption; a run at the profile's own counts says nothing."""
+    from benchmarks import paper_page
+
+    cut = {"fit_samples": 2000, "test_samples": 500, "test_limits": {"lr": 20, "lratio": 200}}
+    run = {
+        "experiment": "figure4",
+        "profile": {"name": "cpu", "experiment_overrides": {"figure4": cut}},
+        "figures": [{"file": "a.png", "caption": "Runtime"}],
+    }
+    caption = (
+        "Runtime (cut below the cpu profile: 2000 Fisher images (profile: 10000), 500 test images per "
+        "set (profile: 2000), lr on 20 test images per set (profile: 30))"
+    )
+    assert f"*{caption}*" in paper_page.figures("figure4", run)
+    run["profile"]["experiment_overrides"] = {}
+    assert "*Runtime*" in paper_page.figures("figure4", run)
+
+
+def test_figures_4_and_6_show_their_numbers():
+    """Figure 4: each method's images/s and overall AUROC beside the paper's where it states one; Figure 6:
+    the first, best and last layer's AUROC per classifier and OOD set; other runs get neither table."""
+    from benchmarks import paper_page
+
+    profile = {"name": "cpu", "experiment_overrides": {}}
+    points = {"rose-ekfac": [52.04, 0.9], "nll": [300.0, 0.4]}
+    run4 = {"experiment": "figure4", "profile": profile, "results": {"points": points}}
+    text = "\n".join(paper_page.throughput(run4))
+    assert (
+        "| rose-ekfac | 52.04 | 110.0 | 0.900 | 0.918 |" in text
+        and "| nll | 300.00 | – | 0.400 | – |" in text
+    )
+    auroc = {"mnist": [0.5, 0.9, 0.7], "notmnist": [0.6, 0.7, 0.8]}
+    run6 = {"experiment": "figure6", "profile": profile, "results": {"vgg11": {"layers": [], "auroc": auroc}}}
+    text = "\n".join(paper_page.layer_peaks(run6))
+    assert "| vgg11 | mnist | 3 | 0.500 | 0.900 (layer 2) | 0.700 |" in text
+    assert "| vgg11 | notmnist | 3 | 0.600 | 0.800 (layer 3) | 0.800 |" in text
+    assert paper_page.throughput(run6) == [] and paper_page.layer_peaks(run4) == []
 
 
 def test_numbers_quoted_on_two_pages_agree_with_their_source():

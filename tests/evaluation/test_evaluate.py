@@ -88,6 +88,17 @@ def test_sweep_runs_every_value_and_repeat(tiny_vae: VAE, spec: EvalSpec) -> Non
     assert "4 for fitting" in runs[4][0].settings["fit_data"]
 
 
+def test_a_one_draw_sweep_fits_on_the_asked_fisher_count(tiny_vae: VAE, spec: EvalSpec) -> None:
+    """One draw is draw 0 of several: 4 Fisher images drawn beside the 10 statistics images, not the
+    usual split of the 14 asked (which would fit on 7), and the same scores as a two-draw sweep's first."""
+    spec = replace(spec, methods=["rose-diag"], ood=spec.ood[:1], test_samples=8)
+    one = sweep(tiny_vae, spec, "fit_samples", [4], repeats=1, progress=False)[4]
+    assert len(one) == 1 and "(14 images: 4 for fitting" in one[0].settings["fit_data"]
+    first = sweep(tiny_vae, spec, "fit_samples", [4], repeats=2, progress=False)[4][0]
+    scores = (r.scores["rose-diag"][spec.in_data] for r in (one[0], first))
+    np.testing.assert_array_equal(*scores)
+
+
 def test_cache_keys_need_no_detector(tiny_vae: VAE, spec: EvalSpec, monkeypatch: pytest.MonkeyPatch) -> None:
     assert method_params("rose-ekfac") == method_params("rose-ekfac", fisher="ekfac", damping=1e-8)
     assert method_params("rose-ekfac") != method_params("rose-ekfac", layers="all")

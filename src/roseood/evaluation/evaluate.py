@@ -39,6 +39,7 @@ from roseood.machine import machine_description
 from roseood.models.base import RoseModel, model_config, model_name
 from roseood.models.checkpoint import model_fingerprint
 from roseood.progress import duration, eta, note, resolve, stage
+from roseood.validation import check_int
 
 
 def build_detectors(
@@ -352,10 +353,14 @@ def sweep(
     progress: bool | None = None,
     cache: ResultCache | None = None,
 ) -> dict[Any, list[EvaluationResult]]:
-    """``evaluate`` with ``spec.<field_name>`` set to each of ``values``; with ``repeats`` > 1, each value
-    is run with ``fit_draw`` 0 … repeats − 1 (fresh random Fisher images, same statistics and test sets)."""
-    draws = range(repeats) if repeats > 1 else [spec.fit_draw]
+    """``evaluate`` with ``spec.<field_name>`` set to each of ``values``, each run with ``fit_draw``
+    0 … repeats − 1 (fresh random Fisher images, same statistics and test sets): one draw too, so a
+    Fisher-size sweep fits on the asked count, not on the usual split of fit and statistics images."""
+    check_int(repeats, "repeats")
     return {
-        v: [evaluate(model, replace(spec, **{field_name: v, "fit_draw": d}), progress, cache) for d in draws]
+        v: [
+            evaluate(model, replace(spec, **{field_name: v, "fit_draw": d}), progress, cache)
+            for d in range(repeats)
+        ]
         for v in values
     }
