@@ -66,3 +66,17 @@ def tiny_vae() -> VAE:
 def images() -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     return torch.rand(24, 1, 32, 32, generator=g)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a ``slow`` test run first, then the rest by number of tests (xdist's own order, which
+    pyproject.toml's ``--no-loadscope-reorder`` turns off): by test count alone the one-test heavy files (the
+    two-process job, the wheel install, the recorded scores: 16-36 s of CPU each) came last, and one worker
+    ran them while the other had nothing left."""
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+    order = sorted(
+        files.values(), key=lambda tests: (not any(t.get_closest_marker("slow") for t in tests), -len(tests))
+    )
+    items[:] = [item for tests in order for item in tests]
