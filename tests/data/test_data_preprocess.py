@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -92,3 +94,17 @@ def test_preprocess_returns_channel_first_uint8() -> None:
 def test_invalid_options_raise_data_error(channels: int, size: int, brightness: float, match: str) -> None:
     with pytest.raises(DataError, match=match):
         check_options(channels, size, brightness)
+
+
+def test_a_preprocessing_passed_as_options_reads_images_its_way(tmp_path: Path) -> None:
+    """``load_images(..., **prep.options())`` applies every field (a stretch to 16×24 → 16×16 RGB)."""
+    from roseood.data import load_images
+    from roseood.data.preprocess import Preprocessing
+
+    wide = np.random.default_rng(3).integers(0, 256, (2, 16, 24), dtype=np.uint8)
+    np.savez(tmp_path / "wide.npz", images=wide)
+    prep = Preprocessing(channels=3, size=16, resize="stretch")
+    got = load_images(tmp_path / "wide.npz", **prep.options()).images
+    expected = preprocess(wide, channels=3, size=16, brightness=1.0, resize="stretch")
+    assert got.shape == (2, 3, 16, 16)
+    np.testing.assert_array_equal(got, expected)

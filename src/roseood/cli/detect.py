@@ -129,10 +129,8 @@ def _images_to_score(args: argparse.Namespace, prep: Preprocessing) -> ImageStre
         n=args.subset,
         seed=args.seed,
         data_dir=args.data_dir,
-        channels=prep.channels,
-        size=prep.size,
-        resize=prep.resize,
         errors="skip",
+        **prep.options(),
     )
     data.state_preprocessing()
     return data

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,7 @@ from roseood.data.jpeg import JpegHistory, split_suffix
 from roseood.data.preprocess import (
     U8,
     Preprocessing,
+    PreprocessingOptions,
     adjust_brightness,
     check_options,
     describe_conversion,
@@ -102,17 +103,14 @@ class ImageStream(_Stated):
         return int(self.labels.shape[0])
 
 
-class ImageOptions(TypedDict, total=False):
+class ImageOptions(PreprocessingOptions, total=False):
     """The keyword arguments of ``open_images`` and ``load_images`` (see ``open_images``)."""
 
     split: str
     data_dir: str | Path | None
     n: int | None
     seed: int
-    channels: int | None
-    size: int | None
     brightness: float
-    resize: str
     download: bool
     errors: str
     jpeg: JpegHistory | None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,14 @@ U8 = npt.NDArray[np.uint8]
 
 
 CHANNEL_NAMES = {1: "grayscale", 3: "RGB"}
+
+
+class PreprocessingOptions(TypedDict, total=False):
+    """A ``Preprocessing`` as the keyword arguments of ``load_images`` / ``open_images`` / ``preprocess``."""
+
+    channels: int | None
+    size: int | None
+    resize: str
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,10 @@ class Preprocessing:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def options(self) -> PreprocessingOptions:
+        """These settings as keyword arguments: ``load_images(source, **prep.options())``."""
+        return PreprocessingOptions(channels=self.channels, size=self.size, resize=self.resize)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Preprocessing:

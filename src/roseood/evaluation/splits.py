@@ -143,10 +143,8 @@ def _load_all(
                 w.source,
                 n=w.n,
                 seed=w.seed,
-                channels=prep.channels,
-                size=prep.size,
-                resize=prep.resize,
                 data_dir=spec.data_dir,
+                **prep.options(),
                 brightness=w.brightness,
             )
         except DataError as exc:
