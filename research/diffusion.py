@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from research.profiles import profile_of
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import ModelRecipe, Workspace
@@ -56,8 +57,9 @@ def cell(values: list[float]) -> str:
 
 
 def recipe(ws: Workspace, data: str, seed: int) -> ModelRecipe:
-    subset, epochs = ws.profile.diffusion_train[data]
-    return ModelRecipe("diffusion", data, tuple(ws.profile.diffusion.items()), subset, epochs, seed=seed)
+    p = profile_of(ws)
+    subset, epochs = p.diffusion_train[data]
+    return ModelRecipe("diffusion", data, tuple(p.diffusion.items()), subset, epochs, seed=seed)
 
 
 def nfe(model: DiffusionModel, method: str, kwargs: dict[str, Any]) -> str:
@@ -82,7 +84,7 @@ def evaluate_methods(
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
-    p = ws.profile
+    p = profile_of(ws)
     rep.parts.append(
         f"UNet: {p.diffusion}; denoising loss (ROSE, denoising): K = {p.diffusion_k} fixed (t, noise) pairs; "
         f"training seeds {list(p.diffusion_seeds)}, data seed {DATA_SEED} + the training seed; cells: mean "
