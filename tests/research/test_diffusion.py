@@ -229,14 +229,14 @@ def test_the_timestep_settings_halve_the_models_own_range_and_try_the_whole_one(
 
 def test_every_bench_rescoring_follows_the_runs_progress_setting():
     """``LayerScores`` fits a ROSE that can run for an hour per setting on the zoo; every experiment hands
-    it the workspace's progress setting (its default is silent), so ``rose bench`` shows that work."""
+    it the workspace's progress setting (its default is silent), so ``python -m research`` shows that work."""
     import ast
     from pathlib import Path
 
-    from roseood.bench import experiments
+    import research
 
     calls = []
-    for path in Path(experiments.__file__).parent.glob("*.py"):
+    for path in Path(research.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LayerScores":
                 calls.append((path.name, node))
