@@ -14,6 +14,7 @@ throughput measured in this run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import ModelRecipe, Workspace
 from roseood.contracts import CountsEvaluations
+from roseood.data.jpeg import split_suffix
 from roseood.detectors import make_detector
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.result import EvaluationResult
@@ -38,6 +40,14 @@ OOD = {
 METHODS = ["rose-ekfac", "rose-diag", "denoising", "diffpath", "diffpath-1d", "msma", "reconstruction"]
 DATA_SEED = EvalSpec.seed  # the default data draw; the bench adds the training seed to it
 USES = common.Uses(("diffusion (diffusers UNet2DModel)",), common.BOTH, tuple(METHODS), ("diffusion",))
+
+
+def judged(names: Sequence[str]) -> list[str]:
+    """The sets a verdict is judged on: ``names`` less each set whose matched twin is there too (``celeba``
+    beside ``celeba+jpeg75``: the twin shares the in-distribution set's compression, the set as stored is
+    only shown)."""
+    present = set(names)
+    return [n for n in names if not any(m != n and split_suffix(m)[0] == n for m in present)]
 
 
 def mean_interval(values: list[float]) -> tuple[float, float]:

@@ -33,14 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from research.diffusion import DATA_SEED, OOD, mean_interval
+from research.diffusion import DATA_SEED, OOD, judged, mean_interval
 from research.rescoring import LayerScores, fit_on_columns, scores_on_columns
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.data import load_images
 from roseood.detectors import ROSE
-from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets

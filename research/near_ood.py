@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from research.diffusion import DATA_SEED, OOD, mean_interval
+from research.diffusion import DATA_SEED, OOD, judged, mean_interval
 from research.profiles import profile_of
 from research.rescoring import Columns, LayerScores, fit_on_columns, scores_on_columns
 from roseood.bench.experiments import common
@@ -41,7 +41,6 @@ from roseood.demo import demo_model
 from roseood.detectors import ROSE
 from roseood.detectors.rose import BAND_METHODS, NEAR_OOD_METHODS
 from roseood.evaluation.cache import array_digest, cache_key
-from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from research.diffusion import METHODS, OOD, mean_interval
+from research.diffusion import METHODS, OOD, judged, mean_interval
 
 from research import EXPERIMENTS
 from roseood.bench import run_experiment
@@ -23,6 +23,11 @@ def test_mean_interval_is_the_student_t_half_width():
     assert mean == pytest.approx(0.9)
     assert half == pytest.approx(4.302653 * 0.1 / np.sqrt(3), rel=1e-5)  # t(0.975, 2) · s / √n
     assert np.isnan(mean_interval([0.5])[1])
+
+
+def test_judged_sets_replace_a_set_by_its_matched_twin() -> None:
+    assert judged(["celeba", "celeba+jpeg75", "mnist", "noise"]) == ["celeba+jpeg75", "mnist", "noise"]
+    assert judged(["celeba", "mnist"]) == ["celeba", "mnist"]
 
 
 @needs_shared_data
