@@ -8,10 +8,10 @@ Run:
     nice -n 10 python benchmarks/scale.py --memory 6G [--fit 16 --stats 8 --test 8] [--json out.json]
     python benchmarks/scale.py --device cuda --memory 60G --batch-size 256 --agree 16   # on a GPU
 
-``--arch bench-cpu`` / ``bench-paper`` measure the UNet of ``rose bench diffusion``'s CPU / paper profile
-instead (CIFAR-10 shape), ``--arch dit-s2`` a DiT of DiT-S/2's size (35 M parameters) on CIFAR-10-shaped
-pixels; ``--folder zoo/dit-fmnist-s0 --data fashion_mnist`` measures a model of any kind there (trained
-weights, its own data). On a GPU, peak memory is the GPU's
+``--arch bench-cpu`` / ``bench-paper`` measure the UNet of ``python -m research diffusion``'s CPU / paper
+profile instead (CIFAR-10 shape), ``--arch dit-s2`` a DiT of DiT-S/2's size (35 M parameters) on
+CIFAR-10-shaped pixels; ``--folder zoo/dit-fmnist-s0 --data fashion_mnist`` measures a model of any kind
+there (trained weights, its own data). On a GPU, peak memory is the GPU's
 (``torch.cuda.max_memory_allocated``) and ``--agree N`` scores N test images with the GPU-fitted detector
 on the GPU and, loaded from its file, on the CPU: the largest relative difference of the layer scores per
 layer kind.
@@ -33,13 +33,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from research.profiles import get_profile
 
-from roseood.bench.profiles import PROFILES
 from roseood.data import load_images
 from roseood.detectors import ROSE, Detector, make_detector
 from roseood.machine import machine_description
 from roseood.memory import format_size, parse_size, set_memory
 from roseood.models.diffusion import DiffusionModel, export_diffusers, is_diffusers_folder, load_diffusers
+
+BENCH_UNETS = ("cpu", "paper")  # the profiles whose diffusion UNet --arch bench-PROFILE measures
 
 # Ho et al. (2020)'s CIFAR-10 UNet as a diffusers UNet2DModel: 35.7 M parameters
 CIFAR10_DDPM = {
@@ -60,7 +62,7 @@ ARCHS: dict[str, dict[str, Any]] = {
         "image_size": 32,
         "dit": {"layers": 12, "heads": 6, "head_dim": 64, "patch": 2},
     },
-    **{f"bench-{p}": {"in_channels": 3, "image_size": 32, **PROFILES[p].diffusion} for p in ("cpu", "paper")},
+    **{f"bench-{p}": {"in_channels": 3, "image_size": 32, **get_profile(p).diffusion} for p in BENCH_UNETS},
 }
 METHODS = ("rose-diag", "rose-ekfac", "denoising", "diffpath", "msma")
 

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from benchmarks.diffusion_cost import best_of
 from benchmarks.text_lora import BASE, CHANNELS, SIZE, SNEAKER, prompt, sneakers
+from research.diffusion import mean_interval
 
-from roseood.bench.experiments.diffusion import mean_interval
 from roseood.data import load_images
 from roseood.detectors import ROSE, make_detector
 from roseood.detectors.inputs import model_inputs

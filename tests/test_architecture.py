@@ -1,10 +1,12 @@
-"""The package's shape holds: no import cycles (module level or inside functions), no caller switches
-on a detector, Fisher, aggregation or model-family class outside the module that defines it, and every
-detector implements the fit hook its ``keeps_held_out`` flag names."""
+"""The package's shape holds: no import cycles (module level or inside functions), no import of the
+repository's research/ or benchmarks/ (not installed), no caller switches on a detector, Fisher,
+aggregation or model-family class outside the module that defines it, and every detector implements the
+fit hook its ``keeps_held_out`` flag names."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -26,6 +28,12 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a module's syntax tree, parsed once for all the tests of this file."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
 def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     """The longest prefix of ``name`` that is a module of the package."""
     while name and name not in modules:
@@ -40,7 +48,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -92,6 +100,20 @@ def test_the_package_has_no_import_cycle():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
+def test_the_package_never_imports_the_repositorys_research_or_benchmarks():
+    """research/ and benchmarks/ are not installed: the package names them in no import (module level or
+    inside a function), so the wheel runs without them."""
+    offences = []
+    for mod, path in _modules().items():
+        for node in _nodes(path):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            outside = [n for n in names if n.split(".")[0] in ("research", "benchmarks")]
+            offences += [f"{mod}:{node.lineno} {n}" for n in outside]
+    assert not offences, "\n".join(offences)
+
+
 def test_no_isinstance_on_plug_in_classes_outside_their_own_module():
     classes = {
         cls.__name__: cls.__module__
@@ -101,7 +123,7 @@ def test_no_isinstance_on_plug_in_classes_outside_their_own_module():
     }
     offences = []
     for mod, path in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -123,7 +145,7 @@ def test_no_contract_of_a_model_or_detector_is_read_by_name():
     checked with isinstance: getattr(model, "rows_per_input") would hide it from mypy and from readers."""
     offences = []
     for mod, path in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)

@@ -670,3 +670,16 @@ def test_an_out_that_is_a_fifo_is_refused_in_one_line_before_any_work(workdir, c
         "error: pipe exists and is not a regular file (a FIFO, a device or a socket); name a file for this "
         "output, or - for standard output where the command takes it"
     ]
+
+
+def test_bench_says_in_one_line_where_the_research_experiments_run(capsys):
+    """The experiments beyond the paper are not installed: `rose bench NAME` names the command that runs
+    NAME from a checkout, and `rose bench --list` says in one line where they are."""
+    assert main(["bench", "near-ood", "--profile", "smoke"]) == 2
+    assert capsys.readouterr().err == (
+        "error: near-ood: beyond the paper, not in rose bench; from a checkout of the repository run "
+        "python -m research near-ood\n"
+    )
+    assert main(["bench", "--list"]) == 0
+    paper, _, research = capsys.readouterr().out.partition("beyond the paper (")
+    assert "table2" in paper and "near-ood" not in paper and "python -m research" in research

@@ -1,5 +1,5 @@
-"""Compression histories in an evaluation: matching OOD sets to the in-distribution set's JPEG history,
-the warning when they differ, and which sets a verdict is judged on."""
+"""Compression histories in an evaluation: matching OOD sets to the in-distribution set's JPEG history and
+the warning when they differ."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from roseood.data import load_images
 from roseood.data.jpeg import JpegHistory
 from roseood.errors import DataError
 from roseood.evaluation.evaluate import evaluate
-from roseood.evaluation.histories import compression_report, judged, matched_sources, parse_match
+from roseood.evaluation.histories import compression_report, matched_sources, parse_match
 from roseood.evaluation.splits import OVERALL, EvalSpec
 from roseood.models import VAE
 from tests.data.test_data_jpeg import photos
@@ -74,11 +74,6 @@ def test_a_jpeg_ood_folder_beside_lossless_training_images_is_warned_about(sets:
     found, lines = compression_report(lossless, {"photos": jpeg, "mnist": jpeg})
     assert found["photos"].startswith("decoded JPEG (quality 75") and len(lines) == 1
     assert lines[0].startswith("photos: decoded JPEG") and "mnist" not in found  # named sets: not searched
-
-
-def test_judged_sets_replace_a_set_by_its_matched_twin() -> None:
-    assert judged(["celeba", "celeba+jpeg75", "mnist", "noise"]) == ["celeba+jpeg75", "mnist", "noise"]
-    assert judged(["celeba", "mnist"]) == ["celeba", "mnist"]
 
 
 def test_evaluate_matches_the_ood_images_it_was_asked_to(

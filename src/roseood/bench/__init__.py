@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from roseood.bench.experiments import EXPERIMENTS, Experiment, experiment_table
@@ -13,13 +14,14 @@ from roseood.errors import RoseError
 from roseood.evaluation.report import write_index
 
 
-def run_experiment(name: str, ws: Workspace) -> Path:
-    """Run one experiment into ``{root}/{profile}/{folder}`` (``Workspace.report_folder``), refresh the
-    root's ``index.html`` and return the report path. Finished models, detectors and scores in
-    ``{root}/cache`` are reused."""
-    if name not in EXPERIMENTS:
-        raise RoseError(f"unknown experiment {name!r}; `rose bench --list` shows them")
-    exp = EXPERIMENTS[name]
+def run_experiment(name: str, ws: Workspace, experiments: Mapping[str, Experiment] = EXPERIMENTS) -> Path:
+    """Run one experiment of ``experiments`` (the paper's, or another registry such as the repository's
+    ``research``) into ``{root}/{profile}/{folder}`` (``Workspace.report_folder``), refresh the root's
+    ``index.html`` and return the report path. Finished models, detectors and scores in ``{root}/cache``
+    are reused."""
+    if name not in experiments:
+        raise RoseError(f"unknown experiment {name!r}; choose from {', '.join(experiments)}")
+    exp = experiments[name]
     out = ws.root / ws.profile.name / ws.report_folder(name)
     out.mkdir(parents=True, exist_ok=True)
     report = BenchReport(name=name, title=f"{exp.paper_ref}: {exp.title}", paper_ref=exp.paper_ref)

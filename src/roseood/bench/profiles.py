@@ -72,18 +72,6 @@ class Profile:
     # experiment -> EvalSpec fields (test_samples, test_limits) and "detector_kwargs" that replace the above
     experiment_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch_size: int = 64
-    # ablation: EKFAC on every layer set (True) or only on the paper's (VAE encoder, Glow invconv) — the VAE
-    # decoder's output layer has a (256·C·16)² Kronecker factor, far too slow to eigendecompose on a CPU
-    ablation_ekfac_everywhere: bool = True
-    # diffusion experiment (not in the paper): UNet, training budget, seeds, K of the loss
-    diffusion: dict[str, Any] = field(
-        default_factory=lambda: {"widths": (64, 128, 128), "layers_per_block": 2, "attention": True}
-    )
-    diffusion_train: dict[str, Budget] = field(default_factory=lambda: {d: (None, 50) for d in PAPER_VAE})
-    diffusion_seeds: tuple[int, ...] = (0, 1, 2)
-    diffusion_k: int = 8
-    diffusion_draws: int = 3  # noise draws of the K pairs in diffusion-zoo
-    near_ood_seeds: tuple[int, ...] = (0, 1, 2)  # training seeds of near-ood's own Glows and PixelCNNs
 
     def settings(self) -> dict[str, Any]:
         """Everything about the profile, for reports."""
@@ -109,14 +97,7 @@ PROFILES: dict[str, Profile] = {
                 "Likelihood Regret on 30, Likelihood Ratio and Input Complexity on 200 per set; "
                 "Figure 5: at most 2000 Fisher images, 200 test images per set, 500 statistics images; "
                 "brightness sweep: detectors fitted on 2000 (+500 statistics) images, 300 test images per "
-                "set, Likelihood Ratio on 100 with 5 IWAE samples; ablation: 2000 Fisher + 500 statistics "
-                "images, 1000 test images per set, EKFAC only on the paper's layer set; diffusion: UNet "
-                "widths (16, 32, 32), one ResNet layer per block, 2 epochs on 3000 images per seed "
-                "(3 seeds), K = 4, "
-                "300 fit + 100 statistics images (every method fitted on all 400), 200 test images per set, "
-                "reconstruction from 3 starts (t = 50, 450, 850) of a 20-step PLMS schedule (paper: 25 "
-                "of 100 steps); diffusion-zoo and diffusion-kinds: the zoo's models, 200 fit + 100 "
-                "statistics images, 100 test images per set, the same reconstruction cut"
+                "set, Likelihood Ratio on 100 with 5 IWAE samples"
             ),
             glow={
                 "fashion_mnist": {"levels": 2, "steps": 4, "hidden": 64},
@@ -140,31 +121,7 @@ PROFILES: dict[str, Profile] = {
                     "test_limits": {"lratio": 100},
                     "detector_kwargs": {"lratio": {"k": 5}},
                 },
-                "ablation": {"fit_samples": 2000, "stats_samples": 500, "test_samples": 1000},
-                "near-ood": {"fit_samples": 2000, "stats_samples": 500, "test_samples": 1000},
-                "diffusion": {
-                    "fit_samples": 300,
-                    "stats_samples": 100,
-                    "test_samples": 200,
-                    "detector_kwargs": {"reconstruction": {"steps": 20, "skip": 8}},
-                },
-                "diffusion-zoo": {
-                    "fit_samples": 200,
-                    "stats_samples": 100,
-                    "test_samples": 100,
-                    "detector_kwargs": {"reconstruction": {"steps": 20, "skip": 8}},
-                },
-                "diffusion-kinds": {
-                    "fit_samples": 200,
-                    "stats_samples": 100,
-                    "test_samples": 100,
-                    "detector_kwargs": {"reconstruction": {"steps": 20, "skip": 8}},
-                },
             },
-            ablation_ekfac_everywhere=False,
-            diffusion={"widths": (16, 32, 32), "layers_per_block": 1, "attention": True},
-            diffusion_train=both((3000, 2)),
-            diffusion_k=4,
             fisher_sizes=(10, 100, 1000, 2000),
             fisher_stats_samples=500,
             fisher_test_samples=200,
@@ -194,38 +151,13 @@ PROFILES: dict[str, Profile] = {
             fisher_stats_samples=16,
             fisher_test_samples=16,
             brightness=(0.6, 1.0, 1.4),
-            ablation_ekfac_everywhere=False,
             detector_kwargs={
                 "lr": {"steps": 3, "k": 2},
                 "lratio": {"k": 1},
                 "ic": {"k": 2},
                 "rnd": {"epochs": 1},
-                "diffpath": {"steps": 2},
-                "msma": {"levels": 2},
-                "reconstruction": {"steps": 4, "skip": 2},
             },
             batch_size=16,
-            diffusion={"widths": (8, 16), "layers_per_block": 1, "attention": True},
-            diffusion_train=both((64, 1)),
-            diffusion_seeds=(0, 1),
-            diffusion_k=2,
-            diffusion_draws=2,
-            near_ood_seeds=(0,),
-            experiment_overrides={
-                "diffusion": {"test_samples": 12, "detector_kwargs": {"rose": {"layers": "mid"}}},
-                "diffusion-zoo": {
-                    "fit_samples": 16,
-                    "test_samples": 8,
-                    "detector_kwargs": {"rose": {"layers": "mid"}},
-                },
-                "diffusion-kinds": {
-                    "fit_samples": 16,
-                    "stats_samples": 24,  # rose-bands-stats' gmm:k=auto, as near-ood's
-                    "test_samples": 8,
-                    "detector_kwargs": {"reconstruction": {"steps": 4, "skip": 2}},  # a DiT has no 'mid'
-                },
-                "near-ood": {"stats_samples": 24},  # gmm:k=auto compares two halves of ten or more
-            },
         ),
     )
 }

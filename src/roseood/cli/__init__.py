@@ -7,7 +7,7 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from roseood.cli import bench, detect, evaluate, info, models
@@ -47,13 +47,17 @@ def _quiet_stdout() -> None:
         pass
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    parser_of: Callable[[Sequence[str]], argparse.ArgumentParser] = build_parser,
+) -> int:
     """Run one command; returns the exit status (2: bad input, 130: interrupted). Under torchrun
     (``torchrun --nproc-per-node N -m roseood ...``) every process runs it on its share of the work and only
-    rank 0 prints and writes files."""
+    rank 0 prints and writes files. ``parser_of``: the parser for ``argv`` (``python -m research`` gives
+    its own, so its errors, warnings and exit codes are the ``rose`` command's)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        parser = build_parser(argv)
+        parser = parser_of(argv)
         args = apply_preset(parser, argv, parser.parse_args(argv))
     except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
         return exc.code if isinstance(exc.code, int) else 2

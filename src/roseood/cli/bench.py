@@ -1,37 +1,66 @@
-"""``rose bench``: the paper's tables and figures (and the experiments beyond it) as reports."""
+"""``rose bench``: the paper's tables and figures as reports; its options and runner, which the repository's
+``python -m research`` reuses for the experiments beyond the paper."""
 
 from __future__ import annotations
 
 import argparse
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roseood import validation as v
 from roseood.cli.common import add_data_dir, add_device, add_quiet, checked_output, csv_list
-from roseood.errors import RoseWarning
+from roseood.errors import RoseError, RoseWarning
+
+if TYPE_CHECKING:
+    from roseood.bench import Experiment, Profile
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
     "bench": "regenerate the paper's tables and figures (reports with paper | ours | Δ)",
 }
+# The experiments beyond the paper, in the repository's research/ (python -m research, not installed): named
+# here only so that `rose bench NAME` says where NAME is (tests/research checks the list against research/).
+RESEARCH = ("ablation", "diffusion", "diffusion-zoo", "diffusion-kinds", "diffusion-defaults", "near-ood")
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    from roseood.bench import EXPERIMENTS, Workspace, get_profile, run_experiment
+    from roseood.bench import EXPERIMENTS
+
+    moved = [name for name in args.experiments if name in RESEARCH]
+    if moved:
+        raise RoseError(
+            f"{', '.join(moved)}: beyond the paper, not in rose bench; from a checkout of the repository run "
+            f"python -m research {' '.join(moved)}"
+        )
+    run_bench(args, EXPERIMENTS, "rose bench")
+    if args.list or not args.experiments:
+        print(f"beyond the paper ({', '.join(RESEARCH)}): python -m research, in a repository checkout")
+
+
+def run_bench(
+    args: argparse.Namespace,
+    experiments: Mapping[str, Experiment],
+    command: str,
+    profile: Callable[[str], Profile] | None = None,
+) -> None:
+    """List ``experiments`` (``--list`` or none named) or run the named ones (``all``: every one) with the
+    options of ``add_bench_options``; ``profile``: the profile of a name (the bench's ``get_profile``)."""
+    from roseood.bench import Workspace, get_profile, run_experiment
     from roseood.bench.workspace import DEFAULT_DATASETS, DEFAULT_MODELS
 
     if args.list or not args.experiments:
-        print("experiments (rose bench NAME [NAME ...] or all):")
-        for name, exp in EXPERIMENTS.items():
+        print(f"experiments ({command} NAME [NAME ...] or all):")
+        for name, exp in experiments.items():
             print(f"  {name:<12} {exp.paper_ref:<20} {exp.title}")
         return
-    names = list(EXPERIMENTS) if args.experiments == ["all"] else args.experiments
-    v.check_names(",".join(names), EXPERIMENTS, "experiment")
+    names = list(experiments) if args.experiments == ["all"] else args.experiments
+    v.check_names(",".join(names), experiments, "experiment")
     ws = Workspace(
         root=Path(args.out),
-        profile=get_profile(args.profile),
+        profile=(profile or get_profile)(args.profile),
         data_dir=args.data_dir,
         device=args.device,
         progress=not args.quiet,
@@ -43,7 +72,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
     used: set[str] = set()  # the models the experiments used, to name a --model-file none did
     for name in names:
         t0 = time.time()
-        report = run_experiment(name, ws)
+        report = run_experiment(name, ws, experiments)
         used |= set(ws.trained)
         print(f"{name}: {report} ({(time.time() - t0) / 60:.1f} min)")
     for recipe in sorted(set(ws.given) - used):
@@ -54,6 +83,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def register(sub: Any) -> None:
     """Add ``bench`` to the ``rose`` sub-parsers ``sub``."""
     p = sub.add_parser("bench", help=COMMANDS["bench"])
+    add_bench_options(p)
+    p.set_defaults(func=cmd_bench)
+
+
+def add_bench_options(p: argparse.ArgumentParser) -> None:
+    """The experiment names and every option ``run_bench`` reads."""
     p.add_argument("experiments", nargs="*", help="experiment names, or all (see --list)")
     p.add_argument("--list", action="store_true", help="list the experiments")
     p.add_argument("--profile", default="cpu", help="smoke (seconds), cpu (this machine) or paper (GPU)")
@@ -65,7 +100,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--datasets",
-        help="in-distribution sets to include (fashion_mnist, cifar10; unset: both), e.g. ablation-cifar10",
+        help="in-distribution sets to include (fashion_mnist, cifar10; unset: both), e.g. table3-cifar10",
     )
     p.add_argument(
         "--model-file",
@@ -79,7 +114,6 @@ def register(sub: Any) -> None:
     add_data_dir(p)
     add_device(p)
     add_quiet(p)
-    p.set_defaults(func=cmd_bench)
 
 
 def _model_file(text: str) -> tuple[str, Path]:

@@ -121,14 +121,6 @@ def ood_sources(sources: Sequence[str], match: str | None, in_set: ImageSet | No
     return [OodSource(s, split_suffix(s)[0], named_set(s) is not None) for s in names]
 
 
-def judged(names: Sequence[str]) -> list[str]:
-    """The sets a verdict is judged on: ``names`` less each set whose matched twin is there too (``celeba``
-    beside ``celeba+jpeg75``: the twin shares the in-distribution set's compression, the set as stored is
-    only shown)."""
-    present = set(names)
-    return [n for n in names if not any(m != n and split_suffix(m)[0] == n for m in present)]
-
-
 def describe(history: JpegHistory | None) -> str:
     if history is None:
         return "none found"

@@ -44,7 +44,7 @@ class ModelFamily:
     them into constructor keywords (``in_channels`` and ``image_size`` are added from the data).
     ``trainable``: whether ``rose train`` / ``roseood.models.train.train`` fit it on images alone
     (classifiers need labels). ``method``: the detection method ``rose fit`` and ``rose evaluate`` take
-    for this family when none is named (``rose bench near-ood``'s rule decides it), ``fit_counts``
+    for this family when none is named (``python -m research near-ood``'s rule decides it), ``fit_counts``
     the (fit, statistics) images they take when none are given, and ``faster`` a cheaper setting of the
     method that ``rose fit`` names when it takes the method unasked (empty: none).
     """

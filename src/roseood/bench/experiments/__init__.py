@@ -4,18 +4,12 @@ and a ``run``), all through the public evaluation API; ``EXPERIMENTS`` lists the
 from __future__ import annotations
 
 from roseood.bench.experiments import (
-    ablation,
     brightness,
-    diffusion,
-    diffusion_defaults,
-    diffusion_kinds,
-    diffusion_zoo,
     figure1,
     figure3,
     figure4,
     figure5,
     figure6,
-    near_ood,
     table2,
     table3,
     table6,
@@ -41,12 +35,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         figure4,
         figure5,
         figure6,
-        ablation,
-        diffusion,
-        diffusion_zoo,
-        diffusion_kinds,
-        diffusion_defaults,
-        near_ood,
     )
 }
 

@@ -1,4 +1,4 @@
-"""`rose bench diffusion` under the smoke profile: every method on every seed's model, cells as mean ±
+"""`python -m research diffusion` under the smoke profile: every method on every seed's model, cells as mean ±
 t-interval over the seeds, NFEs and images/s reported."""
 
 from __future__ import annotations
@@ -7,12 +7,15 @@ import json
 
 import numpy as np
 import pytest
+from research.diffusion import METHODS, OOD, judged, mean_interval
 
+from research import EXPERIMENTS
 from roseood.bench import run_experiment
-from roseood.bench.experiments.diffusion import METHODS, OOD, mean_interval
 from roseood.models import zoo
-from tests.bench.smoke import FULL, smoke_workspace
-from tests.conftest import needs_shared_data
+from tests.conftest import FULL, needs_shared_data
+from tests.research.smoke import smoke_workspace
+
+pytestmark = pytest.mark.research  # not in the default run: see pyproject.toml's markers
 
 
 def test_mean_interval_is_the_student_t_half_width():
@@ -22,11 +25,16 @@ def test_mean_interval_is_the_student_t_half_width():
     assert np.isnan(mean_interval([0.5])[1])
 
 
+def test_judged_sets_replace_a_set_by_its_matched_twin() -> None:
+    assert judged(["celeba", "celeba+jpeg75", "mnist", "noise"]) == ["celeba+jpeg75", "mnist", "noise"]
+    assert judged(["celeba", "mnist"]) == ["celeba", "mnist"]
+
+
 @needs_shared_data
 @pytest.mark.slow
 def test_diffusion_bench_smoke(tmp_path):
     ws = smoke_workspace(tmp_path, datasets=("fashion_mnist",))
-    report = run_experiment("diffusion", ws)
+    report = run_experiment("diffusion", ws, EXPERIMENTS)
     text = report.read_text()
     assert "NFEs/image" in text and "images/s" in text and " ± " in text
     assert "| test images per set (VAE / Glow) | 12 |" in text  # this experiment's value, not the profile's
@@ -39,7 +47,7 @@ def test_diffusion_bench_smoke(tmp_path):
 
 
 def test_the_zoo_decision_rule_needs_every_model():
-    from roseood.bench.experiments.diffusion_zoo import summary, verdicts
+    from research.diffusion_zoo import summary, verdicts
 
     cells = {
         "a": {"x": [[0.9, 0.8], [0.7], [0.6]], "y": [[0.5], [0.9], [0.9]]},
@@ -59,12 +67,12 @@ def test_the_zoo_decision_rule_needs_every_model():
 def test_diffusion_zoo_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
     """The zoo experiment end to end on a zoo of tiny stand-ins (same names, checksummed): every method on
     every model, the drawn methods once per draw, and the decision rule's table."""
-    from roseood.bench.experiments.diffusion_zoo import DRAWN
+    from research.diffusion_zoo import DRAWN
 
     seeds = (0, 1, 2) if FULL else (0,)  # reduced form (CI): one model (the rule: the test above)
     monkeypatch.setattr(zoo, "ZOO_SEEDS", seeds)
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
-    report = run_experiment("diffusion-zoo", ws)
+    report = run_experiment("diffusion-zoo", ws, EXPERIMENTS)
     text = report.read_text()
     assert "Decision rule, zoo DDPMs on fashion_mnist" in text and "draw sd" in text
     results = json.loads((report.parent / "results.json").read_text())["results"]
@@ -83,7 +91,7 @@ def test_diffusion_zoo_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
 def test_a_zoo_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_zoo, monkeypatch):
     """After each (draw, model) run the report holds what has finished, marked partial: stopped in its
     second run, the first model's numbers are there."""
-    from roseood.bench.experiments import diffusion_zoo
+    from research import diffusion_zoo
 
     calls = []
     real = diffusion_zoo.evaluate_methods
@@ -98,7 +106,7 @@ def test_a_zoo_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_zoo, 
     monkeypatch.setattr(diffusion_zoo, "METHODS", ("rose-ekfac", "rose-diag", "denoising"))  # quick
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
     with pytest.raises(KeyboardInterrupt):
-        run_experiment("diffusion-zoo", ws)
+        run_experiment("diffusion-zoo", ws, EXPERIMENTS)
     report = next((tmp_path / "bench").rglob("report.md")).read_text()
     assert "Partial: 1 of 6 (draw, model) runs on fashion_mnist finished" in report
     assert "AUROC, zoo DDPMs on fashion_mnist" in report and "(0." in report  # the first model's values
@@ -109,7 +117,7 @@ def test_a_zoo_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_zoo, 
 def test_a_defaults_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_zoo, monkeypatch):
     """The settings that reuse the default fit run first on every model; stopped in its second run, the
     report holds the first model's default, marked partial."""
-    from roseood.bench.experiments import diffusion_defaults
+    from research import diffusion_defaults
 
     calls = []
     real = diffusion_defaults.setting_scores
@@ -123,7 +131,7 @@ def test_a_defaults_run_stopped_part_way_leaves_a_partial_report(tmp_path, tiny_
     monkeypatch.setattr(diffusion_defaults, "setting_scores", stopped)
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
     with pytest.raises(KeyboardInterrupt):
-        run_experiment("diffusion-defaults", ws)
+        run_experiment("diffusion-defaults", ws, EXPERIMENTS)
     assert calls == [{}, {}]  # the default on s0, then on s1: the free settings go first
     report = next((tmp_path / "bench").rglob("report.md")).read_text()
     assert "Partial: 1 of" in report and "(setting, model) runs on fashion_mnist finished" in report
@@ -137,13 +145,14 @@ def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
     verdicts; the layer-set rows reuse the fit on all layers (one fit per K, range, Fisher and draw) and
     run on every model; a setting that needs a fit stops at the first model where it is not above the
     default. Reduced form (CI): the first model (stopping model by model: the two tests above)."""
-    from roseood.bench.experiments.diffusion_defaults import needs_fit, settings
+    from research.diffusion_defaults import needs_fit, settings
+
     from roseood.models import load_model
 
     seeds = (0, 1, 2) if FULL else (0,)
     monkeypatch.setattr(zoo, "ZOO_SEEDS", seeds)
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
-    report = run_experiment("diffusion-defaults", ws)
+    report = run_experiment("diffusion-defaults", ws, EXPERIMENTS)
     text = report.read_text()
     assert "ROSE settings on the zoo's fashion_mnist DDPMs" in text and "the default |" in text
     results = json.loads((report.parent / "results.json").read_text())["results"]
@@ -166,7 +175,7 @@ def test_diffusion_defaults_bench_smoke(tmp_path, tiny_zoo, monkeypatch):
 
 
 def test_a_setting_below_the_default_on_one_model_is_refused_there():
-    from roseood.bench.experiments.diffusion_defaults import below, refused
+    from research.diffusion_defaults import below, refused
 
     found = {"default": {0: {"a": 0.9}, 1: {"a": 0.8}}, "K = 4": {0: {"a": 0.95}, 1: {"a": 0.8}}}
     found["up"] = {0: {"a": 0.95}}
@@ -179,7 +188,7 @@ def test_a_setting_above_the_default_everywhere_is_confirmed_on_fresh_images(tmp
     """A setting above the default on every model runs again beside the default on fresh test and OOD
     images, model by model, and replaces the default only if it is above there too; settings the first
     draw refused get no confirmation. Faked scores: a setting's AUROC is fixed by its label and draw."""
-    from roseood.bench.experiments import diffusion_defaults
+    from research import diffusion_defaults
     from roseood.models import load_model
 
     changes = list(diffusion_defaults.settings(load_model(tiny_zoo / "ddpm-fmnist-s0")).values())
@@ -197,7 +206,7 @@ def test_a_setting_above_the_default_everywhere_is_confirmed_on_fresh_images(tmp
     monkeypatch.setattr(diffusion_defaults, "setting_scores", faked)
     monkeypatch.setattr(zoo, "ZOO_SEEDS", (0, 1))
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
-    text = run_experiment("diffusion-defaults", ws).read_text()
+    text = run_experiment("diffusion-defaults", ws, EXPERIMENTS).read_text()
     fresh = [(change, seed) for change, draw, seed in runs if draw]
     assert fresh == [({}, 0), (good, 0), ({}, 1), (good, 1), (lucky, 0)]  # the default once per model
     assert "replaces it (confirmed on fresh images)" in text
@@ -207,7 +216,8 @@ def test_a_setting_above_the_default_everywhere_is_confirmed_on_fresh_images(tmp
 
 
 def test_the_timestep_settings_halve_the_models_own_range_and_try_the_whole_one():
-    from roseood.bench.experiments.diffusion_defaults import settings
+    from research.diffusion_defaults import settings
+
     from roseood.models.diffusion import DiffusionModel
 
     def ranges(lo: float, hi: float) -> dict[str, dict[str, float]]:
@@ -224,14 +234,14 @@ def test_the_timestep_settings_halve_the_models_own_range_and_try_the_whole_one(
 
 def test_every_bench_rescoring_follows_the_runs_progress_setting():
     """``LayerScores`` fits a ROSE that can run for an hour per setting on the zoo; every experiment hands
-    it the workspace's progress setting (its default is silent), so ``rose bench`` shows that work."""
+    it the workspace's progress setting (its default is silent), so ``python -m research`` shows that work."""
     import ast
     from pathlib import Path
 
-    from roseood.bench import experiments
+    import research
 
     calls = []
-    for path in Path(experiments.__file__).parent.glob("*.py"):
+    for path in Path(research.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LayerScores":
                 calls.append((path.name, node))

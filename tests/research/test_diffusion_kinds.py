@@ -1,15 +1,18 @@
-"""`rose bench diffusion-kinds` under the smoke profile, on tiny stand-ins of the zoo's kinds."""
+"""`python -m research diffusion-kinds` under the smoke profile, on tiny stand-ins of the zoo's kinds."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from research.diffusion import OOD
 
+from research import EXPERIMENTS
 from roseood.bench import run_experiment
-from roseood.bench.experiments.diffusion import OOD
-from tests.bench.smoke import FULL, smoke_workspace
-from tests.conftest import needs_shared_data
+from tests.conftest import FULL, needs_shared_data
+from tests.research.smoke import smoke_workspace
+
+pytestmark = pytest.mark.research  # not in the default run: see pyproject.toml's markers
 
 
 @needs_shared_data
@@ -19,7 +22,7 @@ def test_diffusion_kinds_bench_smoke(tmp_path, tiny_kinds_zoo, monkeypatch):
     with its AUROC, and each method it refuses named with the model's own one-line reason. Reduced form
     (CI): three kinds, and of the baselines that follow DDPM's path DiffPath alone (each detector's own
     refusals are tested in tests/models)."""
-    from roseood.bench.experiments import diffusion_kinds
+    from research import diffusion_kinds
 
     path_methods = {"diffpath", "diffpath-1d", "msma", "reconstruction"}
     if not FULL:
@@ -27,7 +30,7 @@ def test_diffusion_kinds_bench_smoke(tmp_path, tiny_kinds_zoo, monkeypatch):
         methods = ["rose-ekfac", "denoising", "diffpath", "rose-bands-stats"]
         monkeypatch.setattr(diffusion_kinds, "KIND_METHODS", methods)
     ws = smoke_workspace(tmp_path / "bench", datasets=("fashion_mnist",))
-    report = run_experiment("diffusion-kinds", ws)
+    report = run_experiment("diffusion-kinds", ws, EXPERIMENTS)
     text = report.read_text()
     kinds = ("ddpm", "fm", "cddpm", "dit", "ldm") if FULL else ("ddpm", "fm", "cddpm")
     for kind in kinds:

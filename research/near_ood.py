@@ -1,9 +1,9 @@
-"""``rose bench near-ood`` (beyond the paper): ROSE's vector judged whole (``rose-gmm``, ``rose-gmm-stats``,
-``rose-gmm-all``: ``roseood.detectors.features``; ``rose-two-sided``) against the paper's ``rose-ekfac``,
-on every model family we have, for the near-OOD sets where the paper is weak (CIFAR-10 → CelebA) and the
-far ones it must keep.
+"""``python -m research near-ood`` (beyond the paper): ROSE's vector judged whole (``rose-gmm``,
+``rose-gmm-stats``, ``rose-gmm-all``: ``roseood.detectors.features``; ``rose-two-sided``) against the
+paper's ``rose-ekfac``, on every model family we have, for the near-OOD sets where the paper is weak
+(CIFAR-10 → CelebA) and the far ones it must keep.
 
-Each model's EKFAC Fisher is fitted once on its fit images (``roseood.evaluation.rescoring``); the raw
+Each model's EKFAC Fisher is fitted once on its fit images (``research.rescoring``); the raw
 layer scores, the model's statistics and the images' complexity of the statistics images, the test set and
 every OOD set are cached; every variant is then fitted on the statistics images' columns as
 ``ROSE.fit_stats`` fits it, so the variants differ only in what they aggregate and how; on a DDPM the band
@@ -29,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from research.diffusion import DATA_SEED, OOD, judged, mean_interval
+from research.profiles import profile_of
+from research.rescoring import Columns, LayerScores, fit_on_columns, scores_on_columns
 from roseood.bench.experiments import common
-from roseood.bench.experiments.diffusion import DATA_SEED, OOD, mean_interval
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.contracts import rows_per_input
@@ -39,10 +41,8 @@ from roseood.demo import demo_model
 from roseood.detectors import ROSE
 from roseood.detectors.rose import BAND_METHODS, NEAR_OOD_METHODS
 from roseood.evaluation.cache import array_digest, cache_key
-from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.rescoring import Columns, LayerScores, fit_on_columns, scores_on_columns
 from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets
 from roseood.models.base import RoseModel, model_name
 from roseood.models.checkpoint import load_model, model_fingerprint
@@ -75,7 +75,7 @@ def near_ood_models(ws: Workspace, data: str) -> list[tuple[str, str, RoseModel,
         elif kind == "vae":
             out += [("vae", name, load_model(name), DATA_SEED + s) for s, name in zoo_seeds("vae", data)]
         else:
-            for s in ws.profile.near_ood_seeds:
+            for s in profile_of(ws).near_ood_seeds:
                 recipe = replace({"glow": ws.glow, "pixelcnn": ws.pixelcnn}[kind](data), seed=s)
                 out.append((kind, recipe.name, ws.model(recipe), DATA_SEED + s))
     if "ddpm" in ws.models:
@@ -87,7 +87,8 @@ def near_ood_models(ws: Workspace, data: str) -> list[tuple[str, str, RoseModel,
 
 def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: int) -> dict[str, Any]:
     """Every variant's AUROC per OOD set on one model, and the per-image costs beside ROSE-EKFAC's. The
-    zoo's DDPMs get the image counts of ``rose bench diffusion-zoo`` (a UNet's ROSE costs far more)."""
+    zoo's DDPMs get the image counts of ``python -m research diffusion-zoo`` (a UNet's ROSE costs far
+    more)."""
     sizes = ws.profile.experiment_overrides.get("diffusion-zoo", {}) if family == "ddpm" else {}
     counts = {k: v for k, v in sizes.items() if k in ("fit_samples", "stats_samples", "test_samples")}
     spec = ws.spec(model, data, OOD[data], [DEFAULT], seed=seed, **counts)

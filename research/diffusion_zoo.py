@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from research.diffusion import DATA_SEED, METHODS, OOD, cell, evaluate_methods, nfe
+from research.profiles import profile_of
 from roseood.bench.experiments import common
-from roseood.bench.experiments.diffusion import DATA_SEED, METHODS, OOD, cell, evaluate_methods, nfe
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.evaluation.report import markdown_rows
@@ -102,7 +103,7 @@ def tables(
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
     """Every (draw, model) run in turn; after each, ``report.md`` holds the tables of what has finished
     (marked partial), so a run stopped part-way leaves its numbers; the last write is the whole report."""
-    p, started = ws.profile, time.time()
+    p, started = profile_of(ws), time.time()
     draws = p.diffusion_draws
     rep.parts.append(
         f"Models: the zoo (zoo/README.md), training seeds {list(zoo.ZOO_SEEDS)}; ROSE at its defaults; "

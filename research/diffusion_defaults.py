@@ -1,14 +1,14 @@
-"""``rose bench diffusion-defaults`` (beyond the paper): ROSE's defaults for a diffusion model judged on the
-zoo — the number K of (timestep, noise) pairs, their timestep range, the layer set, the Fisher kind and
+"""``python -m research diffusion-defaults`` (beyond the paper): ROSE's defaults for a diffusion model judged
+on the zoo — the number K of (timestep, noise) pairs, their timestep range, the layer set, the Fisher kind and
 the number of noise draws.
 
-Each setting is a ROSE fit on all the UNet's layers (``roseood.evaluation.rescoring``: fitted once,
+Each setting is a ROSE fit on all the UNet's layers (``research.rescoring``: fitted once,
 every image set's layer scores cached, so an interrupted run resumes); each named layer set is its
 columns, aggregated by the paper's relu-norm fitted on the statistics images. Settings, one change at a
 time from the default (the model's own K, 8 for the zoo, on the full range; all layers; EKFAC; one
 draw): half and twice that K, the lower and the upper half of the timesteps, the diagonal Fisher, each
 layer set, and three draws combined (the mean of the three detectors' scores, each z-normalised on the
-statistics images). Data: the images of ``rose bench diffusion-zoo`` (its profile's image counts, data
+statistics images). Data: the images of ``python -m research diffusion-zoo`` (its profile's image counts, data
 seed + the training seed). The settings that reuse the default fit (the layer sets) run first on every
 model; then the settings that need fits of their own, one at a time, each on every model in turn until
 its verdict is decided: a setting at or below the default on one model cannot pass the rule, so it is
@@ -33,16 +33,15 @@ from typing import Any
 
 import numpy as np
 
+from research.diffusion import DATA_SEED, OOD, judged, mean_interval
+from research.rescoring import LayerScores, fit_on_columns, scores_on_columns
 from roseood.bench.experiments import common
-from roseood.bench.experiments.diffusion import DATA_SEED, OOD, mean_interval
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.data import load_images
 from roseood.detectors import ROSE
-from roseood.evaluation.histories import judged
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.rescoring import LayerScores, fit_on_columns, scores_on_columns
 from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets
 from roseood.models import zoo
 from roseood.models.checkpoint import load_model

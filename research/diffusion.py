@@ -14,16 +14,19 @@ throughput measured in this run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from research.profiles import profile_of
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import ModelRecipe, Workspace
 from roseood.contracts import CountsEvaluations
+from roseood.data.jpeg import split_suffix
 from roseood.detectors import make_detector
 from roseood.evaluation.report import markdown_rows
 from roseood.evaluation.result import EvaluationResult
@@ -37,6 +40,14 @@ OOD = {
 METHODS = ["rose-ekfac", "rose-diag", "denoising", "diffpath", "diffpath-1d", "msma", "reconstruction"]
 DATA_SEED = EvalSpec.seed  # the default data draw; the bench adds the training seed to it
 USES = common.Uses(("diffusion (diffusers UNet2DModel)",), common.BOTH, tuple(METHODS), ("diffusion",))
+
+
+def judged(names: Sequence[str]) -> list[str]:
+    """The sets a verdict is judged on: ``names`` less each set whose matched twin is there too (``celeba``
+    beside ``celeba+jpeg75``: the twin shares the in-distribution set's compression, the set as stored is
+    only shown)."""
+    present = set(names)
+    return [n for n in names if not any(m != n and split_suffix(m)[0] == n for m in present)]
 
 
 def mean_interval(values: list[float]) -> tuple[float, float]:
@@ -56,8 +67,9 @@ def cell(values: list[float]) -> str:
 
 
 def recipe(ws: Workspace, data: str, seed: int) -> ModelRecipe:
-    subset, epochs = ws.profile.diffusion_train[data]
-    return ModelRecipe("diffusion", data, tuple(ws.profile.diffusion.items()), subset, epochs, seed=seed)
+    p = profile_of(ws)
+    subset, epochs = p.diffusion_train[data]
+    return ModelRecipe("diffusion", data, tuple(p.diffusion.items()), subset, epochs, seed=seed)
 
 
 def nfe(model: DiffusionModel, method: str, kwargs: dict[str, Any]) -> str:
@@ -82,7 +94,7 @@ def evaluate_methods(
 
 
 def run(ws: Workspace, out: Path, rep: BenchReport) -> None:
-    p = ws.profile
+    p = profile_of(ws)
     rep.parts.append(
         f"UNet: {p.diffusion}; denoising loss (ROSE, denoising): K = {p.diffusion_k} fixed (t, noise) pairs; "
         f"training seeds {list(p.diffusion_seeds)}, data seed {DATA_SEED} + the training seed; cells: mean "

@@ -1,4 +1,5 @@
-"""`rose bench ablation` under the smoke profile: the paper's row equals `rose evaluate`, ties are counted."""
+"""`python -m research ablation` under the smoke profile: the paper's row equals `rose evaluate`, ties are
+counted."""
 
 from __future__ import annotations
 
@@ -6,22 +7,25 @@ import json
 
 import numpy as np
 import pytest
+from research.ablation import VARIANTS, ablation_models, variant_label
+from research.rescoring import LayerScores
 
+from research import EXPERIMENTS
 from roseood.bench import run_experiment
-from roseood.bench.experiments.ablation import VARIANTS, ablation_models, variant_label
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
-from roseood.evaluation.rescoring import LayerScores
 from roseood.evaluation.splits import fisher_count, load_fit_images
-from tests.bench.smoke import smoke_workspace
 from tests.conftest import needs_shared_data
+from tests.research.smoke import smoke_workspace
+
+pytestmark = pytest.mark.research  # not in the default run: see pyproject.toml's markers
 
 
 @needs_shared_data
 @pytest.mark.slow
 def test_ablation_on_the_authors_vae(tmp_path):
     ws = smoke_workspace(tmp_path, models=("vae",), datasets=("fashion_mnist",))
-    report = run_experiment("ablation", ws)
+    report = run_experiment("ablation", ws, EXPERIMENTS)
     assert report.parent.name == "ablation-fashion_mnist-vae"  # a selection: its own folder
     [label] = [m[0] for m in ablation_models(ws)]
     rows = json.loads((report.parent / "results.json").read_text())["results"][label]

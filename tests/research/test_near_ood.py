@@ -1,5 +1,6 @@
-"""`rose bench near-ood` under the smoke profile: each variant's row, computed from the shared Fisher's cached
-columns, is what `rose evaluate` gives for that method on the same images, and the rule's verdicts read."""
+"""`python -m research near-ood` under the smoke profile: each variant's row, computed from the shared
+Fisher's cached columns, is what `rose evaluate` gives for that method on the same images, and the rule's
+verdicts read."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ import json
 
 import pytest
 import torch
+from research.near_ood import BANDS, DEFAULT, VARIANTS, near_ood_models
 
+from research import EXPERIMENTS
 from roseood.bench import run_experiment
-from roseood.bench.experiments.near_ood import BANDS, DEFAULT, VARIANTS, near_ood_models
-from tests.bench.smoke import smoke_workspace
 from tests.conftest import needs_shared_data
+from tests.research.smoke import smoke_workspace
+
+pytestmark = pytest.mark.research  # not in the default run: see pyproject.toml's markers
 
 
 @needs_shared_data
 @pytest.mark.slow
 def test_near_ood_rows_are_the_methods_own_scores(tmp_path):
     ws = smoke_workspace(tmp_path, models=("vae",), datasets=("fashion_mnist",))
-    report = run_experiment("near-ood", ws)
+    report = run_experiment("near-ood", ws, EXPERIMENTS)
     results = json.loads((report.parent / "results.json").read_text())["results"]
     [(_, label, model, seed)] = near_ood_models(ws, "fashion_mnist")
     rows = results[f"fashion_mnist/{label}"]["auroc"]
@@ -46,7 +50,7 @@ def test_the_band_rows_on_ddpms_are_the_methods_own_scores(tmp_path, tiny_zoo, m
 
     monkeypatch.setattr(zoo, "ZOO_SEEDS", (0,))  # one model: the CI's time
     ws = smoke_workspace(tmp_path / "bench", models=("ddpm",), datasets=("fashion_mnist",))
-    report = run_experiment("near-ood", ws)
+    report = run_experiment("near-ood", ws, EXPERIMENTS)
     results = json.loads((report.parent / "results.json").read_text())["results"]
     (_, label, model, seed), *_ = near_ood_models(ws, "fashion_mnist")
     rows = results[f"fashion_mnist/{label}"]["auroc"]
@@ -67,8 +71,8 @@ def test_the_cifar10_vaes_are_the_zoos_three(tmp_path, monkeypatch):
     """On CIFAR-10 the VAE family is the zoo's three VAEs (tiny stand-ins here), each with its own data
     seed, as the DDPMs are."""
     import torch
+    from research.diffusion import DATA_SEED
 
-    from roseood.bench.experiments.diffusion import DATA_SEED
     from roseood.models import save_model
     from roseood.models.vae import VAE
     from roseood.models.zoo import write_checksums
@@ -89,7 +93,7 @@ def test_the_benchs_own_models_are_one_per_training_seed(tmp_path):
     from its own seed and judged on data seed 2021 + that seed, as the zoo's models are."""
     from dataclasses import replace
 
-    from roseood.bench.experiments.diffusion import DATA_SEED
+    from research.diffusion import DATA_SEED
 
     ws = smoke_workspace(tmp_path, models=("glow",), datasets=("fashion_mnist",))
     ws.profile = replace(ws.profile, near_ood_seeds=(0, 1))

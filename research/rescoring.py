@@ -1,7 +1,7 @@
 """Fit a ROSE Fisher once, then re-score: the raw layer scores, losses and extra feature columns of any
 image set, cached, so that aggregations, layer subsets and feature sets are compared without refitting
-(``rose bench ablation``, ``near-ood`` and ``diffusion-defaults``). Each variant is a ROSE of its settings
-whose statistics are fitted on the statistics images' columns by its own ``fit_columns`` (what
+(``python -m research ablation``, ``near-ood`` and ``diffusion-defaults``). Each variant is a ROSE of its
+settings whose statistics are fitted on the statistics images' columns by its own ``fit_columns`` (what
 ``fit_stats`` does once it has scored them) and that scores the other sets' columns by ``score_columns``."""
 
 from __future__ import annotations

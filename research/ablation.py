@@ -1,4 +1,4 @@
-"""``rose bench ablation`` (beyond the paper): every ROSE aggregation × Fisher × layer set, per model,
+"""``python -m research ablation`` (beyond the paper): every ROSE aggregation × Fisher × layer set, per model,
 and the likelihood adjustment (``ROSE(adjust=...)``) with the paper's aggregation.
 
 Aggregations and the adjustment are post-processing, so each model's raw layer scores and per-image
@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from research.profiles import profile_of
+from research.rescoring import LayerScores, fit_on_columns, scores_on_columns
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
@@ -26,7 +28,6 @@ from roseood.detectors import ROSE
 from roseood.detectors.aggregation import tie_share
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.rescoring import LayerScores, fit_on_columns, scores_on_columns
 from roseood.evaluation.splits import OVERALL, fisher_count, load_fit_images, load_ood_sets, overall_scores
 from roseood.models.base import GenerativeModel
 
@@ -56,9 +57,9 @@ def ablation_models(ws: Workspace) -> list[tuple[str, GenerativeModel, str]]:
 
 def ablation_layer_sets(ws: Workspace, model: GenerativeModel, fisher: str) -> dict[str, list[str]]:
     """The model's layer sets this Fisher runs on: all, except EKFAC only on the paper's set when the
-    profile says so (see ``Profile.ablation_ekfac_everywhere``)."""
+    profile says so (see ``ResearchProfile.ablation_ekfac_everywhere``)."""
     sets = model.layer_sets()
-    if fisher == "ekfac" and not ws.profile.ablation_ekfac_everywhere:
+    if fisher == "ekfac" and not profile_of(ws).ablation_ekfac_everywhere:
         paper = PAPER_CONFIG[model.kind][1]
         return {paper: sets[paper]}
     return sets
@@ -172,7 +173,7 @@ def run_ablation(ws: Workspace, out: Path, rep: BenchReport) -> None:
             + (f"No data: {', '.join(missing)}. " if missing else "")
             + (
                 ""
-                if ws.profile.ablation_ekfac_everywhere
+                if profile_of(ws).ablation_ekfac_everywhere
                 else "EKFAC only on the paper's layer set under this profile (the VAE decoder's output "
                 "layer has a (256·C·16)² Kronecker factor: too slow on a CPU)."
             ),

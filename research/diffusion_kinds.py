@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from research.diffusion import DATA_SEED, METHODS, OOD, cell, evaluate_methods, nfe
 from roseood.bench.experiments import common
-from roseood.bench.experiments.diffusion import DATA_SEED, METHODS, OOD, cell, evaluate_methods, nfe
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.catalogue import TRAIN_OPTIONS

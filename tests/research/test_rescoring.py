@@ -8,11 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from research.rescoring import LayerScores
 
 from roseood.detectors import ROSE
 from roseood.evaluation.cache import CacheWarning, ResultCache
-from roseood.evaluation.rescoring import LayerScores
 from roseood.models import VAE
+
+pytestmark = pytest.mark.research  # not in the default run: see pyproject.toml's markers
 
 
 def _images(n: int, seed: int) -> np.ndarray:
