@@ -53,8 +53,9 @@ def run_bench(
 
     if args.list or not args.experiments:
         print(f"experiments ({command} NAME [NAME ...] or all):")
+        width = max(map(len, experiments))
         for name, exp in experiments.items():
-            print(f"  {name:<12} {exp.paper_ref:<20} {exp.title}")
+            print(f"  {name:<{width}} {exp.paper_ref:<20} {exp.title}")
         return
     names = list(experiments) if args.experiments == ["all"] else args.experiments
     v.check_names(",".join(names), experiments, "experiment")
