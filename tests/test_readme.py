@@ -1,7 +1,7 @@
 """README.md says what runs: its set-up matches CI, its commands parse, and its command-line and Python
 examples run as written (their sizes shrunk to a tiny data folder by ``tests.recipes.tiny``, as the task
 guides' blocks are). Its zoo commands are getting-started.md's, word for word: tests/test_recipes.py runs
-them there (a DDPM fit and scoring, about 19 s of CPU), and this file checks that they stay the same."""
+them there (a DDPM fit and scoring, about 12 s of CPU), and this file checks that they stay the same."""
 
 from __future__ import annotations
 

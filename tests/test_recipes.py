@@ -15,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from roseood import demo
 from roseood.cli import build_parser, main
 from roseood.data import loading
 from roseood.detectors.base import DETECTORS, METHODS
@@ -126,12 +127,17 @@ def folder(shared, page, tmp_path) -> Path:
     for name in ("src", "examples"):
         (tmp_path / name).symlink_to(ROOT / name)
     if page != "docs/getting-started.md":
-        # tiny, as the data: an EKFAC fit on the 32-wide demo VAE takes 3 s of CPU whatever the image
-        # count (the eigenbasis of its 2049-input layer), and detectors.md's and extending.md's blocks fit 5
-        torch.manual_seed(0)
-        save_model(VAE(in_channels=1, ngf=4, nz=4).eval(), tmp_path / "vae.pt")
+        save_model(_tiny_vae(), tmp_path / "vae.pt")
     (tmp_path / "my-ddpm").symlink_to(tmp_path / "fmnist-ddpm")
     return tmp_path
+
+
+def _tiny_vae() -> VAE:
+    """The pages' model, tiny as the data: an EKFAC fit on the 32-wide demo VAE takes 3 s of CPU whatever
+    the image count (the eigenbasis of its 2049-input layer), and detectors.md's, extending.md's and
+    getting-started.md's blocks fit 7."""
+    torch.manual_seed(0)
+    return VAE(in_channels=1, ngf=4, nz=4).eval()
 
 
 def _parse(block) -> None:
@@ -159,6 +165,9 @@ def test_every_block_runs_or_says_why_not(page, folder, monkeypatch, capsys):
     monkeypatch.setenv("ROSEOOD_DATA", str(folder / "data"))
     monkeypatch.setattr(sys, "path", list(sys.path))
     tiny_folders(monkeypatch)
+    # getting-started.md's demo_model() too: the demo VAE's own fits are tests/test_demo.py's,
+    # tests/detectors/test_rose.py's and the regression scores'
+    monkeypatch.setattr(demo, "demo_model", _tiny_vae)
     # generated sets (noise, constant) as tiny as the stored ones: the pages take the default counts
     generate = loading._generate
     monkeypatch.setattr(

@@ -119,6 +119,17 @@ def test_evaluate_and_fit_forecast_only_with_progress(spec: EvalSpec, capsys) ->
     assert "fitting nll on 40 images: ≈ " in capsys.readouterr().err
 
 
+def test_a_run_up_to_twice_its_timed_batch_is_not_forecast(capsys) -> None:
+    """Timing a batch would cost about what such a run does: a fit of 16 images, timed on 8, says nothing;
+    one of 17 is forecast."""
+    det = ROSE(tiny_vae(), fisher="diag", batch_size=8)
+    images = np.random.default_rng(0).integers(0, 256, (8, 1, 32, 32), dtype=np.uint8)
+    forecast_fit(det, 1, images, 12, 4, "fitting")
+    assert capsys.readouterr().err == ""
+    forecast_fit(det, 1, images, 13, 4, "fitting")
+    assert "fitting: ≈ " in capsys.readouterr().err
+
+
 def test_a_method_weighs_as_many_passes_as_its_unet_evaluations() -> None:
     """The forecast's unit is one forward + backward of the K-row loss (about 3·K UNet passes): DDPM-OOD's
     1250 UNet passes per image weigh 1250 / (3·K), the forward-only denoising loss 1/3, ROSE 1."""

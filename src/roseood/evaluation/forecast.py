@@ -68,13 +68,22 @@ def timed_stages(det: Detector, images: np.ndarray) -> StageSeconds | None:
     return stages
 
 
+def worth_forecasting(images: int, timed: int) -> bool:
+    """Whether a run over ``images`` images is worth a forecast timed on ``timed`` of them: not up to twice
+    as many, where the timing costs about as much as the run (a fit of a zoo DDPM on 8 + 8 images took
+    twice its time with its forecast) and the run ends about when its forecast would have been said."""
+    return images > 2 * timed
+
+
 def forecast_fit(
     det: Detector, models: int, images: np.ndarray, fisher_images: int, held_out: int, what: str
 ) -> None:
     """State what fitting ``det`` (the first model's detector; ``models`` of them for an ensemble) on
-    ``fisher_images`` and ``held_out`` images will take here: a ROSE's own stages timed on a batch of
-    ``images`` (``timed_stages``); another method's cost as image passes of its model's loss
-    (``loss_seconds``: fitted on all, the held-out ones scored again)."""
+    ``fisher_images`` and ``held_out`` images will take here, where ``worth_forecasting``: a ROSE's own
+    stages timed on a batch of ``images`` (``timed_stages``); another method's cost as image passes of its
+    model's loss (``loss_seconds``: fitted on all, the held-out ones scored again)."""
+    if not worth_forecasting(fisher_images + held_out, len(images)):
+        return
     stages = timed_stages(det, images)
     if stages is not None:
         forecast(what, stages.fit(fisher_images, held_out) * models, stages.basis())
@@ -97,15 +106,17 @@ def forecast_evaluation(
     tested: list[ImageSet],
 ) -> None:
     """Say before any work how long the whole evaluation will take here; ``detectors``: each method's,
-    built for the first model. A ROSE's stages are timed on a batch of the fit images
-    (``timed_stages``), once for variants that share their layer scores; other methods count image passes
-    of the model's loss (``loss_seconds``, weighted by ``pass_weight``)."""
+    built for the first model, where ``worth_forecasting``. A ROSE's stages are timed on a batch of the
+    fit images (``timed_stages``), once for variants that share their layer scores; other methods count
+    image passes of the model's loss (``loss_seconds``, weighted by ``pass_weight``)."""
     first = models[0]
     limits = [spec.test_limits.get(m) for m in spec.methods]
     sets = [len(s) for s in tested]
     scored = [sum(min(n, lim or n) for n in sets) for lim in limits]  # images each method scores
     n_fisher = fisher_count(spec, len(fit))
     sample = fit.images[: spec.batch_size]
+    if not worth_forecasting(len(fit) + max(scored), len(sample)):
+        return
     per_pass = loss_seconds(first, sample)
     seconds, seen = 0.0, set()
     for method, n in zip(spec.methods, scored, strict=True):
