@@ -23,7 +23,7 @@ TINY = {
     "300": "3",
     "128": "8",
     "200": "3",
-    "--images 64": "--images 2",
+    "--images 16": "--images 2",
     "--epochs 100": "--epochs 1 --ngf 4 --nz 4",  # the paper's VAE at a tiny width: its fits are the cost
     "--epochs 3": "--epochs 1",
     "--epochs 2": "--epochs 1",
