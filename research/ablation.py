@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from research.profiles import profile_of
-from research.rescoring import LayerScores, fit_on_columns, scores_on_columns
+from research.rescoring import LayerScores, fit_on_columns, in_test_images, scores_on_columns
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
-from roseood.data import load_images
 from roseood.demo import demo_model
 from roseood.detectors import ROSE
 from roseood.detectors.aggregation import tie_share
@@ -72,14 +71,7 @@ def ablation_rows(
     spec = ws.spec(model, in_data, ood, ["rose-ekfac"])
     fit = load_fit_images(spec, model).images
     stats = fit[fisher_count(spec, len(fit)) :]
-    test = load_images(
-        in_data,
-        n=spec.test_samples,
-        seed=spec.seed,
-        channels=model.in_channels,
-        size=model.image_size,
-        data_dir=spec.data_dir,
-    ).images
+    test = in_test_images(spec, model, in_data)
     ood_sets, _ = load_ood_sets(spec, model)
     rows = []
     for fisher in FISHERS:

@@ -34,11 +34,10 @@ from typing import Any
 import numpy as np
 
 from research.diffusion import DATA_SEED, OOD, judged, mean_interval
-from research.rescoring import LayerScores, fit_on_columns, scores_on_columns
+from research.rescoring import LayerScores, fit_on_columns, in_test_images, scores_on_columns
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
-from roseood.data import load_images
 from roseood.detectors import ROSE
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
@@ -86,10 +85,7 @@ def setting_scores(
     fit = load_fit_images(spec, model).images
     n = fisher_count(spec, len(fit))
     spec.seed += FRESH_SEED_STEP * image_draw
-    size = model.input_shape[-1]
-    test = load_images(
-        data, n=spec.test_samples, seed=spec.seed, channels=model.in_channels, size=size
-    ).images
+    test = in_test_images(spec, model, data)
     sets = {STATS: fit[n:], data: test} | {k: v.images for k, v in load_ood_sets(spec, model)[0].items()}
     base = dict(model.denoising)
     every = model.layer_sets()["all"]

@@ -31,12 +31,11 @@ import numpy as np
 
 from research.diffusion import DATA_SEED, OOD, judged, mean_interval
 from research.profiles import profile_of
-from research.rescoring import Columns, LayerScores, fit_on_columns, scores_on_columns
+from research.rescoring import Columns, LayerScores, fit_on_columns, in_test_images, scores_on_columns
 from roseood.bench.experiments import common
 from roseood.bench.report import BenchReport
 from roseood.bench.workspace import Workspace
 from roseood.contracts import rows_per_input
-from roseood.data import load_images
 from roseood.demo import demo_model
 from roseood.detectors import ROSE
 from roseood.detectors.rose import BAND_METHODS, NEAR_OOD_METHODS
@@ -94,11 +93,7 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
     spec = ws.spec(model, data, OOD[data], [DEFAULT], seed=seed, **counts)
     fit = load_fit_images(spec, model).images
     n_fisher = fisher_count(spec, len(fit))
-    shape = model.input_shape
-    assert shape is not None  # image models
-    test = load_images(
-        data, n=spec.test_samples, seed=spec.seed, channels=shape[0], size=shape[1], data_dir=spec.data_dir
-    ).images
+    test = in_test_images(spec, model, data)
     ood_sets, _ = load_ood_sets(spec, model)
     scorer = LayerScores(
         ws.cache,

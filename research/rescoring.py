@@ -14,12 +14,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from roseood.data import load_images
 from roseood.data.tensors import as_image_tensor
 from roseood.detectors import ROSE
 from roseood.detectors.features import COMPLEXITY_COLUMN
 from roseood.errors import DegenerateFitWarning
 from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.fishers import FisherPool
+from roseood.evaluation.splits import EvalSpec, model_preprocessing
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
 
@@ -155,3 +157,10 @@ class LayerScores:
     def _compute(self, images: np.ndarray) -> dict[str, np.ndarray]:
         raw, loss = self.detector(fit=True).layer_scores_and_loss(images)
         return {"scores": raw.numpy(), "loss": loss.numpy()}
+
+
+def in_test_images(spec: EvalSpec, model: RoseModel, data: str) -> np.ndarray:
+    """``spec.test_samples`` images of ``data`` drawn with ``spec.seed`` from ``spec.data_dir``, as ``model``
+    sees them: the in-distribution test set every research experiment scores beside its OOD sets."""
+    options = model_preprocessing(model).options()
+    return load_images(data, n=spec.test_samples, seed=spec.seed, data_dir=spec.data_dir, **options).images
