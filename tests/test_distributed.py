@@ -1,5 +1,6 @@
 """torchrun, 2 CPU processes (gloo): fit and scores equal 1 process (a VAE, a latent diffusion model, a
-DiT and a Stable Diffusion folder's LoRA), DDP training resumes, a failing rank ends the job.
+DiT and a Stable Diffusion folder's LoRA), DDP training resumes (inside an epoch too), a failing rank
+ends the job.
 
 The test launches this very file under ``python -m torch.distributed.run``; run as a script it is the
 worker (see ``worker``), which writes what rank 0 saw for the test to compare with a 1-process run, then
@@ -125,6 +126,7 @@ def worker(folder: Path) -> None:
     ]
     for epochs, extra in (("1", []), ("2", ["--resume"])):
         assert main([*train, "--out", str(folder / "vae.pt"), "--epochs", epochs, *extra]) == 0
+    resumed_within_an_epoch(folder)
     latent = latent_fit_and_score(folder)
     if distributed.is_main():
         torch.save(latent, folder / "latent-two.pt")
@@ -136,6 +138,31 @@ def worker(folder: Path) -> None:
         (folder / "failed").touch()
         raise RoseError("injected failure on rank 1")
     ROSE(model, fisher="ekfac", layers=LAYERS).fit(x[:24], held_out=x[24:])
+
+
+def resumed_within_an_epoch(folder: Path) -> None:
+    """A checkpoint written inside an epoch (every batch) under two processes, copied after batch 3 and
+    resumed under two, ends with the weights of an uninterrupted two-process run (each process's
+    generators and sums came back)."""
+    import shutil
+
+    from roseood.models.train import TrainConfig, train
+    from tests.models.test_train_within_epoch import assert_same_run, vae
+
+    x, cfg = torch.rand(48, 1, 32, 32, generator=torch.Generator().manual_seed(5)), TrainConfig(2, 8, seed=2)
+    run, kept = folder / "within.pt", folder / "kept.pt"
+
+    def keep(k: int) -> None:
+        if k == 3 and distributed.is_main():
+            shutil.copy(run, kept)
+
+    train(vae(), x, cfg, folder / "whole.pt", progress=False, checkpoint_every=None)
+    train(vae(keep), x, cfg, run, progress=False, checkpoint_every=0.0)
+    distributed.barrier()
+    assert "partial" in torch.load(kept, weights_only=True)["train_state"]
+    train(vae(), x, cfg, kept, resume=True, progress=False)
+    if distributed.is_main():
+        assert_same_run(kept, folder / "whole.pt")
 
 
 def launch(folder: Path) -> subprocess.CompletedProcess[str]:

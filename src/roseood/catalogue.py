@@ -57,6 +57,7 @@ DECISION_TPR = 0.95
 # ROSE's settings and a diffusion model's per-image loss settings (name, default, help, check; the
 # aggregations, rows and adjustments they take): roseood.settings
 GALLERY = 8  # images shown at each end of a set in a report
+CHECKPOINT_EVERY_S = 600.0  # training checkpoints inside an epoch this often: an interruption loses ≤ 10 min
 # roseood.data.preprocess: how an image of another size is brought to S×S
 RESIZE_METHODS = ("crop", "stretch")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -134,6 +135,24 @@ def gather_rows(t: Tensor) -> Tensor:
     parts = [torch.empty_like(padded) for _ in counts]
     dist.all_gather(parts, padded)
     return torch.cat([p[:c] for p, c in zip(parts, counts, strict=True)]).to(t.device)
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every process's ``obj`` (picklable, e.g. its random generators' states) in rank order, on every
+    process; a list of one outside torchrun."""
+    if not active():
+        return [obj]
+    out: list[Any] = [None] * world()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def any_process(*flags: bool) -> tuple[bool, ...]:
+    """Each flag true on any process (the same answer everywhere, so all processes act together)."""
+    if not active():
+        return flags
+    summed = all_reduce(torch.tensor([float(f) for f in flags]))
+    return tuple(bool(v > 0) for v in summed.tolist())
 
 
 def average_gradients(module: torch.nn.Module) -> None:

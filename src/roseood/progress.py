@@ -63,11 +63,13 @@ class LineProgress(Generic[T]):
     """The non-terminal stand-in for a tqdm bar (tqdm's small API): a line every ``LINE_INTERVAL_S``
     seconds and one at the end, e.g. ``rose-ekfac fit: Fisher pass 1/2: 30/100 (30 %), 12 s, ETA 28 s``."""
 
-    def __init__(self, iterable: Iterable[T] | None, desc: str | None, total: int | None) -> None:
+    def __init__(
+        self, iterable: Iterable[T] | None, desc: str | None, total: int | None, initial: int = 0
+    ) -> None:
         self.iterable = iterable
         self.desc = desc or "progress"
         self.total = total if total is not None else _length(iterable)
-        self.n = 0
+        self.n = self.initial = initial  # items done before this bar (a resumed loop): not in its rate
         self.postfix = ""
         self._start = self._last = time.monotonic()
         self._closed = False
@@ -91,7 +93,7 @@ class LineProgress(Generic[T]):
     def _print(self, now: float) -> None:
         elapsed = now - self._start
         done = f"{self.n}/{self.total} ({100 * self.n // self.total} %)" if self.total else f"{self.n}"
-        remaining = eta(self.n, self.total or 0, elapsed)
+        remaining = eta(self.n - self.initial, (self.total or 0) - self.initial, elapsed)
         when = f"{duration(elapsed)}, {remaining}" if remaining else f"done in {duration(elapsed)}"
         print(f"{self.desc}: {done}, {when}{self.postfix}", file=sys.stderr, flush=True)
 
@@ -170,7 +172,7 @@ def progress(
         desc = f"{_stages[-1]}: {desc}" if desc else _stages[-1]
     _open_bars += 1
     if not on_terminal():
-        return LineProgress(iterable, desc, total)
+        return LineProgress(iterable, desc, total, tqdm_kwargs.get("initial", 0))
     tqdm_kwargs.pop("leave", None)  # one line per stage stays, so the screen reads as a log of stages
     # a terminal that reports no size (a fresh pty) would get empty bars: then $COLUMNS/$LINES or 80×24
     fallback = shutil.get_terminal_size()

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from roseood import validation as v
-from roseood.catalogue import RESIZE_METHODS, TRAIN_OPTIONS, TrainOptions
+from roseood.catalogue import CHECKPOINT_EVERY_S, RESIZE_METHODS, TRAIN_OPTIONS, TrainOptions
 from roseood.cli.common import (
     MODEL_MODULE_HELP,
     add_data_args,
@@ -114,6 +114,7 @@ def _train_settings(args: argparse.Namespace, kind: str | None) -> tuple[Any, di
         "overwrite": args.overwrite,
         "progress": not args.quiet,
         "budget": args.budget * 60 if args.budget else None,
+        "checkpoint_every": args.checkpoint_minutes * 60 if args.checkpoint_minutes else None,
     }
     return cfg, options
 
@@ -232,6 +233,14 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
         metavar="MINUTES",
         help="train at most this long: stop after the last epoch that fits (at least one; --resume "
         "continues)",
+    )
+    p.add_argument(
+        "--checkpoint-minutes",
+        type=v.non_negative_float,
+        default=CHECKPOINT_EVERY_S / 60,
+        metavar="MINUTES",
+        help="also checkpoint inside an epoch this often, so --resume loses at most this much (0: only at "
+        "epoch ends); Ctrl-C or SIGTERM checkpoints at the next batch and stops",
     )
     p.add_argument(
         "--held-out",

@@ -4,6 +4,8 @@ checkpoint (weights, optimiser, generators, history) to resume exactly where it 
 from __future__ import annotations
 
 import random
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,7 +13,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from roseood import distributed
 from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import same
 from roseood.models.base import model_config, model_name
@@ -113,6 +117,64 @@ def start_run(
     if resume and checkpoint.exists():
         ts = restore_training(checkpoint, model, opt, gen, key, settings, data_digest)
         state.update(epoch=ts["epoch"], step=ts.get("step", 0), history=ts["history"])
+        if "partial" in ts:  # stopped inside an epoch: where, to continue from that batch
+            state["partial"] = ts["partial"]
     elif checkpoint.exists() and not overwrite:
         raise RoseError(f"{checkpoint} exists; resume it (--resume / resume=True) or choose another output")
     return state
+
+
+def resume_within(
+    partial: Any, gen: torch.Generator, model: torch.nn.Module, checkpoint: Path
+) -> tuple[Tensor, int, dict[str, float], float]:
+    """Where a run stopped inside an epoch (``train_state["partial"]``): the generator state that drew
+    the epoch's order, the batches done, this process's sums and the training seconds spent; ``gen``,
+    torch's generator and (under torchrun) ``model``'s buffers set to this process's own at that point.
+    Another process count is refused."""
+    ranks = partial.get("ranks") if isinstance(partial, dict) else None
+    if isinstance(ranks, list) and len(ranks) != distributed.world():
+        raise CheckpointError(
+            f"{checkpoint}: stopped inside an epoch under {len(ranks)} process(es); resume it with "
+            f"{len(ranks)} (the count may change at an epoch's end)"
+        )
+    try:
+        mine = ranks[distributed.rank()]  # type: ignore[index]
+        gen.set_state(mine["generator"])
+        torch.set_rng_state(mine["torch_rng"])
+        with torch.no_grad():
+            for name, b in model.named_buffers() if "buffers" in mine else ():
+                b.copy_(mine["buffers"][name])
+        sums = {str(k): v for k, v in mine["sums"].items()}
+        return partial["order_generator"], int(partial["batches"]), sums, float(partial["seconds"])
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+        raise CheckpointError(
+            f"{checkpoint}: damaged training state ({type(exc).__name__}); train afresh with --overwrite"
+        ) from None
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[list[bool]]:
+    """A Ctrl-C (SIGINT) or SIGTERM inside the block sets the yielded flag instead of stopping the process
+    mid-step, so the loop can write a whole checkpoint at its next batch boundary and then stop; a second
+    signal acts at once (the handlers before the block are back). Outside the main thread: no handlers."""
+    flag = [False]
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.SIG_DFL if h is None else h for sig, h in previous.items()}  # set outside Python
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    def defer(signum: int, frame: object) -> None:
+        flag[0] = True
+        restore()
+
+    for sig in previous:
+        signal.signal(sig, defer)
+    try:
+        yield flag
+    finally:
+        restore()

@@ -20,12 +20,13 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
+from roseood.catalogue import CHECKPOINT_EVERY_S
 from roseood.contracts import HeldOutMetrics, Trainable
 from roseood.data.tensors import check_model_input
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel, input_dims, model_name
 from roseood.models.checkpoint import save_model
-from roseood.models.resume import start_run
+from roseood.models.resume import deferred_interrupts, resume_within, start_run
 from roseood.progress import duration, eta, forecast, note, resolve
 from roseood.progress import progress as progress_bar
 from roseood.serialization import array_digest
@@ -130,6 +131,7 @@ class TrainingRun:
     progress: bool | None = None
     postfix: Callable[[float], str] = "loss={:.3f}".format
     budget: float | None = None
+    every: float | None = None  # seconds between checkpoints inside an epoch (None: at epoch ends only)
 
     def run(self) -> list[dict[str, float]]:
         """The one training loop: every epoch shuffles with ``gen``, steps every batch (backpropagates,
@@ -168,36 +170,96 @@ class TrainingRun:
         return self.state["history"]
 
     def _epoch(self, epoch: int, shown: bool, warmup: _Warmup) -> dict[str, float]:
-        """Step every batch of one epoch; the summed loss, examples seen and the step's statistics."""
+        """Step every batch of one epoch (from where a resumed run stopped inside it); the summed loss,
+        examples seen and the step's statistics. Every ``every`` seconds, and at a Ctrl-C or SIGTERM
+        (which then stops the run), the position is checkpointed: the epoch's order, batches done, sums
+        and every process's generators, so ``--resume`` continues at the next batch exactly."""
         self.model.train()
-        world = distributed.world()
-        order = torch.randperm(self.n, generator=self.gen)
-        sums: dict[str, float] = {"loss": 0.0, "seen": 0}
+        world, started = distributed.world(), time.monotonic()
+        done, sums, seconds = 0, {"loss": 0.0, "seen": 0}, 0.0
+        order_state = self.gen.get_state()
+        partial = self.state.pop("partial", None)
+        if partial is not None:
+            order_state, done, sums, seconds = resume_within(partial, self.gen, self.model, self.checkpoint)
+        here = self.gen.get_state()
+        order = torch.randperm(self.n, generator=self.gen.set_state(order_state))
+        if partial is not None:
+            self.gen.set_state(here)
         split = self.batches(order) if self.batches is not None else list(order.split(self.batch_size))
-        bar = progress_bar(split, f"epoch {epoch + 1}/{self.epochs}", enabled=shown)
-        for idx in bar:
-            if len(idx) < world:
-                continue
-            # under torchrun each process takes its shard of the batch; gradients are averaged so the
-            # step is that of the whole batch's mean loss (the weight is exactly 1.0 in one process)
-            whole, idx = len(idx), idx[distributed.shard(len(idx))]
-            loss, stats = self.step(idx, epoch, self.state["step"])
-            if not math.isfinite(loss.item()):
-                raise RoseError(f"training diverged at epoch {epoch + 1} (loss {loss.item()}); lower the lr")
-            self.opt.zero_grad(set_to_none=True)
-            (loss * (len(idx) * world / whole)).backward()
-            distributed.average_gradients(self.model)
-            if self.grad_clip:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-            self.opt.step()
-            self.state["step"] += 1
-            sums["loss"] += loss.item() * idx.shape[0]
-            sums["seen"] += idx.shape[0]
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0.0) + v
-            bar.set_postfix_str(self.postfix(loss.item()))
-            warmup.batch_done(len(split))
+        if partial is not None and shown:
+            note(f"epoch {epoch + 1}/{self.epochs}: resuming after batch {done} of {len(split)}")
+        bar = progress_bar(
+            split[done:], f"epoch {epoch + 1}/{self.epochs}", enabled=shown, total=len(split), initial=done
+        )
+        last = started
+        with deferred_interrupts() as stop:
+            for i, idx in enumerate(bar, start=done + 1):
+                if len(idx) >= world:
+                    bar.set_postfix_str(self.postfix(self._batch(idx, world, sums)))
+                    warmup.batch_done(len(split))
+                due = self.every is not None and time.monotonic() - last >= self.every
+                due, halt = distributed.any_process(due, stop[0])
+                if due or halt:
+                    spent = seconds + time.monotonic() - started
+                    self._save(
+                        {"epoch": epoch, "batches": i, "order_generator": order_state, "seconds": spent}, sums
+                    )
+                    last = time.monotonic()
+                if halt:
+                    bar.close()
+                    if shown:
+                        note(
+                            f"interrupted in epoch {epoch + 1} after batch {i} of {len(split)}: "
+                            f"{self.checkpoint} holds the run there; --resume continues from the next batch"
+                        )
+                    raise KeyboardInterrupt
         return sums
+
+    def _batch(self, idx: Tensor, world: int, sums: dict[str, float]) -> float:
+        """One optimisation step on batch ``idx``, its loss and statistics added to ``sums``; its loss."""
+        # under torchrun each process takes its shard of the batch; gradients are averaged so the
+        # step is that of the whole batch's mean loss (the weight is exactly 1.0 in one process)
+        whole, idx = len(idx), idx[distributed.shard(len(idx))]
+        loss, stats = self.step(idx, self.state["epoch"], self.state["step"])
+        if not math.isfinite(loss.item()):
+            raise RoseError(
+                f"training diverged at epoch {self.state['epoch'] + 1} (loss {loss.item()}); lower the lr"
+            )
+        self.opt.zero_grad(set_to_none=True)
+        (loss * (len(idx) * world / whole)).backward()
+        distributed.average_gradients(self.model)
+        if self.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.opt.step()
+        self.state["step"] += 1
+        sums["loss"] += loss.item() * idx.shape[0]
+        sums["seen"] += idx.shape[0]
+        for k, v in stats.items():
+            sums[k] = sums.get(k, 0.0) + v
+        return loss.item()
+
+    def _save(self, partial: dict[str, Any] | None = None, sums: dict[str, float] | None = None) -> None:
+        """Write the checkpoint atomically (rank 0): weights, optimiser, generators and, inside an epoch,
+        ``partial`` (where it stands) with every process's generators and sums."""
+        if partial is not None:
+            mine = {
+                "generator": self.gen.get_state(),
+                "torch_rng": torch.get_rng_state(),
+                "sums": dict(sums or {}),
+            }
+            if distributed.active():  # each process's own buffers (BatchNorm statistics) until the epoch ends
+                mine["buffers"] = {k: b.detach().cpu() for k, b in self.model.named_buffers()}
+            partial["ranks"] = distributed.gather_objects(mine)
+        state = self.state | {
+            "optimizer": self.opt.state_dict(),
+            "generator": self.gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+        }
+        if partial is not None:
+            state["partial"] = partial
+        if distributed.is_main():
+            save_model(self.model, self.checkpoint, train_state=state)
+        distributed.barrier()  # no rank runs ahead to read (--resume) a checkpoint rank 0 is writing
 
     def _end_epoch(self, epoch: int, sums: dict[str, float]) -> None:
         """Add the processes' sums, record the epoch in the history and write the checkpoint."""
@@ -207,15 +269,8 @@ class TrainingRun:
             distributed.share_module(self.model, average_buffers=True)  # e.g. BatchNorm statistics
             self.gen.set_state(distributed.broadcast(self.gen.get_state()))  # unequal shards drew unequally
         self.state["history"].append({"epoch": epoch + 1, **self.record(sums)})
-        self.state.update(
-            epoch=epoch + 1,
-            optimizer=self.opt.state_dict(),
-            generator=self.gen.get_state(),
-            torch_rng=torch.get_rng_state(),
-        )
-        if distributed.is_main():
-            save_model(self.model, self.checkpoint, train_state=self.state)
-        distributed.barrier()  # no rank runs ahead to read (--resume) a checkpoint rank 0 is writing
+        self.state["epoch"] = epoch + 1
+        self._save()
 
 
 def _held_out_metrics(
@@ -239,14 +294,18 @@ def _held_out_metrics(
 
 class _Curve:
     """A learning curve as CSV rows (epoch, step, seconds of training, the epoch's figures), appended to
-    on resume, the seconds continuing from its last row; written by the main process only."""
+    on resume, the seconds continuing from its last row (and the checkpointed part of the epoch a run
+    stopped in); written by the main process only."""
 
-    def __init__(self, path: Path, step: int) -> None:
+    def __init__(self, path: Path, state: dict[str, Any]) -> None:
         self.path, self.offset = path, 0.0
-        if step and path.exists():  # a resumed run: its clock continues where the file stops
+        if state["step"] and path.exists():  # a resumed run: its clock continues where the file stops
             lines = path.read_text().strip().splitlines()
             if len(lines) > 1:
                 self.offset = float(lines[-1].split(",")[2])
+            partial = state.get("partial")
+            if isinstance(partial, dict) and isinstance(partial.get("seconds"), float):
+                self.offset += partial["seconds"]
         elif path.exists():
             path.unlink()
         self.start = time.monotonic()
@@ -366,21 +425,27 @@ def train(
     held_out: Tensor | np.ndarray | None = None,
     curve: str | Path | None = None,
     labels: Tensor | np.ndarray | None = None,
+    checkpoint_every: float | None = CHECKPOINT_EVERY_S,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
-    """Train ``model`` on its inputs (images, tensors, tokens), writing ``checkpoint`` after every epoch.
+    """Train ``model`` on its inputs (images, tensors, tokens), writing ``checkpoint`` after every epoch,
+    every ``checkpoint_every`` seconds inside one (None: only at epoch ends) and at a Ctrl-C or SIGTERM,
+    which then stops it.
 
-    Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored
-    in every checkpoint with the data-order generator, so a run resumed with ``resume`` (same config and
-    data required) ends exactly as an uninterrupted one. An existing ``checkpoint`` is replaced only
-    with ``overwrite``. ``budget``: the seconds this call may train; it stops after the last epoch that
-    fits (at least one; ``resume`` continues). ``device``: cpu, cuda[:i], mps or auto (see
-    ``roseood.distributed.device``); ``progress`` reports each epoch and forecasts the run's time (unset:
-    when stderr is a terminal). ``held_out``: inputs scored after every epoch under the evaluated weights
-    (``held_out_metrics``, else the NLL in bits/dim), recorded as ``held_out_*``; ``curve``: a CSV of the
-    same rows with the training seconds so far (appended on resume); ``labels``: each input's class (for a
-    class-conditional model's ``train_loss``). Returns the model (eval mode) and the per-epoch history."""
+    Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored in
+    every checkpoint with the data-order generator (inside an epoch: the position and sums too), so a run
+    resumed with ``resume`` (same config and data required) ends exactly as an uninterrupted one. An
+    existing ``checkpoint`` is replaced only with ``overwrite``. ``budget``: the seconds this call may
+    train; it stops after the last epoch that fits (at least one; ``resume`` continues). ``device``: cpu,
+    cuda[:i], mps or auto (see ``roseood.distributed.device``); ``progress`` reports each epoch and
+    forecasts the run's time (unset: when stderr is a terminal). ``held_out``: inputs scored after every
+    epoch under the evaluated weights (``held_out_metrics``, else the NLL in bits/dim), recorded as
+    ``held_out_*``; ``curve``: a CSV of the same rows with the training seconds so far (appended on
+    resume); ``labels``: each input's class (for a class-conditional model's ``train_loss``). Returns the
+    model (eval mode) and the per-epoch history."""
     if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
+    if checkpoint_every is not None:
+        check_float(checkpoint_every, "checkpoint_every", low=0.0)
     x, device = check_model_input(images, model), distributed.device(device)
     unit, per_dim = _per_dimension(model)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -394,7 +459,7 @@ def train(
         torch.manual_seed(cfg.seed)
     step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device, y)
     held = None if held_out is None else check_model_input(held_out, model)
-    log = _Curve(Path(curve), state["step"]) if curve is not None and distributed.is_main() else None
+    log = _Curve(Path(curve), state) if curve is not None and distributed.is_main() else None
     record = _Recorder(model, model.train_objective, per_dim, state, device, held, log)
     history = TrainingRun(
         model,
@@ -411,5 +476,6 @@ def train(
         progress=progress,
         postfix=lambda loss: f"{unit}={loss / per_dim:.4g}",
         budget=budget,
+        every=checkpoint_every,
     ).run()
     return model.eval(), history
