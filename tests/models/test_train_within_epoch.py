@@ -21,7 +21,7 @@ from roseood.models.train import TrainConfig, train
 CFG = TrainConfig(epochs=2, batch_size=16, seed=3)  # 64 images: 4 batches an epoch, 8 in all
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def data() -> torch.Tensor:
     return torch.rand(64, 1, 32, 32, generator=torch.Generator().manual_seed(0))
 
@@ -54,10 +54,11 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-@pytest.fixture
-def uninterrupted(data: torch.Tensor, tmp_path: Path) -> Path:
-    train(vae(), data, CFG, tmp_path / "whole.pt", progress=False, checkpoint_every=None)
-    return tmp_path / "whole.pt"
+@pytest.fixture(scope="module")
+def uninterrupted(data: torch.Tensor, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("whole") / "whole.pt"
+    train(vae(), data, CFG, path, progress=False, checkpoint_every=None)
+    return path
 
 
 @pytest.mark.parametrize("stopped_after", [1, 6])  # inside the first epoch, inside the second
@@ -98,8 +99,11 @@ def test_ctrl_c_checkpoints_at_the_batch_boundary_and_stops(
     assert_same_run(run, uninterrupted)
 
 
-def stopped_run(data: torch.Tensor, tmp_path: Path) -> Path:
-    run, kept = tmp_path / "run.pt", tmp_path / "kept.pt"
+@pytest.fixture(scope="module")
+def stopped_run(data: torch.Tensor, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run's checkpoint inside its first epoch, after batch 2."""
+    folder = tmp_path_factory.mktemp("stopped")
+    run, kept = folder / "run.pt", folder / "kept.pt"
 
     def keep(k: int) -> None:
         if k == 2:
@@ -126,9 +130,13 @@ def rewrite_partial(path: Path, change: Callable[[dict[str, Any]], None]) -> Non
     ],
 )
 def test_a_damaged_or_mismatched_position_is_refused(
-    data: torch.Tensor, tmp_path: Path, change: Callable[[dict[str, Any]], None], message: str
+    data: torch.Tensor,
+    tmp_path: Path,
+    stopped_run: Path,
+    change: Callable[[dict[str, Any]], None],
+    message: str,
 ) -> None:
-    kept = stopped_run(data, tmp_path)
+    kept = Path(shutil.copy(stopped_run, tmp_path / "kept.pt"))
     rewrite_partial(kept, change)
     with pytest.raises(CheckpointError, match=message):
         train(vae(), data, CFG, kept, resume=True, progress=False)
