@@ -72,16 +72,21 @@ def test_glow_trains_with_adamax_warmup_and_clipping(data, tmp_path):
 
 def test_training_forecasts_its_time_and_stops_within_a_budget(data, tmp_path, capsys):
     """The first batches are timed and extrapolated to the run (one line before it is far along); a
-    budget stops after the last epoch that fits, at least one, and --resume continues from there."""
+    budget stops the run when it is spent, at the next batch, checkpointed there, and --resume continues
+    from that batch to the run an unbudgeted one ends with."""
+    cfg = TrainConfig(epochs=3, batch_size=8)
     torch.manual_seed(0)
-    cfg = TrainConfig(epochs=5, batch_size=8)
-    _, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", progress=True, budget=1e-6)
+    _, whole = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "whole.pt", progress=True)
     err = capsys.readouterr().err
-    assert "training 5 epochs: ≈ " in err and "on this machine (" in err and "from 3 timed batches" in err
-    assert len(history) == 1 and "stopping after 1 of 5 epochs" in err
+    assert "training 3 epochs: ≈ " in err and "on this machine (" in err and "from 3 timed batches" in err
     torch.manual_seed(0)
+    _, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", progress=True, budget=1e-6)
+    assert (
+        history == [] and "stopping in epoch 1 after batch 1 of 8: the budget of" in capsys.readouterr().err
+    )
+    assert torch.load(tmp_path / "m.pt", weights_only=True)["train_state"]["partial"]["batches"] == 1
     _, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", resume=True, progress=False)
-    assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]
+    assert history == whole
 
 
 def test_held_out_figures_each_epoch_and_a_curve_that_continues_on_resume(data, tmp_path):

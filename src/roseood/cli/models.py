@@ -231,8 +231,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
         "--budget",
         type=v.positive_float,
         metavar="MINUTES",
-        help="train at most this long: stop after the last epoch that fits (at least one; --resume "
-        "continues)",
+        help="train at most this long: stop when it is spent, at the next batch, with a checkpoint "
+        "(--resume continues from that batch)",
     )
     p.add_argument(
         "--checkpoint-minutes",

@@ -1,4 +1,5 @@
-"""Training loop shared by every model: per-epoch atomic checkpoints, resume, progress bar.
+"""Training loop shared by every model: atomic checkpoints (every epoch, every few minutes inside one, at
+Ctrl-C and when the time budget is spent), exact resume, progress bar.
 
 Any model with a per-sample ``train_loss`` trains here (built-in families and ``roseood.wrap`` models,
 whose loss is their NLL). Family defaults live in the family registry and follow the paper:
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,12 @@ from torch import Tensor
 
 from roseood import distributed
 from roseood.catalogue import CHECKPOINT_EVERY_S
-from roseood.contracts import HeldOutMetrics, Trainable
+from roseood.contracts import Trainable
 from roseood.data.tensors import check_model_input
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel, input_dims, model_name
 from roseood.models.checkpoint import save_model
+from roseood.models.curve import Curve, Recorder
 from roseood.models.resume import deferred_interrupts, resume_within, start_run
 from roseood.progress import duration, eta, forecast, note, resolve
 from roseood.progress import progress as progress_bar
@@ -132,6 +134,7 @@ class TrainingRun:
     postfix: Callable[[float], str] = "loss={:.3f}".format
     budget: float | None = None
     every: float | None = None  # seconds between checkpoints inside an epoch (None: at epoch ends only)
+    deadline: float | None = field(default=None, init=False)  # the budget's end on the monotonic clock
 
     def run(self) -> list[dict[str, float]]:
         """The one training loop: every epoch shuffles with ``gen``, steps every batch (backpropagates,
@@ -142,22 +145,13 @@ class TrainingRun:
         distributed.share_module(self.model)  # rank 0's weights everywhere
         shown = resolve(self.progress) and distributed.is_main()
         first, started = self.state["epoch"], time.monotonic()
+        self.deadline = None if self.budget is None else started + self.budget
         warmup = _Warmup(self.epochs - first, enabled=shown)
         for epoch in range(first, self.epochs):
-            spent = time.monotonic() - started
-            if (
-                self.budget is not None
-                and epoch > first
-                and spent * (epoch + 1 - first) / (epoch - first) > self.budget
-            ):
-                if shown:
-                    note(
-                        f"stopping after {epoch} of {self.epochs} epochs: another would pass the budget of "
-                        f"{duration(self.budget)} ({self.checkpoint} holds them; --resume continues)"
-                    )
-                break
             t0 = time.time()
             sums = self._epoch(epoch, shown, warmup)
+            if sums is None:  # the budget ran out inside the epoch, checkpointed there
+                break
             self._end_epoch(epoch, sums)
             if shown:
                 h = self.state["history"][-1]
@@ -167,13 +161,27 @@ class TrainingRun:
                     f"epoch {h['epoch']}/{self.epochs}: {summary}, {duration(time.time() - t0)} -> "
                     f"{self.checkpoint}" + (f"; {left}" if left else "")
                 )
+            if epoch + 1 < self.epochs and distributed.any_process(self._over_budget())[0]:
+                self._stopped(shown, f"after {epoch + 1} of {self.epochs} epochs")
+                break
         return self.state["history"]
 
-    def _epoch(self, epoch: int, shown: bool, warmup: _Warmup) -> dict[str, float]:
+    def _over_budget(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def _stopped(self, shown: bool, where: str) -> None:
+        if shown and self.budget is not None:
+            note(
+                f"stopping {where}: the budget of {duration(self.budget)} is spent ({self.checkpoint} "
+                "holds the run; --resume continues)"
+            )
+
+    def _epoch(self, epoch: int, shown: bool, warmup: _Warmup) -> dict[str, float] | None:
         """Step every batch of one epoch (from where a resumed run stopped inside it); the summed loss,
-        examples seen and the step's statistics. Every ``every`` seconds, and at a Ctrl-C or SIGTERM
-        (which then stops the run), the position is checkpointed: the epoch's order, batches done, sums
-        and every process's generators, so ``--resume`` continues at the next batch exactly."""
+        examples seen and the step's statistics, or None when the budget ran out inside it. Every
+        ``every`` seconds, at the budget's end and at a Ctrl-C or SIGTERM (which then stops the run), the
+        position is checkpointed: the epoch's order, batches done, sums and every process's generators, so
+        ``--resume`` continues at the next batch exactly."""
         self.model.train()
         world, started = distributed.world(), time.monotonic()
         done, sums, seconds = 0, {"loss": 0.0, "seen": 0}, 0.0
@@ -198,13 +206,18 @@ class TrainingRun:
                     bar.set_postfix_str(self.postfix(self._batch(idx, world, sums)))
                     warmup.batch_done(len(split))
                 due = self.every is not None and time.monotonic() - last >= self.every
-                due, halt = distributed.any_process(due, stop[0])
-                if due or halt:
+                due, halt, over = distributed.any_process(due, stop[0], self._over_budget())
+                over = over and i < len(split)  # at the epoch's last batch: its end checkpoints and stops
+                if due or halt or over:
                     spent = seconds + time.monotonic() - started
                     self._save(
                         {"epoch": epoch, "batches": i, "order_generator": order_state, "seconds": spent}, sums
                     )
                     last = time.monotonic()
+                if over and not halt:
+                    bar.close()
+                    self._stopped(shown, f"in epoch {epoch + 1} after batch {i} of {len(split)}")
+                    return None
                 if halt:
                     bar.close()
                     if shown:
@@ -271,90 +284,6 @@ class TrainingRun:
         self.state["history"].append({"epoch": epoch + 1, **self.record(sums)})
         self.state["epoch"] = epoch + 1
         self._save()
-
-
-def _held_out_metrics(
-    model: Any, x: Tensor, device: str | torch.device, batch: int = 256
-) -> dict[str, float]:
-    """The model's own held-out figures (``HeldOutMetrics``), else its mean NLL in bits/dim; evaluated
-    weights, no gradients, and the training's random generators left where they were (a VAE's NLL draws
-    latent noise); the model returns to training mode."""
-    where = torch.device(device)
-    model.eval()
-    try:
-        with torch.random.fork_rng(devices=[where.index or 0] if where.type == "cuda" else []):
-            if isinstance(model, HeldOutMetrics):
-                return model.held_out_metrics(x)
-            with torch.no_grad():
-                nll = [model.nll(x[i : i + batch].to(device)).double().cpu() for i in range(0, len(x), batch)]
-            return {"bits_per_dim": float(torch.cat(nll).mean()) / (input_dims(model) * math.log(2))}
-    finally:
-        model.train()
-
-
-class _Curve:
-    """A learning curve as CSV rows (epoch, step, seconds of training, the epoch's figures), appended to
-    on resume, the seconds continuing from its last row (and the checkpointed part of the epoch a run
-    stopped in); written by the main process only."""
-
-    def __init__(self, path: Path, state: dict[str, Any]) -> None:
-        self.path, self.offset = path, 0.0
-        if state["step"] and path.exists():  # a resumed run: its clock continues where the file stops
-            lines = path.read_text().strip().splitlines()
-            if len(lines) > 1:
-                self.offset = float(lines[-1].split(",")[2])
-            partial = state.get("partial")
-            if isinstance(partial, dict) and isinstance(partial.get("seconds"), float):
-                self.offset += partial["seconds"]
-        elif path.exists():
-            path.unlink()
-        self.start = time.monotonic()
-
-    def write(self, epoch: int, step: int, row: dict[str, float]) -> None:
-        new = not self.path.exists()
-        with self.path.open("a") as f:
-            if new:
-                f.write(",".join(["epoch", "step", "seconds", *row]) + "\n")
-            seconds = self.offset + time.monotonic() - self.start
-            f.write(
-                ",".join([str(epoch), str(step), f"{seconds:.1f}", *(f"{v:.6g}" for v in row.values())])
-                + "\n"
-            )
-
-
-class _Recorder:
-    """An epoch's history row: the mean training loss per input and per dimension, then the held-out
-    figures (timed apart from training), also written to the curve CSV when there is one."""
-
-    def __init__(
-        self,
-        model: Any,
-        objective: str,
-        per_dim: float,
-        state: dict[str, Any],
-        device: str | torch.device,
-        held: Tensor | None,
-        log: _Curve | None,
-    ) -> None:
-        self.model, self.objective, self.per_dim, self.state = model, objective, per_dim, state
-        self.device, self.held, self.log = device, held, log
-
-    def __call__(self, sums: dict[str, float]) -> dict[str, float]:
-        mean = sums["loss"] / sums["seen"]
-        if self.objective == "nll":
-            row = {"loss_nats": mean, "bits_per_dim": mean / self.per_dim}
-        else:
-            row = {"loss": mean, self.objective: mean / self.per_dim}
-        if self.held is not None:
-            started = time.monotonic()
-            row |= {
-                f"held_out_{k}": v for k, v in _held_out_metrics(self.model, self.held, self.device).items()
-            }
-            if self.log is not None:  # the curve's clock counts training, not this evaluation
-                self.log.offset -= time.monotonic() - started
-        if self.log is not None:
-            self.log.write(self.state["epoch"] + 1, self.state["step"], row)
-        return row
 
 
 def _batch_step(
@@ -435,13 +364,13 @@ def train(
     every checkpoint with the data-order generator (inside an epoch: the position and sums too), so a run
     resumed with ``resume`` (same config and data required) ends exactly as an uninterrupted one. An
     existing ``checkpoint`` is replaced only with ``overwrite``. ``budget``: the seconds this call may
-    train; it stops after the last epoch that fits (at least one; ``resume`` continues). ``device``: cpu,
-    cuda[:i], mps or auto (see ``roseood.distributed.device``); ``progress`` reports each epoch and
-    forecasts the run's time (unset: when stderr is a terminal). ``held_out``: inputs scored after every
-    epoch under the evaluated weights (``held_out_metrics``, else the NLL in bits/dim), recorded as
-    ``held_out_*``; ``curve``: a CSV of the same rows with the training seconds so far (appended on
-    resume); ``labels``: each input's class (for a class-conditional model's ``train_loss``). Returns the
-    model (eval mode) and the per-epoch history."""
+    train; it stops when they are spent, at the next batch, checkpointed there (``resume`` continues).
+    ``device``: cpu, cuda[:i], mps or auto (see ``roseood.distributed.device``); ``progress`` reports each
+    epoch and forecasts the run's time (unset: when stderr is a terminal). ``held_out``: inputs scored
+    after every epoch under the evaluated weights (``held_out_metrics``, else the NLL in bits/dim),
+    recorded as ``held_out_*``; ``curve``: a CSV of the same rows with the training seconds so far
+    (appended on resume); ``labels``: each input's class (for a class-conditional model's ``train_loss``).
+    Returns the model (eval mode) and the per-epoch history."""
     if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
     if checkpoint_every is not None:
@@ -459,8 +388,8 @@ def train(
         torch.manual_seed(cfg.seed)
     step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device, y)
     held = None if held_out is None else check_model_input(held_out, model)
-    log = _Curve(Path(curve), state) if curve is not None and distributed.is_main() else None
-    record = _Recorder(model, model.train_objective, per_dim, state, device, held, log)
+    log = Curve(Path(curve), state) if curve is not None and distributed.is_main() else None
+    record = Recorder(model, model.train_objective, per_dim, state, device, held, log)
     history = TrainingRun(
         model,
         opt,
