@@ -89,13 +89,14 @@ StepFn = Callable[[Tensor, int, int], tuple[Tensor, dict[str, float]]]
 
 class _Warmup:
     """The training forecast: the first batches of a run timed (the very first, which pays for one-off
-    set-up, left out), extrapolated to every batch of its ``epochs`` and stated once."""
+    set-up, left out), extrapolated to every batch left of its ``epochs`` (less the ``done`` batches of an
+    epoch it resumes inside) and stated once."""
 
     BATCHES = 3  # timed batches after the first
 
     def __init__(self, epochs: int, enabled: bool) -> None:
         self.epochs, self.enabled = epochs, enabled
-        self.seen, self.start = 0, 0.0
+        self.seen, self.start, self.done = 0, 0.0, 0
 
     def batch_done(self, per_epoch: int) -> None:
         if not self.enabled:
@@ -107,7 +108,9 @@ class _Warmup:
             self.enabled = False
             per_batch = (time.monotonic() - self.start) / (self.seen - 1)
             what = f"training {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
-            forecast(what, per_batch * per_epoch * self.epochs, f"from {self.seen - 1} timed batches")
+            what += f" from batch {self.done + 1}" if self.done else ""
+            left = per_epoch * self.epochs - self.done
+            forecast(what, per_batch * left, f"from {self.seen - 1} timed batches")
 
 
 @dataclass
@@ -196,6 +199,7 @@ class TrainingRun:
         split = self.batches(order) if self.batches is not None else list(order.split(self.batch_size))
         if partial is not None and shown:
             note(f"epoch {epoch + 1}/{self.epochs}: resuming after batch {done} of {len(split)}")
+            warmup.done = done
         bar = progress_bar(
             split[done:], f"epoch {epoch + 1}/{self.epochs}", enabled=shown, total=len(split), initial=done
         )
