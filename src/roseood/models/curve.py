@@ -66,21 +66,27 @@ class Curve:
 
 
 class Recorder:
-    """An epoch's history row: the mean training loss per input and per dimension, then the held-out
-    figures (timed apart from training), also written to the curve CSV when there is one."""
+    """An epoch's history row: the mean training loss per input and per dimension (bits per dimension of
+    an NLL, else the objective per dimension), then the held-out figures (timed apart from training),
+    also written to the curve CSV when there is one."""
 
     def __init__(
         self,
         model: Any,
-        objective: str,
-        per_dim: float,
         state: dict[str, Any],
         device: str | torch.device,
         held: Tensor | None,
         log: Curve | None,
     ) -> None:
-        self.model, self.objective, self.per_dim, self.state = model, objective, per_dim, state
+        self.model, self.objective, self.state = model, model.train_objective, state
         self.device, self.held, self.log = device, held, log
+        nll, dims = self.objective == "nll", input_dims(model)
+        self.unit: str = "bpd" if nll else self.objective
+        self.per_dim: float = dims * math.log(2) if nll else dims
+
+    def postfix(self, loss: float) -> str:
+        """A batch's loss as the progress bar shows it, per dimension."""
+        return f"{self.unit}={loss / self.per_dim:.4g}"
 
     def __call__(self, sums: dict[str, float]) -> dict[str, float]:
         mean = sums["loss"] / sums["seen"]

@@ -25,7 +25,7 @@ from roseood.catalogue import CHECKPOINT_EVERY_S
 from roseood.contracts import Trainable
 from roseood.data.tensors import check_model_input
 from roseood.errors import RoseError
-from roseood.models.base import RoseModel, input_dims, model_name
+from roseood.models.base import RoseModel, model_name
 from roseood.models.checkpoint import save_model
 from roseood.models.curve import Curve, Recorder
 from roseood.models.resume import deferred_interrupts, resume_within, start_run
@@ -138,6 +138,10 @@ class TrainingRun:
     budget: float | None = None
     every: float | None = None  # seconds between checkpoints inside an epoch (None: at epoch ends only)
     deadline: float | None = field(default=None, init=False)  # the budget's end on the monotonic clock
+
+    def __post_init__(self) -> None:
+        if self.every is not None:
+            check_float(self.every, "checkpoint_every", low=0.0)
 
     def run(self) -> list[dict[str, float]]:
         """The one training loop: every epoch shuffles with ``gen``, steps every batch (backpropagates,
@@ -326,14 +330,6 @@ def _batch_step(
     return step
 
 
-def _per_dimension(model: RoseModel) -> tuple[str, float]:
-    """The per-dimension figure a person reads and its divisor: bits per dimension of an NLL, else the
-    objective per dimension."""
-    assert isinstance(model, Trainable)  # train refuses other models first
-    dims = input_dims(model)
-    return ("bpd", dims * math.log(2)) if model.train_objective == "nll" else (model.train_objective, dims)
-
-
 def _with_labels(x: Tensor, labels: Tensor | np.ndarray | None) -> tuple[Tensor | None, str]:
     """The inputs' class labels as a long tensor (None: none given; another count is refused) and the
     digest of inputs and labels that a resumed run must match."""
@@ -360,31 +356,24 @@ def train(
     labels: Tensor | np.ndarray | None = None,
     checkpoint_every: float | None = CHECKPOINT_EVERY_S,
 ) -> tuple[RoseModel, list[dict[str, float]]]:
-    """Train ``model`` on its inputs (images, tensors, tokens), writing ``checkpoint`` after every epoch,
-    every ``checkpoint_every`` seconds inside one (None: only at epoch ends) and at a Ctrl-C or SIGTERM,
-    which then stops it.
+    """Train ``model`` on its inputs (images, tensors, tokens), writing ``checkpoint`` at each epoch's end,
+    every ``checkpoint_every`` seconds inside one (None: ends only) and at Ctrl-C or SIGTERM (then stops).
 
-    Torch's global generator (latent and dequantisation noise) is seeded with ``cfg.seed`` and stored in
-    every checkpoint with the data-order generator (inside an epoch: the position and sums too), so a run
-    resumed with ``resume`` (same config and data required) ends exactly as an uninterrupted one. An
-    existing ``checkpoint`` is replaced only with ``overwrite``. ``budget``: the seconds this call may
-    train; it stops when they are spent, at the next batch, checkpointed there (``resume`` continues).
-    ``device``: cpu, cuda[:i], mps or auto (see ``roseood.distributed.device``); ``progress`` reports each
-    epoch and forecasts the run's time (unset: when stderr is a terminal). ``held_out``: inputs scored
-    after every epoch under the evaluated weights (``held_out_metrics``, else the NLL in bits/dim),
-    recorded as ``held_out_*``; ``curve``: a CSV of the same rows with the training seconds so far
-    (appended on resume); ``labels``: each input's class (for a class-conditional model's ``train_loss``).
-    Returns the model (eval mode) and the per-epoch history."""
+    Torch's global generator is seeded with ``cfg.seed`` and stored in every checkpoint with the
+    data-order generator (inside an epoch: the position and sums too): a run resumed with ``resume`` (same
+    config and data) ends exactly as an uninterrupted one. An existing ``checkpoint`` is replaced only
+    with ``overwrite``. ``budget``: the seconds this call may train; it then stops at the next batch,
+    checkpointed. ``device``: cpu, cuda[:i], mps or auto (see ``roseood.distributed.device``);
+    ``progress`` reports each epoch and forecasts the run's time (unset: when stderr is a terminal).
+    ``held_out``: inputs scored after every epoch under the evaluated weights (``held_out_metrics``, else
+    the NLL in bits/dim), recorded as ``held_out_*``; ``curve``: a CSV of the same rows with the training
+    seconds so far (appended on resume); ``labels``: each input's class (for a class-conditional model's
+    ``train_loss``). Returns the model (eval mode) and the per-epoch history."""
     if not isinstance(model, Trainable):
         raise RoseError(f"{model_name(model)} models have no train_loss: they are not trained here")
-    if checkpoint_every is not None:
-        check_float(checkpoint_every, "checkpoint_every", low=0.0)
     x, device = check_model_input(images, model), distributed.device(device)
-    unit, per_dim = _per_dimension(model)
     gen = torch.Generator().manual_seed(cfg.seed)
-    model.to(
-        device
-    ).train()  # before the optimiser takes the parameters: a DDPM makes its optimised copy here
+    model.to(device).train()  # before the optimiser takes the parameters: a DDPM makes its copy here
     opt = _optimizer(model, cfg)
     y, digest = _with_labels(x, labels)
     state = start_run(Path(checkpoint), model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
@@ -393,7 +382,7 @@ def train(
     step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device, y)
     held = None if held_out is None else check_model_input(held_out, model)
     log = Curve(Path(curve), state) if curve is not None and distributed.is_main() else None
-    record = Recorder(model, model.train_objective, per_dim, state, device, held, log)
+    record = Recorder(model, state, device, held, log)
     history = TrainingRun(
         model,
         opt,
@@ -407,7 +396,7 @@ def train(
         batch_size=cfg.batch_size,
         grad_clip=cfg.grad_clip,
         progress=progress,
-        postfix=lambda loss: f"{unit}={loss / per_dim:.4g}",
+        postfix=record.postfix,
         budget=budget,
         every=checkpoint_every,
     ).run()
