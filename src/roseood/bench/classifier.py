@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from roseood.catalogue import CHECKPOINT_EVERY_S
 from roseood.data.tensors import as_image_tensor
 from roseood.errors import DataError
 from roseood.models.classifier import ARCHS, Classifier
@@ -93,6 +92,5 @@ def train_classifier(
         record=record,
         batches=batches,
         progress=progress,
-        every=CHECKPOINT_EVERY_S,
     ).run()
     return model.eval(), history

@@ -136,7 +136,7 @@ class TrainingRun:
     progress: bool | None = None
     postfix: Callable[[float], str] = "loss={:.3f}".format
     budget: float | None = None
-    every: float | None = None  # seconds between checkpoints inside an epoch (None: at epoch ends only)
+    every: float | None = CHECKPOINT_EVERY_S  # seconds between checkpoints inside an epoch (None: ends only)
     deadline: float | None = field(default=None, init=False)  # the budget's end on the monotonic clock
 
     def __post_init__(self) -> None:
