@@ -126,6 +126,7 @@ def rewrite_partial(path: Path, change: Callable[[dict[str, Any]], None]) -> Non
     [
         (lambda p: p.update(ranks=p["ranks"] * 2), "under 2 process"),
         (lambda p: p.pop("order_generator"), "damaged training state"),
+        (lambda p: p.update(epoch=1), "damaged training state"),  # the state says epoch 0 is under way
         (lambda p: p["ranks"][0].update(generator=torch.zeros(3, dtype=torch.uint8)), "damaged"),
     ],
 )

@@ -125,9 +125,9 @@ def start_run(
 
 
 def resume_within(
-    partial: Any, gen: torch.Generator, model: torch.nn.Module, checkpoint: Path
+    partial: Any, epoch: int, gen: torch.Generator, model: torch.nn.Module, checkpoint: Path
 ) -> tuple[Tensor, int, dict[str, float], float]:
-    """Where a run stopped inside an epoch (``train_state["partial"]``): the generator state that drew
+    """Where a run stopped inside ``epoch`` (``train_state["partial"]``): the generator state that drew
     the epoch's order, the batches done, this process's sums and the training seconds spent; ``gen``,
     torch's generator and (under torchrun) ``model``'s buffers set to this process's own at that point.
     Another process count is refused."""
@@ -138,6 +138,8 @@ def resume_within(
             f"{len(ranks)} (the count may change at an epoch's end)"
         )
     try:
+        if partial["epoch"] != epoch:  # the position of another epoch than the one the state is in
+            raise ValueError
         mine = ranks[distributed.rank()]  # type: ignore[index]
         gen.set_state(mine["generator"])
         torch.set_rng_state(mine["torch_rng"])

@@ -195,7 +195,9 @@ class TrainingRun:
         order_state = self.gen.get_state()
         partial = self.state.pop("partial", None)
         if partial is not None:
-            order_state, done, sums, seconds = resume_within(partial, self.gen, self.model, self.checkpoint)
+            order_state, done, sums, seconds = resume_within(
+                partial, epoch, self.gen, self.model, self.checkpoint
+            )
         here = self.gen.get_state()
         order = torch.randperm(self.n, generator=self.gen.set_state(order_state))
         if partial is not None:
