@@ -10,6 +10,7 @@ import json
 import shutil
 import string
 from collections.abc import Callable
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,11 @@ from roseood.models.diffusion import DiffusionModel, diffusers_module
 from tests.curvature.test_grads import assert_batched_grads_exact
 from tests.models.test_diffusers_folders import refused
 
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
+# found, not imported: importing transformers takes ≈ 4 s, which every pytest worker paid while collecting
+pytestmark = pytest.mark.skipif(
+    any(find_spec(name) is None for name in ("transformers", "peft")),
+    reason="the text extra (transformers, peft) is not installed",
+)
 
 PROMPT = "a photo of sks dog"
 TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
