@@ -141,3 +141,22 @@ def test_a_damaged_or_mismatched_position_is_refused(
     rewrite_partial(kept, change)
     with pytest.raises(CheckpointError, match=message):
         train(vae(), data, CFG, kept, resume=True, progress=False)
+
+
+@pytest.mark.parametrize(("option", "every"), [([], 600.0), (["--checkpoint-minutes", "0"], None)])
+def test_the_command_line_passes_its_checkpoint_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: list[str], every: float | None
+) -> None:
+    """`rose train` checkpoints every 10 minutes inside an epoch unless told otherwise (0: epoch ends)."""
+    import numpy as np
+
+    import roseood.models.train as training
+    from roseood.cli import main
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(training, "train", lambda *a, **kw: seen.update(kw))
+    images = np.zeros((8, 28, 28), np.uint8)
+    np.savez(tmp_path / "train.npz", images=images)
+    args = ["train", "vae", "--data", str(tmp_path / "train.npz"), "--ngf", "4", "--nz", "4"]
+    assert main([*args, "--out", str(tmp_path / "m.pt"), *option]) == 0
+    assert seen["checkpoint_every"] == every
