@@ -192,15 +192,16 @@ class TrainingRun:
         self.model.train()
         world, started = distributed.world(), time.monotonic()
         done, sums, seconds = 0, {"loss": 0.0, "seen": 0}, 0.0
-        order_state = self.gen.get_state()
+        order_state = self.gen.get_state()  # what draws the epoch's order: kept so a resume draws it again
         partial = self.state.pop("partial", None)
-        if partial is not None:
+        if partial is None:
+            order = torch.randperm(self.n, generator=self.gen)
+        else:  # the generators where the run stopped; the order drawn again from the epoch's start
             order_state, done, sums, seconds = resume_within(
                 partial, epoch, self.gen, self.model, self.checkpoint
             )
-        here = self.gen.get_state()
-        order = torch.randperm(self.n, generator=self.gen.set_state(order_state))
-        if partial is not None:
+            here = self.gen.get_state()
+            order = torch.randperm(self.n, generator=self.gen.set_state(order_state))
             self.gen.set_state(here)
         split = self.batches(order) if self.batches is not None else list(order.split(self.batch_size))
         if partial is not None and shown:
