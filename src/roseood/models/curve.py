@@ -46,11 +46,11 @@ class Curve:
             lines = path.read_text().strip().splitlines()
             if len(lines) > 1:
                 self.offset = float(lines[-1].split(",")[2])
-            partial = state.get("partial")
-            if isinstance(partial, dict) and isinstance(partial.get("seconds"), float):
-                self.offset += partial["seconds"]
         elif path.exists():
             path.unlink()
+        partial = state.get("partial")  # stopped inside an epoch: the seconds it had trained of it
+        if isinstance(partial, dict) and isinstance(partial.get("seconds"), float):
+            self.offset += partial["seconds"]
         self.start = time.monotonic()
 
     def write(self, epoch: int, step: int, row: dict[str, float]) -> None:
