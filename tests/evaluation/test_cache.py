@@ -60,6 +60,25 @@ def test_evaluate_resumes_from_the_cache_without_refitting(
     assert fits == []
 
 
+def test_the_forecast_counts_only_what_the_cache_does_not_hold(
+    tiny_vae: VAE, spec: EvalSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-run whose scores are all stored forecasts nothing (before: the whole run again, after timing a
+    batch); a method added to it is the only one forecast."""
+    from dataclasses import replace
+
+    cache, forecast = ResultCache(tmp_path / "cache"), []
+    monkeypatch.setattr(evaluate_module, "forecast_evaluation", lambda s, m, d, *a: forecast.append(list(d)))
+    evaluate(tiny_vae, spec, progress=True, cache=cache)
+    assert forecast == [spec.methods]
+    evaluate(tiny_vae, spec, progress=True, cache=cache)
+    assert forecast == [spec.methods]  # nothing left to compute: no forecast
+    evaluate(tiny_vae, replace(spec, methods=[*spec.methods, "rose-kfac"]), progress=True, cache=cache)
+    assert forecast == [spec.methods, ["rose-kfac"]]
+    evaluate(tiny_vae, spec, progress=True, cache=cache, tpr=0.95)  # the held-out scores are not stored yet
+    assert forecast[-1] == spec.methods
+
+
 def test_a_rose_variant_added_to_a_cached_evaluation_takes_the_stored_fishers(
     tiny_vae: VAE, spec: EvalSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -160,10 +160,30 @@ class _MethodRun:
         if self.cache is None:
             out = compute()
         else:
-            digest = digest or array_digest(images)
-            key = self.key | {"images": digest} | ({"layerwise": True} if layerwise else {})
-            out = self.cache.arrays(cache_key(key), ("scores", "seconds"), compute, len(images))
+            key = self._scores_key(images, digest)
+            out = self.cache.arrays(key, ("scores", "seconds"), compute, len(images))
         return out["scores"], float(out["seconds"])
+
+    def _scores_key(self, images: np.ndarray, digest: str | None = None) -> str:
+        """The cache key of this method's scores of ``images`` (digest: theirs unless given)."""
+        layerwise = {"layerwise": True} if self.spec.layerwise else {}
+        return cache_key(self.key | {"images": digest or array_digest(images)} | layerwise)
+
+    def cached(self, sets: dict[str, ImageSet], digests: dict[str, str], tpr: float | None) -> bool:
+        """Whether the cache holds every score ``_evaluate_method`` will ask for (so nothing is fitted or
+        scored: the forecast leaves the method out)."""
+        if self.cache is None:
+            return False
+        limit = self.spec.test_limits.get(self.method)
+        asked = [
+            self._scores_key(take(s, limit, self.spec.seed).images)
+            if limit
+            else self._scores_key(s.images, digests.get(name))
+            for name, s in sets.items()
+        ]
+        if tpr is not None:
+            asked.append(self._scores_key(self.fit.images[fisher_count(self.spec, len(self.fit)) :]))
+        return all(self.cache.has_scores(key) for key in asked)
 
     def fit_warnings(self) -> list[str]:
         """The detector's degenerate-fit warnings (kept in its saved state, so cached runs have them; an
@@ -208,9 +228,6 @@ def evaluate(
     fit_key = {"model": fingerprint, "n_fisher": loaded.n_fisher, "seed": spec.seed}
     if cache is not None:
         fit_key["fit_images"] = array_digest(fit.images)
-    if progress:
-        first_members = {m: members[0] for m, members in built.items()}
-        forecast_evaluation(spec, models, first_members, fit, [test, *ood.values()])
     sets = {spec.in_data: test, **ood}
     digests = {name: array_digest(s.images) for name, s in sets.items()} if cache is not None else {}
     started = time.monotonic()
@@ -220,6 +237,10 @@ def evaluate(
         key = fit_key | {"method": method, "params": result.settings["detectors"][method]}
         det = assembled(built[method], model, progress)
         runs.append(_MethodRun(method, model, fit, spec, progress, cache, key, pool, det))
+    if progress:  # what the cache already holds takes no time: those methods are left out
+        pending = {r.method: built[r.method][0] for r in runs if not r.cached(sets, digests, tpr)}
+        if pending:
+            forecast_evaluation(spec, models, pending, fit, [test, *ood.values()])
     for i, (method, run) in enumerate(zip(spec.methods, runs, strict=True)):
         _evaluate_method(run, result, sets, examples, tpr, digests)
         if progress and len(spec.methods) > 1:

@@ -105,12 +105,13 @@ def forecast_evaluation(
     fit: ImageSet,
     tested: list[ImageSet],
 ) -> None:
-    """Say before any work how long the whole evaluation will take here; ``detectors``: each method's,
-    built for the first model, where ``worth_forecasting``. A ROSE's stages are timed on a batch of the
-    fit images (``timed_stages``), once for variants that share their layer scores; other methods count
-    image passes of the model's loss (``loss_seconds``, weighted by ``pass_weight``)."""
-    first = models[0]
-    limits = [spec.test_limits.get(m) for m in spec.methods]
+    """Say before any work how long the whole evaluation will take here; ``detectors``: each method to run
+    (those the cache does not hold), built for the first model, where ``worth_forecasting``. A ROSE's
+    stages are timed on a batch of the fit images (``timed_stages``), once for variants that share their
+    layer scores; other methods count image passes of the model's loss (``loss_seconds``, weighted by
+    ``pass_weight``)."""
+    first, methods = models[0], list(detectors)
+    limits = [spec.test_limits.get(m) for m in methods]
     sets = [len(s) for s in tested]
     scored = [sum(min(n, lim or n) for n in sets) for lim in limits]  # images each method scores
     n_fisher = fisher_count(spec, len(fit))
@@ -119,7 +120,7 @@ def forecast_evaluation(
         return
     per_pass = loss_seconds(first, sample)
     seconds, seen = 0.0, set()
-    for method, n in zip(spec.methods, scored, strict=True):
+    for method, n in zip(methods, scored, strict=True):
         d = detectors[method]
         key = d.score_key if isinstance(d, SharesFishers) else None
         if key is not None and key in seen:  # a ROSE variant on an earlier one's layer scores
@@ -133,7 +134,7 @@ def forecast_evaluation(
         else:
             seconds += per_pass[0] * pass_weight(d, first) * (len(fit) + n)
     each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
-    what = f"evaluating {len(spec.methods)} method{'s' if len(limits) > 1 else ''} ({each})"
+    what = f"evaluating {len(methods)} method{'s' if len(limits) > 1 else ''} ({each})"
     timed = any(isinstance(d, TimesItsStages) for d in detectors.values())
     basis = "ROSE's stages timed on a batch, " if timed else ""
     if per_pass is not None:
