@@ -167,7 +167,8 @@ def resumed_within_an_epoch(folder: Path) -> None:
 
 def launch(folder: Path) -> subprocess.CompletedProcess[str]:
     src = str(Path(roseood.__file__).resolve().parents[1])
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    root = str(Path(__file__).resolve().parents[1])  # the worker imports the tests' own helpers
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([src, root, os.environ.get("PYTHONPATH", "")])}
     env |= {"OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd += [__file__, str(folder)]
