@@ -169,20 +169,28 @@ class _MethodRun:
         layerwise = {"layerwise": True} if self.spec.layerwise else {}
         return cache_key(self.key | {"images": digest or array_digest(images)} | layerwise)
 
-    def cached(self, sets: dict[str, ImageSet], digests: dict[str, str], tpr: float | None) -> bool:
-        """Whether the cache holds every score ``_evaluate_method`` will ask for (so nothing is fitted or
-        scored: the forecast leaves the method out)."""
+    def scored(
+        self, sets: dict[str, ImageSet], digests: dict[str, str]
+    ) -> dict[str, tuple[ImageSet, str | None]]:
+        """Each set as this method scores it, with the digest its scores are stored under (None: the
+        images' own): a seeded subset where the method has a test limit, else the set itself."""
+        limit = self.spec.test_limits.get(self.method)
+        if limit:
+            return {name: (take(s, limit, self.spec.seed), None) for name, s in sets.items()}
+        return {name: (s, digests.get(name)) for name, s in sets.items()}
+
+    def held_out(self) -> np.ndarray:
+        """The fit images held out of the Fisher: what a threshold is calibrated on."""
+        return self.fit.images[fisher_count(self.spec, len(self.fit)) :]
+
+    def cached(self, scored: dict[str, tuple[ImageSet, str | None]], tpr: float | None) -> bool:
+        """Whether the cache holds every score ``_evaluate_method`` will ask for on ``scored`` (so nothing
+        is fitted or scored: the forecast leaves the method out)."""
         if self.cache is None:
             return False
-        limit = self.spec.test_limits.get(self.method)
-        asked = [
-            self._scores_key(take(s, limit, self.spec.seed).images)
-            if limit
-            else self._scores_key(s.images, digests.get(name))
-            for name, s in sets.items()
-        ]
+        asked = [self._scores_key(s.images, digest) for s, digest in scored.values()]
         if tpr is not None:
-            asked.append(self._scores_key(self.fit.images[fisher_count(self.spec, len(self.fit)) :]))
+            asked.append(self._scores_key(self.held_out()))
         return all(self.cache.has_scores(key) for key in asked)
 
     def fit_warnings(self) -> list[str]:
@@ -237,12 +245,13 @@ def evaluate(
         key = fit_key | {"method": method, "params": result.settings["detectors"][method]}
         det = assembled(built[method], model, progress)
         runs.append(_MethodRun(method, model, fit, spec, progress, cache, key, pool, det))
+    scored = {r.method: r.scored(sets, digests) for r in runs}
     if progress:  # what the cache already holds takes no time: those methods are left out
-        pending = {r.method: built[r.method][0] for r in runs if not r.cached(sets, digests, tpr)}
+        pending = {r.method: built[r.method][0] for r in runs if not r.cached(scored[r.method], tpr)}
         if pending:
             forecast_evaluation(spec, models, pending, fit, [test, *ood.values()])
     for i, (method, run) in enumerate(zip(spec.methods, runs, strict=True)):
-        _evaluate_method(run, result, sets, examples, tpr, digests)
+        _evaluate_method(run, result, scored[method], examples, tpr)
         if progress and len(spec.methods) > 1:
             elapsed = time.monotonic() - started
             left = eta(i + 1, len(spec.methods), elapsed)
@@ -328,20 +337,17 @@ def _settings(
 def _evaluate_method(
     run: _MethodRun,
     result: EvaluationResult,
-    sets: dict[str, ImageSet],
+    scored: dict[str, tuple[ImageSet, str | None]],
     examples: int,
     tpr: float | None,
-    digests: dict[str, str],
 ) -> None:
     """One method's scores of every set (and its threshold, examples and fit warnings) into ``result``;
-    ``digests``: the sets' digests, hashed once for all methods (empty without a cache)."""
-    method, spec, fit = run.method, run.spec, run.fit
-    limit = spec.test_limits.get(method)
+    ``scored``: each set as the method scores it, with its digest (``_MethodRun.scored``)."""
+    method, spec = run.method, run.spec
     scores = {}
-    for name, images in sets.items():
-        subset = take(images, limit, spec.seed) if limit else images
+    for name, (subset, digest) in scored.items():
         with stage(f"{method} score {name}"):
-            scores[name], seconds = run.score(subset.images, None if limit else digests.get(name))
+            scores[name], seconds = run.score(subset.images, digest)
         if name == spec.in_data:
             result.images_per_second[method] = len(subset) / max(seconds, 1e-9)
         if examples and not spec.layerwise:
@@ -349,16 +355,16 @@ def _evaluate_method(
                 scores[name], subset.images.__getitem__, subset.files, examples
             )
     if tpr is not None:
-        held_out = fit.images[fisher_count(spec, len(fit)) :]
+        held_out = run.held_out()
         if not len(held_out):
-            raise DataError(f"{fit.name}: no held-out images to set a decision threshold on")
+            raise DataError(f"{run.fit.name}: no held-out images to set a decision threshold on")
         with stage(f"{method} threshold"):
             det, (held_scores, _) = run.detector(), run.score(held_out)
         det.threshold_ = result.thresholds[method] = threshold_at(held_scores, tpr)
         result.detectors[method] = det
     if OVERALL in spec.ood:  # the paper's sets: a matched twin (celeba+jpeg75 beside celeba) is not mixed in
-        twin = {n for n in sets if split_suffix(n)[0] != n and split_suffix(n)[0] in sets}
-        ood = [n for n in sets if n != spec.in_data and n not in twin]
+        twin = {n for n in scored if split_suffix(n)[0] != n and split_suffix(n)[0] in scored}
+        ood = [n for n in scored if n != spec.in_data and n not in twin]
         scores[OVERALL] = overall_scores(scores, ood, spec.overall_per_set, spec.seed)
     result.scores[method] = scores
     if warned := run.fit_warnings():
