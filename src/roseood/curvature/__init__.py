@@ -1,10 +1,12 @@
-"""Per-sample layer gradients and Fisher approximations (dense, diag, KFAC, EKFAC) behind one interface.
+"""Per-sample layer gradients and Fisher approximations (dense, diag, KFAC, EKFAC, compact EKFAC) behind one
+interface.
 
 Layer types are plug-ins: ``register_layer(module_type, handler)`` adds one; ``check_layers`` lists which
 of a model's layers are usable and how.
 """
 
 from roseood.curvature.check import LayerReport, check_layers, format_layer_report
+from roseood.curvature.compact import CompactEKFAC
 from roseood.curvature.fisher import (
     FISHERS,
     DenseFisher,
@@ -41,6 +43,7 @@ __all__ = [
     "KFAC",
     "LINEAR",
     "NORM_AFFINE",
+    "CompactEKFAC",
     "DenseFisher",
     "DiagFisher",
     "FactorCache",

@@ -209,6 +209,11 @@ class Fisher(ABC):
             raise RoseError("the Fisher was fitted on no samples")
 
     @classmethod
+    def takes(cls, shape: LayerShape) -> bool:
+        """Whether a layer of this shape can have a Fisher of this kind (else ROSE gives it a ``diag``)."""
+        return True
+
+    @classmethod
     @abstractmethod
     def file_bytes(cls, shape: LayerShape) -> int:
         """Bytes its saved state takes for a layer of this shape."""

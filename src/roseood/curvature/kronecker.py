@@ -35,8 +35,20 @@ def unpack_orthogonal(packed: dict[str, Tensor]) -> Tensor:
     return torch.linalg.householder_product(h, packed["tau"])
 
 
+def _unpacked(packed: dict[str, Tensor]) -> Tensor:
+    """A stored basis: its kept columns as they are (``CompactEKFAC``'s input basis), else the orthogonal
+    matrix of its reflectors."""
+    return packed["columns"] if "columns" in packed else unpack_orthogonal(packed)
+
+
 def _packed_basis(packed: dict[str, Any], label: str) -> dict[str, Tensor]:
-    """A stored ``pack_orthogonal`` basis, checked: finite float reflectors of the size ``tau`` implies."""
+    """A stored basis, checked: kept columns (finite floats of 2 or 3 dimensions), or ``pack_orthogonal``'s
+    finite float reflectors of the size ``tau`` implies."""
+    if "columns" in packed:
+        columns = tensor(packed["columns"], f"{label}.columns")
+        if columns.dim() not in (2, 3) or columns.shape[-1] >= columns.shape[-2]:
+            raise CheckpointError(f"field '{label}.columns' must hold fewer columns than rows, per group")
+        return {"columns": columns}
     tau = tensor(packed.get("tau"), f"{label}.tau")
     if tau.dim() not in (1, 2):
         raise CheckpointError(f"field '{label}.tau' must have 1 or 2 dimensions, found {tuple(tau.shape)}")
@@ -155,16 +167,20 @@ class KroneckerFisher(Fisher):
         """The eigenbases (output, input) on ``g``'s device, rebuilt from the packed ones once loaded."""
         self._follow(g)
         if self.u_in is None and self._packed is not None:  # loaded: rebuild the bases on first use
-            self.u_in, self.u_out = (unpack_orthogonal(self._packed[k]) for k in ("u_in", "u_out"))
+            self.u_in, self.u_out = (_unpacked(self._packed[k]) for k in ("u_in", "u_out"))
         assert self.u_out is not None and self.u_in is not None
         return self.u_out, self.u_in
 
-    def _rotate(self, g: LayerGrad) -> LayerGrad:
+    def _typed_bases(self, g: LayerGrad) -> tuple[Tensor, Tensor]:
+        """``_bases`` in the gradients' dtype, cast once (not batch by batch)."""
         u_out, u_in = self._bases(g)
         c = self._cast
         if c is None or c[0] is not u_out or c[1] is not u_in or c[2].dtype != g.dtype:
             c = self._cast = (u_out, u_in, u_out.to(g.dtype), u_in.to(g.dtype))
-        return g.rotated(c[2], c[3])
+        return c[2], c[3]
+
+    def _rotate(self, g: LayerGrad) -> LayerGrad:
+        return g.rotated(*self._typed_bases(g))
 
     def _eigenvalues(self) -> Tensor:
         assert self.eig_out is not None and self.eig_in is not None
@@ -198,8 +214,12 @@ class KroneckerFisher(Fisher):
         if self._packed is not None:
             return self._packed | values | plain
         assert self.u_in is not None and self.u_out is not None
-        bases = {"u_in": pack_orthogonal(self.u_in), "u_out": pack_orthogonal(self.u_out)}
-        return bases | values | plain
+        return self._packed_bases() | values | plain
+
+    def _packed_bases(self) -> dict[str, dict[str, Tensor]]:
+        """The bases as saved: float32 Householder reflectors of each orthogonal matrix."""
+        assert self.u_in is not None and self.u_out is not None
+        return {"u_in": pack_orthogonal(self.u_in), "u_out": pack_orthogonal(self.u_out)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Keeps the packed bases; they are rebuilt (≈0.5 s for a 2049-wide layer) when first scored.
@@ -207,7 +227,7 @@ class KroneckerFisher(Fisher):
         self._packed = {k: _packed_basis(field(state, k, dict), k) for k in ("u_in", "u_out")}
         self.u_in = self.u_out = None
         for k in self._values():
-            setattr(self, k, tensor(field(state, k, Tensor), k, nonnegative=k == "scale").double())
+            setattr(self, k, tensor(field(state, k, Tensor), k, nonnegative=k in ("scale", "rest")).double())
         self.count = count(state, "count")
         self._load_level(state.get("rcond"))  # absent from files saved before it was decided at fit
         self._check_sizes()
@@ -260,13 +280,14 @@ class KFAC(KroneckerFisher):
         """The fit's ``unspanned_level``: ``rcond``, else the fit gradients' ``default_rcond``."""
         self.rcond_ = self.rcond if self.rcond is not None else self._fit_rcond
 
-    def _unspanned_directions(self, lam: Tensor, g: LayerGrad) -> Tensor | None:
-        """Where ``lam`` is at most ``rcond_`` × its sum (None: nowhere), found once and kept. The saved
-        eigenvalues are float32, so the test is made on float32 values whether fitted or loaded."""
+    def _unspanned_directions(self, lam: Tensor, g: LayerGrad, dims: Tensor | None = None) -> Tensor | None:
+        """Where ``lam`` is at most ``rcond_`` × the eigenvalues' sum (None: nowhere), found once and kept;
+        ``dims``: how many directions each entry of ``lam`` stands for (their mean), where not one each.
+        The saved eigenvalues are float32, so the test is made on float32 values whether fitted or loaded."""
         if not self._decided:
             rcond = self.rcond_ if self.rcond_ is not None else default_rcond(g, torch.float32)
             lam = lam.float().double()  # as saved
-            floor = lam <= rcond * lam.sum()
+            floor = lam <= rcond * (lam if dims is None else lam * dims).sum()
             self._unspanned = floor if rcond > 0 and bool(floor.any()) else None
             self._decided = True
         return self._unspanned

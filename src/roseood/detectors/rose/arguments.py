@@ -47,9 +47,11 @@ class FisherArguments:
         return make_fisher(kind, self.damping, self.rcond)
 
     def kinds(self, shapes: dict[str, LayerShape]) -> dict[str, str]:
-        """The Fisher of each layer: ``fisher``, except that while the saved Fishers would exceed
-        ``max_size`` the layers whose Fisher outgrows a diagonal one the most become ``diag``."""
-        kinds = dict.fromkeys(self.layers, self.fisher)
+        """The Fisher of each layer: ``fisher`` where a layer of its shape can take one (else ``diag``:
+        ``CompactEKFAC.takes``), except that while the saved Fishers would exceed ``max_size`` the layers
+        whose Fisher outgrows a diagonal one the most become ``diag``."""
+        takes = FISHERS.get(self.fisher).takes
+        kinds = {n: self.fisher if takes(shapes[n]) else "diag" for n in self.layers}
         if self.max_size is None:
             return kinds
         diag = FISHERS.get("diag")
@@ -58,7 +60,7 @@ class FisherArguments:
             if self.max_size == "auto"
             else parse_size(self.max_size, "max_size")
         )
-        size = {n: FISHERS.get(self.fisher).file_bytes(shapes[n]) for n in self.layers}
+        size = {n: FISHERS.get(kinds[n]).file_bytes(shapes[n]) for n in self.layers}
         total = sum(size.values())
         for n in sorted(self.layers, key=lambda n: size[n] - diag.file_bytes(shapes[n]), reverse=True):
             if total <= limit:

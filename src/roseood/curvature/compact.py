@@ -1,0 +1,131 @@
+"""EKFAC in a file no larger than the layer's weights (beyond the paper): the input factor's eigenbasis
+keeps only its leading directions, and the rest of the input space is one block per output direction.
+
+A UNet's 3×3 convolutions have input factors of 9·C_in coordinates, whose eigenbases made a DDPM's EKFAC
+detector 6.4× its weights. ``CompactEKFAC`` keeps the ``rank`` input eigenvectors of largest eigenvalue
+(as many as fit, with the output basis and the eigenvalues, in the layer's d_out·d_in numbers), re-
+estimates EKFAC's eigenvalues in that basis, and for each output eigen-direction i one more value: the mean
+second moment of the gradient's remainder outside the kept inputs, ``E‖(U_outᵀ G (I − U_r U_rᵀ))_i‖²`` per
+remaining input direction. A layer's score is EKFAC's over the kept directions plus, for each i, the
+remainder's squared norm over that mean: the quadratic form of a Fisher that is EKFAC's on the kept
+directions and isotropic (per output direction) on the rest. Keeping every input direction gives EKFAC.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from roseood.curvature.fisher import FISHERS, FactorCache, LayerShape
+from roseood.curvature.kronecker import EKFAC, default_rcond, pack_orthogonal
+from roseood.curvature.layergrad import LayerGrad
+from roseood.errors import CheckpointError
+
+
+class CompactEKFAC(EKFAC):
+    """EKFAC over the input factor's ``rank`` leading eigen-directions, the rest one block per output
+    direction (see the module); its saved state is at most the layer's own weights in size."""
+
+    name = "ekfac-compact"
+    sums: ClassVar[dict[int, tuple[str, ...]]] = EKFAC.sums | {1: ("scale", "rest", "scale_count")}
+
+    def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
+        super().__init__(damping, rcond)
+        self.rest: Tensor | None = None  # Σ_n the remainder's squared norm, per output eigen-direction
+
+    @staticmethod
+    def rank(shape: LayerShape) -> int:
+        """Input directions kept: the most whose columns and eigenvalues, with the output basis's reflectors
+        and the remainders' values, fit in the d_out·d_in numbers of the layer's weights (per group)."""
+        d_in, d_out = shape.d_in, shape.d_out
+        return max(0, (d_out * d_in - d_out * (d_out + 1) // 2 - d_out) // (d_in + d_out))
+
+    @classmethod
+    def takes(cls, shape: LayerShape) -> bool:
+        return cls.rank(shape) >= 1
+
+    @classmethod
+    def file_bytes(cls, shape: LayerShape) -> int:
+        r, d_in, d_out = cls.rank(shape), shape.d_in, shape.d_out
+        return 4 * shape.groups * (d_in * r + d_out * (d_out + 1) // 2 + d_out * (r + 1))
+
+    def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
+        super().end_pass(pass_index, factors)
+        if pass_index == 0:  # eigh's ascending order: the leading directions are the last columns
+            assert self.u_in is not None and self.u_out is not None and self.eig_in is not None
+            groups = self.u_in.shape[0] if self.u_in.dim() == 3 else 1
+            keep = self.rank(LayerShape(self.u_in.shape[-1], self.u_out.shape[-1], groups))
+            self.u_in, self.eig_in = self.u_in[..., -keep:].clone(), self.eig_in[..., -keep:].clone()
+
+    def _split(self, g: LayerGrad) -> tuple[Tensor, Tensor]:
+        """The gradients' components in the kept directions ``U_outᵀ G U_r`` (N, groups·d_out, r) and the
+        remainder's squared norm per output direction ``‖(U_outᵀ G (I − U_r U_rᵀ))_i‖²`` (N, groups·d_out),
+        in the gradients' dtype; the remainder is formed before it is squared, so no difference of two
+        large squares is taken."""
+        u_out, u_in = self._typed_bases(g)
+        m = g.matrix()
+        x = u_out.mT @ m.view(m.shape[0], g.groups, u_out.shape[-1], m.shape[-1])
+        kept = x @ u_in
+        rest = (x - kept @ u_in.mT).pow(2).sum(-1)
+        return kept.flatten(1, 2), rest.flatten(1)
+
+    def update(self, g: LayerGrad, pass_index: int) -> None:
+        if pass_index == 0:
+            super().update(g, pass_index)
+            return
+        kept, rest = self._split(g)
+        s, r = kept.pow(2).sum(0).double(), rest.sum(0).double()
+        self.scale = s if self.scale is None else self.scale + s
+        self.rest = r if self.rest is None else self.rest + r
+        self.scale_count += g.n
+
+    def _remaining(self) -> int:
+        """Input directions not kept, per group."""
+        assert self.u_in is not None or self._packed is not None
+        columns = self.u_in if self.u_in is not None else self._packed["u_in"]["columns"]  # type: ignore[index]
+        return columns.shape[-2] - columns.shape[-1]
+
+    def quad(self, g: LayerGrad) -> Tensor:
+        """EKFAC's ``Σ r_ij² / (λ_ij + damping)`` over the kept directions plus ``Σ_i ρ_i / (μ_i + damping)``
+        over the remainders ρ_i, μ_i their mean second moment per direction; where a value is at most the
+        unspanned level, a component counts only beyond its own rounding (``KFAC.unspanned_level``: the
+        remainder's rounding is that of each of its directions)."""
+        kept, rest = self._split(g)
+        assert self.rest is not None
+        remaining = self._remaining()
+        lam = torch.cat([self._eigenvalues(), (self.rest / (self.scale_count * remaining))[:, None]], 1)
+        dims = torch.ones_like(lam)
+        dims[:, -1] = remaining
+        sq = torch.cat([kept.pow(2), rest[..., None]], -1).flatten(1)
+        weight = (1.0 / (lam + self.damping)).to(g.dtype).flatten()
+        floor = self._unspanned_directions(lam, g, dims)
+        if floor is None:
+            return (sq @ weight).double()
+        own = default_rcond(g) * sq.sum(1, keepdim=True) * dims.flatten().to(g.dtype)
+        on_floor, spanned = weight * floor.flatten(), weight.masked_fill(floor.flatten(), 0.0)
+        return (sq @ spanned + (sq - own).clamp_min_(0.0) @ on_floor).double()
+
+    def _values(self) -> dict[str, Tensor | None]:
+        return {"scale": self.scale, "rest": self.rest}
+
+    def _packed_bases(self) -> dict[str, dict[str, Tensor]]:
+        """The output basis as EKFAC's reflectors, the kept input columns as they are (float32)."""
+        assert self.u_in is not None and self.u_out is not None
+        return {"u_in": {"columns": self.u_in.float()}, "u_out": pack_orthogonal(self.u_out)}
+
+    def _check_sizes(self) -> None:
+        """The kept input columns, the output basis, one eigenvalue per (output, kept input) pair of each
+        group and one remainder value per output direction."""
+        assert self._packed is not None and self.scale is not None and self.rest is not None
+        columns, tau_out = self._packed["u_in"].get("columns"), self._packed["u_out"].get("tau")
+        if columns is None or tau_out is None:
+            raise CheckpointError("an ekfac-compact Fisher needs kept input columns and an output basis")
+        groups = columns.shape[0] if columns.dim() == 3 else 1
+        rows = groups * tau_out.shape[-1]
+        if tuple(self.scale.shape) != (rows, columns.shape[-1]) or tuple(self.rest.shape) != (rows,):
+            raise CheckpointError("fields 'scale' and 'rest' do not fit the bases u_in and u_out")
+
+
+FISHERS.register(CompactEKFAC.name, CompactEKFAC)
