@@ -123,7 +123,7 @@ def timestep_layer(n: int, seed: int, dtype: torch.dtype, outside: float = 0.0) 
     return FactoredGrad(a.to(dtype), d.to(dtype))
 
 
-@pytest.mark.parametrize("kind", ["kfac", "ekfac"])
+@pytest.mark.parametrize("kind", ["kfac", "ekfac", "ekfac-compact"])
 def test_unspanned_directions_score_the_same_in_float32_and_float64(kind):
     """The rotated gradients' components in the 20 directions no input reaches are rounding, and so are
     the Fisher's eigenvalues there: their quotients made float32 scores up to 3.4× (EKFAC) and 7.4×

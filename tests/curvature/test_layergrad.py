@@ -49,7 +49,7 @@ def test_a_convolution_called_twice_is_the_sum_of_its_calls_in_their_own_form(tw
     assert g.peak_bytes() >= max(c.peak_bytes() for c in g.calls)
 
 
-@pytest.mark.parametrize("kind", ["diag", "kfac", "ekfac"])
+@pytest.mark.parametrize("kind", ["diag", "kfac", "ekfac", "ekfac-compact"])
 def test_the_fishers_of_a_twice_called_layer_are_those_of_its_summed_gradient(twice, kind):
     """Fitted on the calls kept apart or on one gradient holding all their positions, the same Fisher."""
     net, x = twice

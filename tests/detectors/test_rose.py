@@ -72,7 +72,7 @@ def test_reusing_the_first_pass_gradients_changes_no_number(tiny_vae, images, mo
 
 
 @pytest.mark.float_sensitive
-@pytest.mark.parametrize("fisher", ["diag", "kfac", "kfac-tikhonov", "ekfac"])
+@pytest.mark.parametrize("fisher", ["diag", "kfac", "kfac-tikhonov", "ekfac", "ekfac-compact"])
 @pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWarning")
 def test_float32_scores_are_within_1e_4_of_a_float64_run(tiny_vae, images, fisher):
     """The Fisher is accumulated and decomposed in float64, so the float32 rounding of the gradients is

@@ -109,7 +109,7 @@ def _scaled(obj, factor: float):
     return [_scaled(v, factor) for v in obj] if isinstance(obj, list) else obj
 
 
-@pytest.mark.parametrize("fisher", ["kfac", "ekfac"])
+@pytest.mark.parametrize("fisher", ["kfac", "ekfac", "ekfac-compact"])
 def test_fishers_whose_scores_are_not_finite_are_refused_never_scored_nan(
     tiny_vae: VAE, images: torch.Tensor, tmp_path: Path, fisher: str
 ) -> None:

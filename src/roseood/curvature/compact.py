@@ -13,7 +13,7 @@ directions and isotropic (per output direction) on the rest. Keeping every input
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -22,6 +22,7 @@ from roseood.curvature.fisher import FISHERS, FactorCache, LayerShape
 from roseood.curvature.kronecker import EKFAC, default_rcond, pack_orthogonal
 from roseood.curvature.layergrad import LayerGrad
 from roseood.errors import CheckpointError
+from roseood.integrity import count
 
 
 class CompactEKFAC(EKFAC):
@@ -34,6 +35,7 @@ class CompactEKFAC(EKFAC):
     def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
         super().__init__(damping, rcond)
         self.rest: Tensor | None = None  # Σ_n the remainder's squared norm, per output eigen-direction
+        self.rest_dims = 0  # input directions the remainder spans, per group (a mask's free ones less kept)
 
     @staticmethod
     def rank(shape: LayerShape) -> int:
@@ -52,12 +54,16 @@ class CompactEKFAC(EKFAC):
         return 4 * shape.groups * (d_in * r + d_out * (d_out + 1) // 2 + d_out * (r + 1))
 
     def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
+        support = self.in_support  # the masked layers' free inputs (None: all), dropped by the pass's end
         super().end_pass(pass_index, factors)
         if pass_index == 0:  # eigh's ascending order: the leading directions are the last columns
             assert self.u_in is not None and self.u_out is not None and self.eig_in is not None
-            groups = self.u_in.shape[0] if self.u_in.dim() == 3 else 1
-            keep = self.rank(LayerShape(self.u_in.shape[-1], self.u_out.shape[-1], groups))
-            self.u_in, self.eig_in = self.u_in[..., -keep:].clone(), self.eig_in[..., -keep:].clone()
+            groups, d_in = self.u_in.shape[0] if self.u_in.dim() == 3 else 1, self.u_in.shape[-1]
+            keep = self.rank(LayerShape(d_in, self.u_out.shape[-1], groups))
+            free = d_in if support is None else int(support.sum(-1).max())
+            self.rest_dims = max(free - keep, 1)
+            first = d_in - keep
+            self.u_in, self.eig_in = self.u_in[..., first:].clone(), self.eig_in[..., first:].clone()
 
     def _split(self, g: LayerGrad) -> tuple[Tensor, Tensor]:
         """The gradients' components in the kept directions ``U_outᵀ G U_r`` (N, groups·d_out, r) and the
@@ -81,12 +87,6 @@ class CompactEKFAC(EKFAC):
         self.rest = r if self.rest is None else self.rest + r
         self.scale_count += g.n
 
-    def _remaining(self) -> int:
-        """Input directions not kept, per group."""
-        assert self.u_in is not None or self._packed is not None
-        columns = self.u_in if self.u_in is not None else self._packed["u_in"]["columns"]  # type: ignore[index]
-        return columns.shape[-2] - columns.shape[-1]
-
     def quad(self, g: LayerGrad) -> Tensor:
         """EKFAC's ``Σ r_ij² / (λ_ij + damping)`` over the kept directions plus ``Σ_i ρ_i / (μ_i + damping)``
         over the remainders ρ_i, μ_i their mean second moment per direction; where a value is at most the
@@ -94,10 +94,9 @@ class CompactEKFAC(EKFAC):
         remainder's rounding is that of each of its directions)."""
         kept, rest = self._split(g)
         assert self.rest is not None
-        remaining = self._remaining()
-        lam = torch.cat([self._eigenvalues(), (self.rest / (self.scale_count * remaining))[:, None]], 1)
+        lam = torch.cat([self._eigenvalues(), (self.rest / (self.scale_count * self.rest_dims))[:, None]], 1)
         dims = torch.ones_like(lam)
-        dims[:, -1] = remaining
+        dims[:, -1] = self.rest_dims
         sq = torch.cat([kept.pow(2), rest[..., None]], -1).flatten(1)
         weight = (1.0 / (lam + self.damping)).to(g.dtype).flatten()
         floor = self._unspanned_directions(lam, g, dims)
@@ -109,6 +108,16 @@ class CompactEKFAC(EKFAC):
 
     def _values(self) -> dict[str, Tensor | None]:
         return {"scale": self.scale, "rest": self.rest}
+
+    def state(self) -> dict[str, Any]:
+        return super().state() | {"rest_dims": self.rest_dims}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.rest_dims = count(state, "rest_dims")
+        columns = self._packed["u_in"]["columns"] if self._packed is not None else None
+        if columns is not None and not 1 <= self.rest_dims <= columns.shape[-2] - columns.shape[-1]:
+            raise CheckpointError("field 'rest_dims' does not fit the kept input columns")
 
     def _packed_bases(self) -> dict[str, dict[str, Tensor]]:
         """The output basis as EKFAC's reflectors, the kept input columns as they are (float32)."""
