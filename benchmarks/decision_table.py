@@ -2,10 +2,10 @@
 docs/detectors.md and docs/diffusion.md, so that the three cannot disagree.
 
 Its rows are ``docs/generated/decisions.json`` (each row a verdict of ``rose bench`` with the measurement
-behind it and a link into the docs); a row that names a model ``family`` takes its method from the
-catalogue, the default ``rose fit`` and ``rose evaluate`` use, so the table and the code cannot disagree
-either. Each page holds the table between two marker lines; ``tests/test_docs.py`` checks that every page
-holds exactly what this renders.
+behind it and a link into the docs); a row that names a model ``family`` (and ``variety``) takes its
+method from the catalogue, the default ``rose fit`` and ``rose evaluate`` use, so the table and the code
+cannot disagree either. Each page holds the table between two marker lines; ``tests/test_docs.py`` checks
+that every page holds exactly what this renders.
 
     python -m benchmarks.decision_table           # print the table
     python -m benchmarks.decision_table --write   # rewrite it in the three pages
@@ -37,10 +37,11 @@ def render(prefix: str = "") -> str:
     lines = ["| model | OOD data | use | measured (AUROC) |", "|---|---|---|---|"]
     for row in rows():
         use = row.get("use", "")
-        if "family" in row:
-            use = f"`{TRAIN_OPTIONS[row['family']].method}` (the default for this family)" + (
-                f"; {use}" if use else ""
-            )
+        if "family" in row:  # the catalogue's method: the family's, or its variety's where a rule set one
+            opts, variety = TRAIN_OPTIONS[row["family"]], row.get("variety", "")
+            method = opts.varieties.get(variety, opts.method)
+            whose = "these models" if variety in opts.varieties else "this family"
+            use = f"`{method}` (the default for {whose})" + (f"; {use}" if use else "")
         link = f" ([{row['link_text']}]({prefix}{row['link']}))" if row.get("link") else ""
         lines.append(f"| {row['model']} | {row['ood']} | {use} | {row['measured']}{link} |")
     return "\n".join(lines)

@@ -541,7 +541,7 @@ def test_fit_and_evaluate_take_the_model_familys_method_when_none_is_named(workd
     save_model(Glow(in_channels=1, image_size=32, levels=1, steps=1, hidden=4).eval(), workdir / "glow.pt")
     args = ("--model", "glow.pt", "--fit-samples", "40", "--stats-samples", "30")
     assert run("fit", *args, "--out", "det.pt", "--quiet") == 0
-    assert "--method rose-gmm-all: the default for this model's family" in capsys.readouterr().err
+    assert "--method rose-gmm-all: the default for this kind of model" in capsys.readouterr().err
     det = Detector.load(workdir / "det.pt", load_model(workdir / "glow.pt"))
     assert (
         isinstance(det, ROSE)
@@ -556,7 +556,7 @@ def test_fit_and_evaluate_take_the_model_familys_method_when_none_is_named(workd
     assert methods == ["rose-gmm-all", "rose-ekfac", "rose-diag", "nll"]
     vae = ("--model", "model.pt", "--fit-samples", "40", "--stats-samples", "30")
     assert run("fit", *vae, "--out", "vae-det.pt", "--quiet") == 0
-    assert "--method rose-ekfac: the default for this model's family" in capsys.readouterr().err
+    assert "--method rose-ekfac: the default for this kind of model" in capsys.readouterr().err
 
 
 # -- the compression check beyond rose evaluate (issue 73) --------------------------------------------

@@ -97,6 +97,9 @@ def test_the_decision_table_is_one_table_on_every_page_and_follows_the_catalogue
     rendered = decision_table.render()
     for name, options in TRAIN_OPTIONS.items():
         assert f"`{options.method}` (the default for this family)" in rendered, name
+        for variety, method in options.varieties.items():  # a variety a rule judged apart: its own row
+            assert any(r.get("family") == name and r.get("variety") == variety for r in decision_table.rows())
+            assert f"`{method}` (the default for these models)" in rendered, (name, variety)
 
 
 def test_detectors_md_holds_the_table_of_roses_declared_settings():

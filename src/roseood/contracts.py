@@ -32,6 +32,14 @@ class Described(Protocol):
 
 
 @runtime_checkable
+class Varied(Protocol):
+    """A model of a variety within its family that a rule judged apart (a diffusion model's ``ddpm``,
+    ``fm``, ...), whose default detection method may be its own (``ModelFamily.varieties``)."""
+
+    variety: str
+
+
+@runtime_checkable
 class Named(Protocol):
     """A model with a name of its own (a wrapped module: its class name or the one given to ``wrap``)."""
 

@@ -335,5 +335,8 @@ def test_the_fit_line_names_the_layers_whose_factors_settled():
     early.count, late.count = EKFAC.FACTOR_IMAGES, 512
     line = settled_line("ekfac", {"a": early, "b": late}, 512)
     assert line is not None and "of 1 of 2 layers settled after 256 images" in line
-    assert "1 took all 512" in line
+    assert "1 took all 512" in line and "another kind" not in line
+    # a layer given a diagonal Fisher (compact EKFAC's small layers) is not said to have taken them all
+    line = settled_line("ekfac-compact", {"a": early, "c": make_fisher("diag")}, 512)
+    assert line is not None and "took all" not in line and "1 are of another kind (one pass)" in line
     assert settled_line("ekfac", {"b": late}, 512) is None

@@ -259,7 +259,8 @@ def card(name: str, count: int) -> str:
     item = "          - type: {}\n            name: {}\n            value: {}"
     index = "\n".join(item.format(*m) for m in metrics)
     minutes = float(last["seconds"]) / 60
-    detector = TRAIN_OPTIONS[fam["train_family"]].method
+    opts = TRAIN_OPTIONS[fam["train_family"]]
+    detector = opts.varieties.get(family, opts.method)  # the zoo's prefixes are the models' varieties
     table = "\n".join(f"| {text} | {value} |" for _, text, value in metrics)
     day = NAMED_DAYS.get(name, CPU_DAYS.get(seed, LATER_SEEDS))
     recipe = fam["recipe"].format(name=name, day=day, vq=VQ_STAGES.get(name))
@@ -310,7 +311,7 @@ On {data["held_out"]}:
 ## Intended use
 
 Benchmarking and trying OOD detectors (ROSE and its baselines) on images processed like its training
-data. roseood's default detector for this family is `{detector}` (`docs/detectors.md`); the OOD
+data. roseood's default detector for this kind of model is `{detector}` (`docs/detectors.md`); the OOD
 results measured on it are in {fam.get("results", "`docs/zoo.md` and `docs/results.md`")}.
 
 ## Limitations

@@ -52,7 +52,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
         args.method = default_method(models[0])
         faster = default_faster(models[0])
         note(
-            f"--method {args.method}: the default for this model's family" + (f"; {faster}" if faster else "")
+            f"--method {args.method}: the default for this kind of model" + (f"; {faster}" if faster else "")
         )
     spec = spec_from_args(args, [args.method], models[0])
     model = models if len(models) > 1 else models[0]

@@ -441,11 +441,13 @@ for _fisher in (KFACTikhonov, KFAC, EKFAC):
 def settled_line(kind: str, fishers: dict[str, Fisher], total: int) -> str | None:
     """The fit line that says which layers' first pass stopped before the last of ``total`` images and why
     (``EKFAC.FACTOR_IMAGES``, ``FACTOR_ROWS``); None when every layer took them all."""
-    stopped = [f for f in fishers.values() if isinstance(f, EKFAC) and f.count < total]
+    ekfac = [f for f in fishers.values() if isinstance(f, EKFAC)]
+    stopped = [f for f in ekfac if f.count < total]
     if not stopped:
         return None
-    rest = len(fishers) - len(stopped)
+    rest, other = len(ekfac) - len(stopped), len(fishers) - len(ekfac)
     others = f"; {rest} took all {total} (fewer rows per coordinate)" if rest else ""
+    others += f"; {other} are of another kind (one pass)" if other else ""
     bound = f"≥ {EKFAC.FACTOR_IMAGES} images, ≥ {EKFAC.FACTOR_ROWS} rows per coordinate"
     return (
         f"ROSE-{kind}: the Kronecker factors of {len(stopped)} of {len(fishers)} layers settled after "

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from roseood.catalogue import CLASSES_OF_DATA, FIT_COUNTS, PAPER_METHOD, TRAIN_OPTIONS
-from roseood.contracts import Described
+from roseood.contracts import Described, Varied
 from roseood.data.loading import ImageSet, ImageStream
 from roseood.data.preprocess import Preprocessing
 from roseood.errors import RoseError
@@ -46,7 +46,8 @@ class ModelFamily:
     (classifiers need labels). ``method``: the detection method ``rose fit`` and ``rose evaluate`` take
     for this family when none is named (``python -m research near-ood``'s rule decides it), ``fit_counts``
     the (fit, statistics) images they take when none are given, and ``faster`` a cheaper setting of the
-    method that ``rose fit`` names when it takes the method unasked (empty: none).
+    method that ``rose fit`` names when it takes the method unasked (empty: none); ``varieties`` the
+    method of each variety a rule judged apart (a model's ``variety`` attribute), where not ``method``.
     """
 
     name: str
@@ -59,6 +60,7 @@ class ModelFamily:
     method: str = PAPER_METHOD
     fit_counts: tuple[int, int] = FIT_COUNTS
     faster: str = ""
+    varieties: dict[str, str] = field(default_factory=dict)
 
     def build(self, in_channels: int, image_size: int = 32, **config: Any) -> GenerativeModel:
         """A fresh model of this family for ``in_channels``-channel ``image_size``² images (an
@@ -115,9 +117,12 @@ def _family_of(model: object) -> ModelFamily | None:
 
 
 def default_method(model: object) -> str:
-    """The detection method for ``model`` when none is named: its family's, else the paper's ROSE-EKFAC."""
+    """The detection method for ``model`` when none is named: its variety's within its family (a DDPM's
+    among the diffusion models), else its family's, else the paper's ROSE-EKFAC."""
     family = _family_of(model)
-    return family.method if family is not None else ModelFamily.method
+    if family is None:
+        return ModelFamily.method
+    return family.varieties.get(model.variety, family.method) if isinstance(model, Varied) else family.method
 
 
 def default_faster(model: object) -> str:
@@ -148,6 +153,7 @@ def _built_in(name: str, cls: type[GenerativeModel], train_defaults: dict[str, A
             method=opts.method,
             fit_counts=opts.fit_counts,
             faster=opts.faster,
+            varieties=opts.varieties,
         )
     )
 

@@ -124,6 +124,7 @@ class DiffusionModel(EMAWeights, GenerativeModel):
         judged = text_condition(text, unet)
         self.condition: Condition | TextCondition = judged or Condition(classes, None, null)
         self.adapter: Adapter | None = None
+        self.variety = variety(codec, type(net).__name__, self.objective.name, self.condition)
         self.set_condition(condition)
         self.set_denoising(**denoising)
 
@@ -379,6 +380,19 @@ class DiffusionModel(EMAWeights, GenerativeModel):
             labels = torch.randint(self.condition.classes, (n,), generator=gen)
         steps = options.get("steps", 50)
         return sample_images(self, n=n, steps=steps, seed=seed, progress=progress, labels=labels)
+
+
+def variety(codec: Autoencoder | None, denoiser: str, objective: str, condition: object) -> str:
+    """Which of the kinds the detectors were judged on apart a model is, by the zoo's names: "ldm"
+    (latent), "sd" (text-conditioned latent), "dit", "fm" (flow matching), "cddpm" (class labels), else
+    "ddpm" (an unconditional pixel-space UNet of DDPM's objective); the first that applies."""
+    if codec is not None:
+        return "sd" if isinstance(condition, TextCondition) else "ldm"
+    if denoiser != "UNet2DModel":
+        return "dit"
+    if objective == "flow":
+        return "fm"
+    return "cddpm" if isinstance(condition, Condition) and condition.classes is not None else "ddpm"
 
 
 def as_diffusion_model(model: Any, what: str) -> DiffusionModel:
