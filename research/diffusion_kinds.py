@@ -43,7 +43,9 @@ KINDS = {  # the reference first in the tables
 # the order they run, cheapest first, so that a run stopped part-way has the most kinds: flow matching
 # takes three methods, the latent UNet runs on latents a quarter the size, the marginal costs ten times
 ORDER = ("fm", "ldm", "dit", "ddpm", "cddpm")
-KIND_METHODS = [*METHODS, TRAIN_OPTIONS["diffusion"].method]  # the diffusion experiment's, the DDPM default
+# the diffusion experiment's, the family's default and each variety's (the DDPM's compact-Fisher one), so
+# that every kind is judged against the defaults a rule set for another
+KIND_METHODS = [*METHODS, TRAIN_OPTIONS["diffusion"].method, *TRAIN_OPTIONS["diffusion"].varieties.values()]
 USES = common.Uses(
     tuple(f"zoo {k}-*" for k in KINDS), ("fashion_mnist",), tuple(KIND_METHODS), ("diffusion-kinds",)
 )
