@@ -296,7 +296,7 @@ def test_numbers_quoted_on_two_pages_agree_with_their_source():
     size = sum(p.stat().st_size for n in ZOO_NAMES for p in (zoo_dir() / n).rglob("*") if p.is_file())
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
     words += ["eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen"]
-    words += ["nineteen", "twenty", "twenty-one"]
+    words += ["nineteen", "twenty", "twenty-one", "twenty-two"]
     for page in ("docs/zoo.md", "zoo/README.md"):
         text = (ROOT / page).read_text().replace("\n", " ")
         quoted = re.search(rf"{words[len(ZOO_NAMES)]} folders(?: are|:) ([\d.]+) MB", text)

@@ -49,7 +49,12 @@ CPU_SUBSET = (
 )
 CPU_DAYS = {"s0": "2026-11-29"}  # when the newer kinds' seeds were trained on the CPU
 LATER_SEEDS = "2026-12-06"  # seeds 1 and 2, one at a time at idle priority (but those named below)
-NAMED_DAYS = {"ldm-fmnist-s1": "2026-12-07", "ldm-fmnist-s2": "2026-12-07", "cddpm-fmnist-s1": "2026-12-07"}
+NAMED_DAYS = {
+    "ldm-fmnist-s1": "2026-12-07",
+    "ldm-fmnist-s2": "2026-12-07",
+    "cddpm-fmnist-s1": "2026-12-07",
+    "cddpm-fmnist-s2": "2026-12-07",
+}
 # a latent model's VQ-VAE stage: its training time and its reconstruction of the first 100 test images
 # (MSE per pixel in [0, 1] units, the decoded images clamped to [0, 1])
 VQ_STAGES = {

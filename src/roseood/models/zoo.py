@@ -36,7 +36,7 @@ ZOO_FAMILIES = {
     "sd": ("fmnist",),
 }
 # the newer kinds' seeds trained so far (CPU runs, one at a time); every other family has ZOO_SEEDS
-ZOO_FEWER_SEEDS = {"fm": (0, 1, 2), "cddpm": (0, 1), "dit": (0, 1, 2), "ldm": (0, 1, 2), "sd": (0,)}
+ZOO_FEWER_SEEDS = {"fm": (0, 1, 2), "cddpm": (0, 1, 2), "dit": (0, 1, 2), "ldm": (0, 1, 2), "sd": (0,)}
 
 
 def family_seeds(family: str) -> tuple[int, ...]:
