@@ -80,6 +80,12 @@ def test_its_state_is_at_most_the_weights_and_reads_back_to_the_same_scores():
         make_fisher("ekfac-compact").load_state(state | {"rest": state["rest"][:-1]})
     with pytest.raises(CheckpointError, match="'rest_dims' does not fit"):
         make_fisher("ekfac-compact").load_state(state | {"rest_dims": 200})
+    # a file whose kind and bases disagree is refused in one line either way
+    whole = fitted("ekfac", grads).state()
+    with pytest.raises(CheckpointError, match=r"u_in\.columns"):
+        make_fisher("ekfac-compact").load_state(state | {"u_in": whole["u_in"]})
+    with pytest.raises(CheckpointError, match=r"u_in\.tau"):
+        make_fisher("ekfac").load_state(whole | {"u_in": state["u_in"]})
 
 
 def test_the_ddpm_band_method_on_compact_fishers_saves_no_more_than_the_weights(tmp_path):

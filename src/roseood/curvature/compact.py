@@ -20,7 +20,7 @@ from torch import Tensor
 
 from roseood.curvature.fisher import FISHERS, FactorCache, LayerShape
 from roseood.curvature.kronecker import EKFAC, default_rcond, pack_orthogonal
-from roseood.curvature.layergrad import LayerGrad
+from roseood.curvature.layergrad import LayerGrad, run_length
 from roseood.errors import CheckpointError
 from roseood.integrity import count
 
@@ -30,6 +30,7 @@ class CompactEKFAC(EKFAC):
     direction (see the module); its saved state is at most the layer's own weights in size."""
 
     name = "ekfac-compact"
+    column_bases = ("u_in",)
     sums: ClassVar[dict[int, tuple[str, ...]]] = EKFAC.sums | {1: ("scale", "rest", "scale_count")}
 
     def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
@@ -72,10 +73,16 @@ class CompactEKFAC(EKFAC):
         large squares is taken."""
         u_out, u_in = self._typed_bases(g)
         m = g.matrix()
-        x = u_out.mT @ m.view(m.shape[0], g.groups, u_out.shape[-1], m.shape[-1])
-        kept = x @ u_in
-        rest = (x - kept @ u_in.mT).pow(2).sum(-1)
-        return kept.flatten(1, 2), rest.flatten(1)
+        n, d_out, d_in = m.shape[0], u_out.shape[-1], m.shape[-1]
+        kept, rest = [], []
+        # a few samples at a time: the rotated matrices and their remainder stay in the CPU's cache
+        step = run_length(m[0].numel() * m.element_size(), m.device)
+        for run in m.view(n, g.groups, d_out, d_in).split(step):
+            x = u_out.mT @ run
+            k = x @ u_in
+            kept.append(k.flatten(1, 2))
+            rest.append((x - k @ u_in.mT).pow(2).sum(-1).flatten(1))
+        return torch.cat(kept), torch.cat(rest)
 
     def update(self, g: LayerGrad, pass_index: int) -> None:
         if pass_index == 0:
@@ -128,9 +135,7 @@ class CompactEKFAC(EKFAC):
         """The kept input columns, the output basis, one eigenvalue per (output, kept input) pair of each
         group and one remainder value per output direction."""
         assert self._packed is not None and self.scale is not None and self.rest is not None
-        columns, tau_out = self._packed["u_in"].get("columns"), self._packed["u_out"].get("tau")
-        if columns is None or tau_out is None:
-            raise CheckpointError("an ekfac-compact Fisher needs kept input columns and an output basis")
+        columns, tau_out = self._packed["u_in"]["columns"], self._packed["u_out"]["tau"]
         groups = columns.shape[0] if columns.dim() == 3 else 1
         rows = groups * tau_out.shape[-1]
         if tuple(self.scale.shape) != (rows, columns.shape[-1]) or tuple(self.rest.shape) != (rows,):

@@ -41,14 +41,14 @@ def _unpacked(packed: dict[str, Tensor]) -> Tensor:
     return packed["columns"] if "columns" in packed else unpack_orthogonal(packed)
 
 
-def _packed_basis(packed: dict[str, Any], label: str) -> dict[str, Tensor]:
-    """A stored basis, checked: kept columns (finite floats of 2 or 3 dimensions), or ``pack_orthogonal``'s
-    finite float reflectors of the size ``tau`` implies."""
-    if "columns" in packed:
-        columns = tensor(packed["columns"], f"{label}.columns")
-        if columns.dim() not in (2, 3) or columns.shape[-1] >= columns.shape[-2]:
+def _packed_basis(packed: dict[str, Any], label: str, columns: bool = False) -> dict[str, Tensor]:
+    """A stored basis, checked: with ``columns``, kept columns (finite floats of 2 or 3 dimensions, fewer
+    columns than rows), else ``pack_orthogonal``'s finite float reflectors of the size ``tau`` implies."""
+    if columns:
+        kept = tensor(packed.get("columns"), f"{label}.columns")
+        if kept.dim() not in (2, 3) or kept.shape[-1] >= kept.shape[-2]:
             raise CheckpointError(f"field '{label}.columns' must hold fewer columns than rows, per group")
-        return {"columns": columns}
+        return {"columns": kept}
     tau = tensor(packed.get("tau"), f"{label}.tau")
     if tau.dim() not in (1, 2):
         raise CheckpointError(f"field '{label}.tau' must have 1 or 2 dimensions, found {tuple(tau.shape)}")
@@ -89,6 +89,7 @@ class KroneckerFisher(Fisher):
 
     sums: ClassVar[dict[int, tuple[str, ...]]] = {0: ("a_cov", "d_cov", "count")}
     coords = "weight"
+    column_bases: ClassVar[tuple[str, ...]] = ()  # bases saved as kept columns, not orthogonal matrices
     basis_only: ClassVar[bool] = False
     """Whether the factors give only the eigenbasis (EKFAC re-estimates the eigenvalues in float64 from
     the gradients): then their products may be float32 (``gram``); KFAC's eigenvalues are the factors'
@@ -224,7 +225,9 @@ class KroneckerFisher(Fisher):
     def load_state(self, state: dict[str, Any]) -> None:
         """Keeps the packed bases; they are rebuilt (≈0.5 s for a 2049-wide layer) when first scored.
         Refuses bases and eigenvalues of inconsistent sizes, non-finite or negative eigenvalues."""
-        self._packed = {k: _packed_basis(field(state, k, dict), k) for k in ("u_in", "u_out")}
+        self._packed = {
+            k: _packed_basis(field(state, k, dict), k, k in self.column_bases) for k in ("u_in", "u_out")
+        }
         self.u_in = self.u_out = None
         for k in self._values():
             setattr(self, k, tensor(field(state, k, Tensor), k, nonnegative=k in ("scale", "rest")).double())
