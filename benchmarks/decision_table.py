@@ -39,7 +39,7 @@ def render(prefix: str = "") -> str:
         use = row.get("use", "")
         if "family" in row:  # the catalogue's method: the family's, or its variety's where a rule set one
             opts, variety = TRAIN_OPTIONS[row["family"]], row.get("variety", "")
-            method = opts.varieties.get(variety, opts.method)
+            method = opts.method_for(variety)
             whose = "these models" if variety in opts.varieties else "this family"
             use = f"`{method}` (the default for {whose})" + (f"; {use}" if use else "")
         link = f" ([{row['link_text']}]({prefix}{row['link']}))" if row.get("link") else ""

@@ -81,6 +81,10 @@ class TrainOptions:
     faster: str = ""
     varieties: dict[str, str] = field(default_factory=dict)
 
+    def method_for(self, variety: str = "") -> str:
+        """The detection method of a model of ``variety`` in this family: its own where a rule set one."""
+        return self.varieties.get(variety, self.method)
+
 
 def _vae_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ngf", type=count, default=32, help="VAE width")

@@ -264,8 +264,7 @@ def card(name: str, count: int) -> str:
     item = "          - type: {}\n            name: {}\n            value: {}"
     index = "\n".join(item.format(*m) for m in metrics)
     minutes = float(last["seconds"]) / 60
-    opts = TRAIN_OPTIONS[fam["train_family"]]
-    detector = opts.varieties.get(family, opts.method)  # the zoo's prefixes are the models' varieties
+    detector = TRAIN_OPTIONS[fam["train_family"]].method_for(family)  # zoo prefixes are the varieties
     table = "\n".join(f"| {text} | {value} |" for _, text, value in metrics)
     day = NAMED_DAYS.get(name, CPU_DAYS.get(seed, LATER_SEEDS))
     recipe = fam["recipe"].format(name=name, day=day, vq=VQ_STAGES.get(name))
