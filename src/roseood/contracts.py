@@ -6,7 +6,7 @@ check holds on every Python version (from 3.12 ``isinstance`` on a protocol read
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
@@ -192,10 +192,11 @@ class TimesItsStages(Protocol):
     """A detector that times its own fit's stages on a batch of images before the fit (ROSE: its Fisher's
     passes and layer scores), so that a forecast counts what it will do rather than loss passes."""
 
-    def stage_seconds(self, images: Any) -> Any:
+    def stage_seconds(self, images: Any, beside: Sequence[Hashable] = ()) -> Any:
         """Seconds of each stage, timed on one of its batches of ``images`` by an unfitted copy
         (``roseood.detectors.rose.cost.StageSeconds``: ``fit(fisher_images, held_out)``, ``scoring``,
-        ``basis()``); the detector itself is left as it was."""
+        ``basis()``), its Fishers fitted with those of ``beside`` (Fisher settings fitted in the same
+        passes); the detector itself is left as it was."""
         ...
 
 

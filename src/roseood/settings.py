@@ -178,7 +178,7 @@ ROSE_SETTINGS = (
         "beyond the paper, for a diffusion model's K (timestep, noise) pairs: sum differentiates the image's "
         "summed loss; each scores every (image, pair) row's own gradient against the Fisher of all rows, "
         "one ROSE column per layer and timestep; bands sums each row's layers, one column per timestep, "
-        "against the images' Fisher (sum's, so it shares rose-ekfac's fit)",
+        "against the images' Fisher (sum's, so it shares rose-ekfac's fit, or its passes on another kind)",
         _rows,
         flag=True,
         choices=ROWS,

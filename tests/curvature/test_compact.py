@@ -65,6 +65,27 @@ def test_the_quadratic_form_is_that_of_the_dense_fisher_it_defines(d_in, d_out, 
     torch.testing.assert_close(compact.quad(test), expected, rtol=1e-8, atol=0)
 
 
+@pytest.mark.parametrize(("d_in", "d_out", "groups"), [(40, 6, 1), (30, 5, 2)])
+def test_it_takes_ekfacs_first_pass_and_ends_where_its_own_fit_ends(d_in, d_out, groups):
+    """EKFAC's first pass on the same gradients (its factors and bases), then its own second pass: every
+    field its own two passes make, to the last bit; a loaded EKFAC or a KFAC gives nothing."""
+    grads = batches(d_in, d_out, groups)
+    own, whole = fitted("ekfac-compact", grads), fitted("ekfac", grads)
+    taken = make_fisher("ekfac-compact", 1e-3)  # ``fitted``'s damping
+    assert taken.take_first_pass(whole)
+    for g in grads:
+        taken.update(g, 1)
+    taken.end_pass(1)
+    for key in ("u_in", "eig_in", "u_out", "eig_out", "scale", "rest"):
+        assert torch.equal(getattr(taken, key), getattr(own, key)), key
+    fields = ("rest_dims", "count", "scale_count", "factor_rows", "rcond_")
+    assert [getattr(taken, k) for k in fields] == [getattr(own, k) for k in fields]
+    loaded = make_fisher("ekfac")
+    loaded.load_state(whole.state())
+    assert not make_fisher("ekfac-compact").take_first_pass(loaded)
+    assert not make_fisher("ekfac-compact").take_first_pass(fitted("kfac", grads))
+
+
 def test_its_state_is_at_most_the_weights_and_reads_back_to_the_same_scores():
     grads = batches(200, 16)
     f = fitted("ekfac-compact", grads)

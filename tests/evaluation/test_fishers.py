@@ -1,5 +1,6 @@
 """``FisherPool`` (``roseood.evaluation.fishers``): ROSEs with equal Fisher settings take one fit, and
-ROSE-KFAC and ROSE-KFAC-Tikhonov one factor pass, each scoring as if it had fitted its own."""
+those that differ only in the Fisher kind are fitted in one set of passes, each scoring as if it had
+fitted its own."""
 
 from __future__ import annotations
 
@@ -9,68 +10,107 @@ import numpy as np
 import pytest
 import torch
 
-from roseood.detectors.rose import ROSE
+from roseood.detectors.rose import ROSE, fit_together
+from roseood.detectors.rose import detector as detector_module
+from roseood.errors import RoseError
 from roseood.evaluation import FisherPool, ResultCache
+from roseood.evaluation import fishers as fishers_module
+from roseood.models.glow import Glow
 from roseood.models.vae import VAE
+
+KINDS = ("kfac", "kfac-tikhonov", "ekfac", "ekfac-compact", "diag")
+
+
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The Fisher kinds of each fit ``fit_together`` makes from now on (whoever calls it)."""
+    fits: list[list[str]] = []
+
+    def counting(lead: ROSE, images: object, beside: tuple = ()) -> object:
+        fits.append([lead.fisher, *(a.fisher for a in beside)])
+        return fit_together(lead, images, beside)  # type: ignore[arg-type]
+
+    for module in (fishers_module, detector_module):
+        monkeypatch.setattr(module, "fit_together", counting)
+    return fits
 
 
 @pytest.mark.filterwarnings("ignore::roseood.errors.DegenerateFitWarning")  # 8 statistics images
-@pytest.mark.parametrize(
-    ("kinds", "max_size"), [(("kfac", "kfac-tikhonov"), "auto"), (("kfac-tikhonov", "kfac"), "20K")]
-)
-def test_kfac_and_kfac_tikhonov_take_one_factor_pass_and_score_as_their_own_fits(
+@pytest.mark.parametrize(("kinds", "max_size"), [(KINDS, "auto"), (KINDS[::-1], "20K")])
+def test_roses_differing_only_in_kind_are_fitted_in_one_set_of_passes_each_as_its_own_fit(
     tiny_vae: VAE,
     images: torch.Tensor,
     monkeypatch: pytest.MonkeyPatch,
-    kinds: tuple[str, str],
+    kinds: tuple[str, ...],
     max_size: str,
 ) -> None:
-    """Either order, without and with layers that ``max_size`` makes diagonal; EKFAC (a second pass,
-    factors that stop early) and a KFAC of another damping fit their own."""
+    """The first of the expected ROSEs to ask fits them all in one set of passes (KFAC-Tikhonov on KFAC's
+    factors, compact EKFAC on EKFAC's, KFAC and the diagonal one fed in EKFAC's second pass), in either
+    order and with layers that ``max_size`` makes diagonal; a KFAC of another damping fits its own. Each
+    is its own fit to the last bit: the same Fishers, the same scores."""
     fit, held, test = images[:16], images[16:], images[:6]
-    fitted: list[str] = []
-    real = ROSE.fit_fisher
-
-    def counting(self: ROSE, x: torch.Tensor, fishers: object = None) -> object:
-        if fishers is None:  # a fit, not Fishers taken
-            fitted.append(self.fisher)
-        return real(self, x, fishers)  # type: ignore[arg-type]
 
     def rose(fisher: str, **settings: object) -> ROSE:
         return ROSE(tiny_vae, fisher=fisher, max_size=max_size, progress=False, **settings)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ROSE, "fit_fisher", counting)
-    pool = FisherPool()
-    dets = [rose(kind) for kind in (*kinds, "ekfac")] + [rose("kfac", damping=1e-3)]
+    fits = counted(monkeypatch)
+    dets = [rose(kind) for kind in kinds] + [rose("kfac", damping=1e-3)]
+    pool = FisherPool(expected=dets)
     for det in dets:
         det.fit(fit, held_out=held, fishers=pool.fishers(det, fit))
-    assert fitted == [kinds[0], "ekfac", "kfac"]
-    first, second = (d.fishers_ for d in dets[:2])
-    assert first is not None and second is not None and first is not second
-    assert second.kinds == {n: k.replace(kinds[0], kinds[1]) for n, k in first.kinds.items()}
+    assert fits == [list(kinds), ["kfac"]]
     if max_size != "auto":
-        assert "diag" in second.kinds.values()  # the fallback layers' Fishers taken too
-    fitted.clear()
-    for det in dets[:2]:
+        assert "diag" in dets[0].fishers_.kinds.values()  # type: ignore[union-attr]
+    fits.clear()
+    for det in dets[:-1]:
         alone = rose(det.fisher).fit(fit, held_out=held)
-        np.testing.assert_array_equal(det.score(test), alone.score(test))
         assert det.fishers_ is not None and alone.fishers_ is not None
+        np.testing.assert_array_equal(det.score(test), alone.score(test))
         assert same(det.fishers_.state(), alone.fishers_.state())  # what a detector file keeps, rcond too
-    assert fitted == list(kinds)
+    assert fits == [[k] for k in kinds]
 
 
-def test_fishers_taken_from_another_kind_are_kept_in_the_cache_as_a_fit_is(
+def test_a_stochastic_loss_fits_each_kind_apart(
+    tiny_vae: VAE, images: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pass of a stochastic loss draws anew: kinds fitted together would not be their own fits."""
+    fits = counted(monkeypatch)
+    dets = [ROSE(tiny_vae, fisher=k, stochastic=True, progress=False) for k in ("ekfac", "diag")]
+    pool = FisherPool(expected=dets)
+    for det in dets:
+        pool.fishers(det, images[:16])
+    assert fits == [["ekfac"], ["diag"]]
+    with pytest.raises(RoseError, match="diag Fishers cannot be fitted beside ROSE-ekfac"):
+        fit_together(dets[0], images[:16], [dets[1].fisher_arguments])
+
+
+def test_kinds_reading_other_gradient_coordinates_of_a_reparameterised_layer_are_fitted_apart(
+    images: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Glow's LU-factorised 1×1 convolutions: a diagonal Fisher reads their own parameters, Kronecker ones
+    the weight, so ROSE-diag is fitted apart from ROSE-EKFAC there; KFAC beside it reads the same."""
+    torch.manual_seed(0)
+    glow = Glow(in_channels=1, image_size=32, levels=2, steps=2, hidden=8).eval()
+    dets = [ROSE(glow, fisher=k, layers="invconv", progress=False) for k in ("ekfac", "diag", "kfac")]
+    fits = counted(monkeypatch)
+    pool = FisherPool(expected=dets)
+    for det in dets:
+        pool.fishers(det, images[:16])
+    assert fits == [["ekfac", "kfac"], ["diag"]]
+
+
+def test_fishers_fitted_together_are_kept_in_the_cache_as_a_fit_is(
     tiny_vae: VAE, images: torch.Tensor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A cached pool stores the KFAC-Tikhonov Fishers it took from KFAC's fit; a later pool on that
-    cache loads both, fitting none."""
+    """A cached pool stores each of the Fishers it fitted together; a later pool on that cache loads
+    them all, fitting none."""
     fit = images[:16]
-    dets = [ROSE(tiny_vae, fisher=kind, progress=False) for kind in ("kfac", "kfac-tikhonov")]
-    pool = FisherPool(ResultCache(tmp_path))
+    dets = [ROSE(tiny_vae, fisher=kind, progress=False) for kind in ("kfac", "kfac-tikhonov", "diag")]
+    pool = FisherPool(ResultCache(tmp_path), expected=dets)
     first = [pool.fishers(det, fit) for det in dets]
-    monkeypatch.setattr(ROSE, "fit_fisher", lambda *_: pytest.fail("fitted, not loaded from the cache"))
-    later = FisherPool(ResultCache(tmp_path))
+    fits = counted(monkeypatch)
+    later = FisherPool(ResultCache(tmp_path), expected=dets)
     loaded = [later.fishers(det, fit) for det in dets]
+    assert fits == []
     for made, read in zip(first, loaded, strict=True):
         assert read is not made and same(read.state(), made.state())
 

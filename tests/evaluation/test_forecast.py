@@ -149,17 +149,20 @@ def test_a_method_weighs_as_many_passes_as_its_unet_evaluations() -> None:
 def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
     spec: EvalSpec, monkeypatch
 ) -> None:
-    """rose-gmm takes rose-ekfac's Fishers and layer scores: no stage of its own; rose-diag fits and
-    scores its own."""
+    """rose-gmm takes rose-ekfac's Fishers and layer scores: no stage of its own; rose-diag's Fishers are
+    fitted beside rose-ekfac's (in the timed passes), so it adds only its layer scores: its statistics
+    and the scored images."""
     import importlib
     from dataclasses import replace
 
     from roseood.evaluation.evaluate import check_request
-    from roseood.evaluation.splits import load_fit_images
+    from roseood.evaluation.splits import fisher_count, load_fit_images
 
     forecasts = importlib.import_module("roseood.evaluation.forecast")
     said: list[float] = []
-    monkeypatch.setattr(ROSE, "stage_seconds", lambda self, x: StageSeconds((1.0,), None, 10.0, 0.5, 8))
+    monkeypatch.setattr(
+        ROSE, "stage_seconds", lambda self, x, beside: StageSeconds((1.0,), None, 10.0, 0.5, 8)
+    )
     monkeypatch.setattr(forecasts, "forecast", lambda what, seconds, basis="": said.append(seconds))
     model = tiny_vae()
     fit, tested = load_fit_images(spec, model), [load_fit_images(spec, model)]
@@ -167,4 +170,6 @@ def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
         asked = replace(spec, methods=methods, stats_samples=max(spec.stats_samples, 20))  # rose-gmm's least
         built = {m: members[0] for m, members in check_request(asked, [model], None, False).items()}
         forecasts.forecast_evaluation(asked, [model], built, fit, tested)
-    assert said[1] == said[0] and said[2] == 2 * said[0]
+    held_out = len(fit) - fisher_count(asked, len(fit))
+    scored = 0.5 * (held_out + len(tested[0]))
+    assert said[1] == said[0] and said[2] == said[0] + scored

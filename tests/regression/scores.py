@@ -96,9 +96,9 @@ def vae_methods() -> list[str]:
 def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """``{model/method: scores}`` for every method on both models, or for the keys in ``only`` (global RNG
     seeded per fit and score, so a key does not depend on which others are computed). The ROSE variants
-    take their Fishers from one ``FisherPool``, as ``rose evaluate`` does: fitted on the same images, they
-    are the same (``tests/detectors/test_rose_features.py``, ``tests/evaluation/test_fishers.py``), and a
-    key computed alone fits its own."""
+    take their Fishers from one ``FisherPool``, as ``rose evaluate`` does: fitted together, each is its
+    own fit (``tests/detectors/test_rose_features.py``, ``tests/evaluation/test_fishers.py``), and a key
+    computed alone fits its own."""
     torch.set_num_threads(1)
     images = demo_images()
     train = images["fashion_mnist_train"]
@@ -108,13 +108,16 @@ def compute(only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     models = {"demo": demo_model(), "seed1": authors_vae("fmnist_ngf16_nz100_seed1")}
     out = {}
     for name, model in models.items():
-        pool = FisherPool()  # fitted once per Fisher settings (KFAC's factors once for both its inverses)
+        dets = {}
         for method in vae_methods():
-            if only is not None and f"{name}/{method}" not in only:
-                continue
-            extra = {"background": background} if method == "lratio" else QUICK.get(method, {})
+            if only is None or f"{name}/{method}" in only:
+                extra = {"background": background} if method == "lratio" else QUICK.get(method, {})
+                torch.manual_seed(0)
+                dets[method] = make_detector(method, model, progress=False, **extra)
+        # the ROSE variants fitted together where they differ only in the Fisher kind, as in rose evaluate
+        pool = FisherPool(expected=list(dets.values()))
+        for method, det in dets.items():
             torch.manual_seed(0)
-            det = make_detector(method, model, progress=False, **extra)
             if isinstance(det, ROSE):
                 det.fit(fit, held_out=held, fishers=pool.fishers(det, fit))
             else:

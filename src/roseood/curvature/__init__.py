@@ -31,7 +31,7 @@ from roseood.curvature.handlers import (
 )
 from roseood.curvature.kronecker import EKFAC, KFAC, KFACTikhonov, settled_line
 from roseood.curvature.layergrad import FactoredGrad, SummedGrad
-from roseood.curvature.passes import fisher_pass
+from roseood.curvature.passes import JointFit, fisher_pass
 
 __all__ = [
     "CONV",
@@ -50,6 +50,7 @@ __all__ = [
     "FactoredGrad",
     "Fisher",
     "GradientStore",
+    "JointFit",
     "KFACTikhonov",
     "LayerGrad",
     "LayerGradients",

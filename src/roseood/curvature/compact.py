@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from roseood.curvature.fisher import FISHERS, FactorCache, LayerShape
+from roseood.curvature.fisher import FISHERS, FactorCache, Fisher, LayerShape
 from roseood.curvature.kronecker import EKFAC, default_rcond, pack_orthogonal
 from roseood.curvature.layergrad import LayerGrad, run_length
 from roseood.errors import CheckpointError
@@ -30,6 +30,7 @@ class CompactEKFAC(EKFAC):
     direction (see the module); its saved state is at most the layer's own weights in size."""
 
     name = "ekfac-compact"
+    takes_from: ClassVar[tuple[str, ...]] = ("ekfac",)
     column_bases = ("u_in",)
     sums: ClassVar[dict[int, tuple[str, ...]]] = EKFAC.sums | {1: ("scale", "rest", "scale_count")}
 
@@ -55,16 +56,26 @@ class CompactEKFAC(EKFAC):
         return 4 * shape.groups * (d_in * r + d_out * (d_out + 1) // 2 + d_out * (r + 1))
 
     def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
-        support = self.in_support  # the masked layers' free inputs (None: all), dropped by the pass's end
         super().end_pass(pass_index, factors)
-        if pass_index == 0:  # eigh's ascending order: the leading directions are the last columns
-            assert self.u_in is not None and self.u_out is not None and self.eig_in is not None
-            groups, d_in = self.u_in.shape[0] if self.u_in.dim() == 3 else 1, self.u_in.shape[-1]
-            keep = self.rank(LayerShape(d_in, self.u_out.shape[-1], groups))
-            free = d_in if support is None else int(support.sum(-1).max())
-            self.rest_dims = max(free - keep, 1)
-            first = d_in - keep
-            self.u_in, self.eig_in = self.u_in[..., first:].clone(), self.eig_in[..., first:].clone()
+        if pass_index == 0:
+            self._truncate()
+
+    def _truncate(self) -> None:
+        """Keep the input basis's ``rank`` leading columns (eigh's ascending order: the last ones) and
+        their eigenvalues."""
+        assert self.u_in is not None and self.u_out is not None and self.eig_in is not None
+        groups, d_in = self.u_in.shape[0] if self.u_in.dim() == 3 else 1, self.u_in.shape[-1]
+        keep = self.rank(LayerShape(d_in, self.u_out.shape[-1], groups))
+        self.rest_dims = max((self.in_free or d_in) - keep, 1)
+        first = d_in - keep
+        self.u_in, self.eig_in = self.u_in[..., first:].clone(), self.eig_in[..., first:].clone()
+
+    def take_first_pass(self, fitted: Fisher) -> bool:
+        """EKFAC's first pass (the same factors and bases), of which it keeps the leading input columns."""
+        taken = super().take_first_pass(fitted)
+        if taken:
+            self._truncate()
+        return taken
 
     def _split(self, g: LayerGrad) -> tuple[Tensor, Tensor]:
         """The gradients' components in the kept directions ``U_outᵀ G U_r`` (N, groups·d_out, r) and the

@@ -120,6 +120,7 @@ class Fisher(ABC):
     passes: ClassVar[int] = 1
     sums: ClassVar[dict[int, tuple[str, ...]]]
     coords: ClassVar[str] = "native"  # gradient coordinates it wants: the module's parameters or "weight"
+    takes_from: ClassVar[tuple[str, ...]] = ()  # kinds whose first pass ``take_first_pass`` can take
 
     def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
         self.damping = damping
@@ -135,9 +136,11 @@ class Fisher(ABC):
         """Hook run after each full pass (e.g. eigendecompositions after the first); ``factors`` shares
         eigendecompositions between the layers of one model."""
 
-    def take_fit(self, fitted: Fisher) -> bool:
-        """Take ``fitted``'s fit (a Fisher of another kind, fitted on the same gradients) where it is the
-        very fit this one would make (``KroneckerFisher.take_fit``); False, taking nothing, elsewhere."""
+    def take_first_pass(self, fitted: Fisher) -> bool:
+        """Take the end of ``fitted``'s first pass (a Fisher of a kind in ``takes_from``, fitted in this
+        process on the same gradients) as the end of its own, where it is what its own would make
+        (``KroneckerFisher.take_first_pass``: the Kronecker factors' eigendecompositions); False, taking
+        nothing, elsewhere. Its later passes, if any, it makes itself."""
         return False
 
     def wants(self, pass_index: int) -> bool:

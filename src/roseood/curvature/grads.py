@@ -167,6 +167,9 @@ class LayerGradients:
         if bad:
             raise RoseError(f"per-sample gradients cannot be taken for layers {', '.join(bad)}")
         self.handlers: list[LayerHandler | None] = [r.handler for r in resolved]
+        # whether a layer's own parameters are not its weight (an LU-factorised 1×1 convolution): then the
+        # gradients differ by ``coords``
+        self.reparameterised = any(h is not None and h.effective_weight is not None for h in self.handlers)
         for m, h in zip(self.modules, self.handlers, strict=True):
             if h is None:
                 warnings.warn(

@@ -107,6 +107,7 @@ class KroneckerFisher(Fisher):
         self._cast: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # the bases in the gradients' dtype
         self.in_support: Tensor | None = None  # inputs and outputs that meet a free entry (masked layers)
         self.out_support: Tensor | None = None
+        self.in_free: int | None = None  # the most free inputs of a group (masked layers; None: all)
         self._fit_rcond: float | None = None  # ``default_rcond`` of the gradients fitted on (None: loaded)
 
     def _update_factors(self, g: LayerGrad) -> None:
@@ -142,20 +143,22 @@ class KroneckerFisher(Fisher):
             self._need_data()
             assert self.a_cov is not None and self.d_cov is not None
             factors = factors or FactorCache()
+            if self.in_support is not None:
+                self.in_free = int(self.in_support.sum(-1).max())
             self.eig_in, self.u_in = factors.eigh(self.a_cov / self.count, self.in_support)
             self.eig_out, self.u_out = factors.eigh(self.d_cov / self.count, self.out_support)
             self.a_cov = self.d_cov = self.in_support = self.out_support = None  # bases suffice now
 
-    def take_fit(self, fitted: Fisher) -> bool:
-        """A one-pass Kronecker Fisher's whole fit is its float64 factors' eigendecompositions, which KFAC
-        and KFAC-Tikhonov make alike (they differ only in how they invert them; their files, and so
-        ``max_size``'s diagonal layers, are alike too): either takes the other's, fitted in this process
-        (a loaded one has no ``default_rcond`` of its fit gradients), instead of a second factor pass."""
-        if not (_one_pass(self) and isinstance(fitted, KroneckerFisher) and _one_pass(fitted)):
+    def take_first_pass(self, fitted: Fisher) -> bool:
+        """A Kronecker Fisher's first pass ends in its factors' eigendecompositions, which the kinds that
+        sum the same factors (``basis_only`` alike: KFAC and KFAC-Tikhonov, EKFAC and compact EKFAC) make
+        alike: either takes the other's, fitted in this process (a loaded one has no ``default_rcond`` of
+        its fit gradients), instead of a factor pass of its own."""
+        if not isinstance(fitted, KroneckerFisher) or fitted.name not in self.takes_from:
             return False
-        if fitted.u_in is None or fitted._fit_rcond is None:
+        if fitted.basis_only != self.basis_only or fitted.u_in is None or fitted._fit_rcond is None:
             return False
-        for key in ("count", "u_in", "u_out", "eig_in", "eig_out", "_fit_rcond"):
+        for key in ("count", "u_in", "u_out", "eig_in", "eig_out", "in_free", "_fit_rcond"):
             setattr(self, key, getattr(fitted, key))
         return True
 
@@ -261,6 +264,7 @@ class KFAC(KroneckerFisher):
     rounding of directions the fit images do not span (``unspanned_level``)."""
 
     name = "kfac"
+    takes_from: ClassVar[tuple[str, ...]] = ("kfac-tikhonov",)
 
     def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
         super().__init__(damping, rcond)
@@ -273,9 +277,9 @@ class KFAC(KroneckerFisher):
         if pass_index == self.passes - 1:
             self._decide_level()
 
-    def take_fit(self, fitted: Fisher) -> bool:
-        taken = super().take_fit(fitted)
-        if taken:
+    def take_first_pass(self, fitted: Fisher) -> bool:
+        taken = super().take_first_pass(fitted)
+        if taken and self.passes == 1:  # the first pass was the whole fit
             self._decide_level()
         return taken
 
@@ -342,6 +346,7 @@ class EKFAC(KFAC):
 
     name = "ekfac"
     passes = 2
+    takes_from: ClassVar[tuple[str, ...]] = ()
     sums: ClassVar[dict[int, tuple[str, ...]]] = KFAC.sums | {1: ("scale", "scale_count")}
     basis_only = True
     FACTOR_IMAGES: ClassVar[int] = 256
@@ -363,6 +368,13 @@ class EKFAC(KFAC):
             return None
         rows_per_image = self.factor_rows / self.count
         return max(self.FACTOR_IMAGES, math.ceil(self.FACTOR_ROWS * self._width / rows_per_image))
+
+    def take_first_pass(self, fitted: Fisher) -> bool:
+        taken = super().take_first_pass(fitted)
+        if taken:
+            assert isinstance(fitted, EKFAC)
+            self.factor_rows, self._width = fitted.factor_rows, fitted._width
+        return taken
 
     def update(self, g: LayerGrad, pass_index: int) -> None:
         if pass_index == 0:
@@ -414,6 +426,7 @@ class KFACTikhonov(KroneckerFisher):
     a rounding floor: ``rcond`` is not used."""
 
     name = "kfac-tikhonov"
+    takes_from: ClassVar[tuple[str, ...]] = ("kfac",)
 
     def __init__(self, damping: float = 1e-8, rcond: float | None = None) -> None:
         super().__init__(damping, None)  # no rounding floor: the damping bounds every weight

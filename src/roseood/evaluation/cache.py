@@ -162,3 +162,6 @@ class ResultCache:
 
     def has_scores(self, key: str) -> bool:
         return self._path("scores", key).is_file()
+
+    def has_state(self, key: str) -> bool:
+        return self._path("states", key).is_file()

@@ -239,7 +239,7 @@ def evaluate(
     sets = {spec.in_data: test, **ood}
     digests = {name: array_digest(s.images) for name, s in sets.items()} if cache is not None else {}
     started = time.monotonic()
-    pool = FisherPool(cache)
+    pool = FisherPool(cache, [d for members in built.values() for d in members])
     runs: list[_MethodRun] = []
     for method in spec.methods:
         key = fit_key | {"method": method, "params": result.settings["detectors"][method]}

@@ -5,6 +5,7 @@ one forward and backward pass timed on a batch."""
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import torch
@@ -15,6 +16,7 @@ from roseood.curvature.memory import saved_bytes
 from roseood.data import ImageSet
 from roseood.data.tensors import check_model_input
 from roseood.detectors import Detector
+from roseood.detectors.rose import joinable
 from roseood.detectors.rose.cost import StageSeconds
 from roseood.evaluation.splits import EvalSpec, fisher_count
 from roseood.models.base import RoseModel
@@ -59,12 +61,13 @@ def loss_seconds(model: RoseModel, images: np.ndarray) -> tuple[float, int] | No
     return seconds / len(x), len(x)
 
 
-def timed_stages(det: Detector, images: np.ndarray) -> StageSeconds | None:
-    """A detector's stages timed on one of its batches of ``images`` (``TimesItsStages``: ROSE); None for
-    other methods, and under torchrun, where a probe on one process would wait for the others."""
+def timed_stages(det: Detector, images: np.ndarray, beside: Sequence[Hashable] = ()) -> StageSeconds | None:
+    """A detector's stages timed on one of its batches of ``images`` (``TimesItsStages``: ROSE, its Fishers
+    fitted with ``beside``'s); None for other methods, and under torchrun, where a probe on one process
+    would wait for the others."""
     if not isinstance(det, TimesItsStages) or distributed.active() or not len(images):
         return None
-    stages: StageSeconds = det.stage_seconds(torch.as_tensor(images))
+    stages: StageSeconds = det.stage_seconds(torch.as_tensor(images), beside)
     return stages
 
 
@@ -108,8 +111,9 @@ def forecast_evaluation(
     """Say before any work how long the whole evaluation will take here; ``detectors``: each method to run
     (those the cache does not hold), built for the first model, where ``worth_forecasting``. A ROSE's
     stages are timed on a batch of the fit images (``timed_stages``), once for variants that share their
-    layer scores; other methods count image passes of the model's loss (``loss_seconds``, weighted by
-    ``pass_weight``)."""
+    layer scores; the first ROSE fits the Fishers of the later ones that ``FisherPool`` fits beside it
+    (``joinable``), which then count only their layer scores; other methods count image passes of the
+    model's loss (``loss_seconds``, weighted by ``pass_weight``)."""
     first, methods = models[0], list(detectors)
     limits = [spec.test_limits.get(m) for m in methods]
     sets = [len(s) for s in tested]
@@ -120,15 +124,25 @@ def forecast_evaluation(
         return
     per_pass = loss_seconds(first, sample)
     seconds, seen = 0.0, set()
+    roses = [d for d in detectors.values() if isinstance(d, SharesFishers)]
+    leads: list[SharesFishers] = []  # the ROSEs whose fits fit the later ones' Fishers too
     for method, n in zip(methods, scored, strict=True):
         d = detectors[method]
         key = d.score_key if isinstance(d, SharesFishers) else None
         if key is not None and key in seen:  # a ROSE variant on an earlier one's layer scores
             continue
         seen.add(key)
-        stages = timed_stages(d, sample)
+        fitted = isinstance(d, SharesFishers) and any(joinable(x, d.fisher_arguments) for x in leads)
+        beside: list[Hashable] = []
+        if isinstance(d, SharesFishers) and not fitted:
+            leads.append(d)
+            wanted = dict.fromkeys(o.fisher_arguments for o in roses if joinable(d, o.fisher_arguments))
+            beside = [a for a in wanted if a != d.fisher_arguments]
+        stages = timed_stages(d, sample, beside)
         if stages is not None:
-            seconds += stages.fit(n_fisher, len(fit) - n_fisher) + n * stages.scoring
+            held_out = len(fit) - n_fisher
+            own = held_out * stages.scoring if fitted else stages.fit(n_fisher, held_out)
+            seconds += own + n * stages.scoring
         elif per_pass is None:  # nothing to time this method by: no forecast rather than one that omits it
             return
         else:

@@ -14,7 +14,7 @@ settings can take) and the statistics and aggregation fitted on held-out images 
 from roseood.curvature import FISHERS
 from roseood.detectors.base import register_detector
 from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments
-from roseood.detectors.rose.detector import ROSE, STATE_VERSION
+from roseood.detectors.rose.detector import ROSE, STATE_VERSION, fit_together, joinable
 from roseood.detectors.rose.fitted import FittedFishers
 
 # ROSE's vector judged whole (beyond the paper, for near-OOD): by a density fitted on held-out images —
@@ -62,4 +62,6 @@ __all__ = [
     "FisherArguments",
     "FittedFishers",
     "ScoreArguments",
+    "fit_together",
+    "joinable",
 ]

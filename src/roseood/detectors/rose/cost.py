@@ -1,16 +1,10 @@
 """What a ROSE fit and its scoring take here, timed before the work on one batch of the user's images with
-the detector's own code: a forecast from the loss's forward and backward alone missed the Fisher's passes
-and the layer statistics (a DDPM's EKFAC fit ran about twice its forecast)."""
+the detector's own code (``ROSE.stage_seconds``): a forecast from the loss's forward and backward alone
+missed the Fisher's passes and the layer statistics (a DDPM's EKFAC fit ran about twice its forecast)."""
 
 from __future__ import annotations
 
-import time
-import warnings
 from dataclasses import dataclass
-from typing import Any
-
-from roseood.data.tensors import ImageData
-from roseood.detectors.inputs import model_inputs
 
 
 @dataclass(frozen=True)
@@ -45,24 +39,3 @@ class StageSeconds:
 def _seconds(s: float) -> str:
     """``0.5`` as "500 ms", ``9.31`` as "9.31 s"."""
     return f"{s * 1000:.3g} ms" if s < 1 else f"{s:.3g} s"
-
-
-def stage_seconds(det: Any, images: ImageData) -> StageSeconds:
-    """Time each stage of ``det``'s fit (a ``ROSE``, which calls this: typed loosely, as this module is
-    what ROSE imports) on one of its batches of ``images``: an unfitted copy fits its
-    Fishers there (each pass's batches timed apart from its end) and computes their layer scores and
-    extra columns, as its statistics and scoring do; ``det`` itself is left as it was."""
-    probe = type(det)(det.model, **det.get_params(), memory=det.memory, progress=False)
-    x = model_inputs(images, probe.model, probe.batch_size)[: probe.stream.images_per_batch(probe.batch_size)]
-    with warnings.catch_warnings():  # a fit on one batch may be warned about; the real fit is not this one
-        warnings.simplefilter("ignore")
-        fishers = probe.fit_fisher(x)
-        start = time.perf_counter()
-        _, rows = probe._scores_and_loss(x)
-        probe.extra_features(x, rows.sum(1), rows)
-        scoring = time.perf_counter() - start
-    wanted = [f.first_pass_images() for f in fishers.values()]
-    first = None if None in wanted else max(w for w in wanted if w is not None)
-    passes = tuple(seconds / len(x) for seconds, _ in probe.fisher_seconds_)
-    fixed = sum(seconds for _, seconds in probe.fisher_seconds_)
-    return StageSeconds(passes, first, fixed, scoring / len(x), len(x))

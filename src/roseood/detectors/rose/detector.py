@@ -1,9 +1,15 @@
-"""The ROSE detector: settings stored at construction, everything else built and fitted by ``fit``."""
+"""The ROSE detector: settings stored at construction, everything else built and fitted by ``fit``; its
+Fisher fit (``fit_together``), which fits beside its own the Fishers of other ROSEs that differ from it
+only in the Fisher kind, on the same gradients (``rose evaluate``'s variants, the DDPM default's compact
+EKFAC with ``rose-ekfac``'s EKFAC), each as its own fit makes it."""
 
 from __future__ import annotations
 
 import time
+import warnings
+from collections.abc import Hashable, Sequence
 from contextlib import closing
+from dataclasses import replace
 from functools import partial
 from typing import Any, Self
 
@@ -12,10 +18,12 @@ import torch
 from torch import Tensor
 
 from roseood import distributed
-from roseood.contracts import RowsModel
+from roseood.contracts import RowsModel, SharesFishers
 from roseood.curvature import (
+    FISHERS,
     FactorCache,
     GradientStore,
+    JointFit,
     LayerReport,
     check_layers,
     fisher_pass,
@@ -28,7 +36,7 @@ from roseood.detectors.base import Detector
 from roseood.detectors.features import extra_columns
 from roseood.detectors.inputs import model_inputs
 from roseood.detectors.rose.arguments import FisherArguments, ScoreArguments, check_rows, view
-from roseood.detectors.rose.cost import StageSeconds, stage_seconds
+from roseood.detectors.rose.cost import StageSeconds
 from roseood.detectors.rose.fitted import FittedFishers, MemoKey, stored_digest
 from roseood.detectors.rose.statistics import fit_statistics, statistics_scores
 from roseood.detectors.rose.stream import LayerStream
@@ -121,7 +129,6 @@ class ROSE(Detector):
         self.extra_columns_: list[str] = []
         self.mean_: Tensor | None = None  # the held-out layer scores' mean and spread (z-scores)
         self.std_: Tensor | None = None
-        self.fisher_seconds_: list[tuple[float, float]] = []  # each Fisher pass's batches', its end's
 
     def _matches(self, param: str, value: Any) -> bool:
         if param == "layers" and isinstance(value, str):  # a named set: the layers it names
@@ -212,51 +219,35 @@ class ROSE(Detector):
     def fit_fisher(self, images: ImageData, fishers: FittedFishers | None = None) -> FittedFishers:
         """Fit each layer's Fisher on ``images`` (two passes for EKFAC) into ``fishers_`` and return them;
         given ``fishers`` (fitted on these images with equal settings: another ROSE's, a file's, a
-        cache's), take them instead, refused in one line when their ``fisher_key`` differs.
-
-        Under torchrun each process accumulates its shard of ``x``; the sums are added together (float64)
-        before each pass ends, and rank 0's eigendecompositions are shared with every process. With a
-        deterministic loss, the second pass reuses the first pass's gradients (up to ``grad_cache_bytes``)
-        instead of running the model again."""
-        x = model_inputs(images, self.model, self.batch_size)
-        arguments, model, digest = self.fisher_key(x)  # all the images, before this process's shard
+        cache's), take them instead, refused in one line when their ``fisher_key`` differs. The passes,
+        under torchrun too: ``fit_together``."""
         if fishers is not None:
-            fishers.check(arguments, model, digest)
+            fishers.check(*self.fisher_key(images))
             self.fishers_ = fishers
             return fishers
-        distributed.check_enough(x.shape[0], "Fisher images")
-        x = x[distributed.shard(x.shape[0])]
-        made = {n: arguments.make(kind) for n, kind in arguments.kinds(self.stream.probe(x)[0]).items()}
-        self.fishers_ = FittedFishers(arguments, made, model=model, images=digest)
-        passes = max(f.passes for f in made.values())
-        plan = self.stream.plan(
-            x, self.fishers_.kinds, batch_size=self.batch_size, fishers=self.fishers_, progress=self.progress
-        )
-        room = plan.budget - plan.peak if plan.budget is not None else self.grad_cache_bytes
-        store = GradientStore(min(self.grad_cache_bytes, room) if passes > 1 and not self.stochastic else 0)
-        self.fisher_seconds_ = []
-        for pass_index in range(passes):
-            pending = {n: f for n, f in made.items() if pass_index < f.passes}
-            desc = f"ROSE-{self.fisher} Fisher pass {pass_index + 1}/{passes}" if self.progress else None
-            start = time.perf_counter()
-            with closing(iter_batches(x, plan.images, desc)) as batches:
-                run = partial(self.stream.run, rows=arguments.rows)
-                fisher_pass(pending, batches, pass_index, store, run)
-            if pass_index == 0 and self.progress and (line := settled_line(self.fisher, pending, len(x))):
-                note(line)
-            ended = time.perf_counter()
-            factors = FactorCache()
-            for f in pending.values():
-                if distributed.active():
-                    f.reduce_sums(pass_index, distributed.all_reduce)
-                f.end_pass(pass_index, factors)
-                f.map_tensors(distributed.broadcast)
-            self.fisher_seconds_.append((ended - start, time.perf_counter() - ended))
+        (self.fishers_,), _ = fit_together(self, images)
         return self.fishers_
 
-    def stage_seconds(self, images: ImageData) -> StageSeconds:
-        """Each stage of a fit timed on one batch of ``images`` by an unfitted copy (rose/cost.py)."""
-        return stage_seconds(self, images)
+    def stage_seconds(self, images: ImageData, beside: Sequence[Hashable] = ()) -> StageSeconds:
+        """Each stage of a fit timed on one of its batches of ``images`` (``StageSeconds``): an unfitted
+        copy fits its Fishers there (with those of ``beside`` in the same passes, ``fit_together``; each
+        pass's batches timed apart from its end) and computes their layer scores and extra columns, as its
+        statistics and scoring do; this detector is left as it was."""
+        probe = type(self)(self.model, **self.get_params(), memory=self.memory, progress=False)
+        x = model_inputs(images, probe.model, probe.batch_size)
+        x = x[: probe.stream.images_per_batch(probe.batch_size)]
+        with warnings.catch_warnings():  # a fit on one batch may be warned about; the real one is not this
+            warnings.simplefilter("ignore")
+            (fishers, *_), seconds = fit_together(probe, x, beside)
+            probe.fit_fisher(x, fishers)
+            start = time.perf_counter()
+            _, rows = probe._scores_and_loss(x)
+            probe.extra_features(x, rows.sum(1), rows)
+            scoring = time.perf_counter() - start
+        wanted = [f.first_pass_images() for f in fishers.values()]
+        first = None if None in wanted else max(w for w in wanted if w is not None)
+        passes = tuple(batches / len(x) for batches, _ in seconds)
+        return StageSeconds(passes, first, sum(end for _, end in seconds), scoring / len(x), len(x))
 
     def fit_stats(self, x: Tensor) -> None:
         """Fit the z-normalisation and the aggregation on held-out in-distribution images (never the
@@ -394,3 +385,74 @@ class ROSE(Detector):
         if self.adjust != "none":
             self.trend_.load_state(state.get("trend", {}), len(self.columns))
         self.fit_warnings_ = [str(w) for w in state.get("fit_warnings", [])]
+
+
+PassSeconds = list[tuple[float, float]]  # each pass's batches' seconds and its end's
+
+
+def joinable(lead: SharesFishers, arguments: Hashable) -> bool:
+    """Whether Fishers of ``arguments`` fitted beside ``lead``'s are their own fit: ``lead``'s settings but
+    the kind, a deterministic loss, and the layer gradients in the same coordinates (they differ only on
+    reparameterised layers, as Glow's LU-factorised 1×1 convolutions)."""
+    if not isinstance(lead, ROSE) or not isinstance(arguments, FisherArguments):
+        return False
+    own = lead.fisher_arguments
+    if replace(arguments, fisher=own.fisher) != own or own.stochastic:
+        return False
+    coords = FISHERS.get(arguments.fisher).coords == FISHERS.get(own.fisher).coords
+    return coords or not lead.stream.grads.reparameterised
+
+
+def fit_together(
+    lead: SharesFishers, images: ImageData, beside: Sequence[Hashable] = ()
+) -> tuple[list[FittedFishers], PassSeconds]:
+    """``lead``'s Fishers on ``images`` and, in the same passes, those of each of ``beside`` (``lead``'s
+    Fisher settings with another kind; refused in one line otherwise, or when the loss is stochastic: its
+    passes draw anew, so a kind's fit would not be the one it makes alone); the fits in that order, and
+    each pass's seconds. Under torchrun each process sums its shard; the sums are added together (float64)
+    before each pass ends and rank 0's eigendecompositions are shared. With a deterministic loss a later
+    pass reuses the first pass's gradients (up to ``grad_cache_bytes``) instead of running the model."""
+    assert isinstance(lead, ROSE)
+    others = [a for a in beside if isinstance(a, FisherArguments) and joinable(lead, a)]
+    refused = [getattr(a, "fisher", str(a)) for a in beside if a not in others]
+    if refused:
+        raise RoseError(
+            f"{', '.join(refused)} Fishers cannot be fitted beside ROSE-{lead.fisher}'s: only other kinds, "
+            "on a deterministic loss (each pass of a stochastic one draws anew) and gradients in the same "
+            "coordinates, are their own fits there"
+        )
+    x = model_inputs(images, lead.model, lead.batch_size)
+    arguments, model, digest = lead.fisher_key(x)  # all the images, before this process's shard
+    fits = list(dict.fromkeys([arguments, *others]))
+    distributed.check_enough(x.shape[0], "Fisher images")
+    x = x[distributed.shard(x.shape[0])]
+    shapes = lead.stream.probe(x)[0]
+    joint = JointFit([a.kinds(shapes) for a in fits], arguments.make)
+    passes = joint.passes
+    kinds = joint.kinds[0]
+    plan = lead.stream.plan(
+        x, kinds, batch_size=lead.batch_size, progress=lead.progress, also=joint.kinds[1:]
+    )
+    room = plan.budget - plan.peak if plan.budget is not None else lead.grad_cache_bytes
+    store = GradientStore(min(lead.grad_cache_bytes, room) if passes > 1 and not lead.stochastic else 0)
+    named = "+".join(dict.fromkeys(a.fisher for a in fits))
+    seconds: PassSeconds = []
+    for pass_index in range(passes):
+        pending = {n: j for n, j in joint.layers.items() if pass_index < j.passes}
+        desc = f"ROSE-{named} Fisher pass {pass_index + 1}/{passes}" if lead.progress else None
+        start = time.perf_counter()
+        with closing(iter_batches(x, plan.images, desc)) as batches:
+            fisher_pass(pending, batches, pass_index, store, partial(lead.stream.run, rows=arguments.rows))
+        first = {n: j.fishers[0] for n, j in pending.items()}
+        if pass_index == 0 and lead.progress and (line := settled_line(named, first, len(x))):
+            note(line)
+        ended = time.perf_counter()
+        factors = FactorCache()
+        for j in pending.values():
+            if distributed.active():
+                j.reduce_sums(pass_index, distributed.all_reduce)
+            j.end_pass(pass_index, factors)
+            j.map_tensors(distributed.broadcast)
+        seconds.append((ended - start, time.perf_counter() - ended))
+    made = joint.fits()
+    return [FittedFishers(a, m, model=model, images=digest) for a, m in zip(fits, made, strict=True)], seconds

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,24 +76,6 @@ class FittedFishers(Mapping[str, Fisher]):
             raise RoseError(f"these Fishers were fitted on model {self.model}, this ROSE's is {model}")
         if images != self.images:
             raise RoseError("these Fishers were fitted on other images; pass the images they were fitted on")
-
-    def taken_as(self, arguments: FisherArguments) -> FittedFishers | None:
-        """These Fishers as a fit with ``arguments`` would make them, where those differ from theirs only
-        in the Fisher kind and each layer's Fisher takes this fit (``Fisher.take_fit``: KFAC's and
-        KFAC-Tikhonov's are one fit); None otherwise. A new artifact on the same weights and images, with
-        scores of its own to remember."""
-        kind = arguments.fisher
-        if kind == self.arguments.fisher or replace(self.arguments, fisher=kind) != arguments:
-            return None
-        made: dict[str, Fisher] = {}
-        for name, fitted in self._fishers.items():
-            if fitted.name != self.arguments.fisher:  # max_size's diagonal one: the same under either kind
-                made[name] = fitted
-                continue
-            made[name] = arguments.make(kind)
-            if not made[name].take_fit(fitted):
-                return None
-        return FittedFishers(arguments, made, model=self.model, images=self.images)
 
     def share(self) -> FittedFishers:
         """Mark them as handed to several ROSEs: from now on they remember the raw scores they give (by

@@ -3,7 +3,7 @@ over one layer at a time, in batches planned to fit the memory budget from a one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 
 import torch
@@ -105,19 +105,26 @@ class LayerStream:
     def plan(
         self,
         x: Tensor,
-        kinds: dict[str, str],
+        kinds: Mapping[str, str],
         *,
         batch_size: int,
         fishers: FittedFishers | None = None,
         progress: bool = False,
+        also: Sequence[Mapping[str, str]] = (),
     ) -> MemoryPlan:
         """Images per batch (at most ``batch_size`` rows) within the memory budget for these layers'
-        Fishers of ``kinds`` (less what ``fishers`` of them hold already), stated once on the progress
-        output; refused in one line if even one image does not fit, before any batch runs."""
+        Fishers of ``kinds`` (less what ``fishers`` of them hold already) and those of ``also`` fitted
+        beside them (each kind of a layer once), stated once on the progress output; refused in one line
+        if even one image does not fit, before any batch runs."""
         limit = budget(self.device, self.memory)
         shapes, per_image = self.probe(x)
         held = fishers.held_bytes if fishers is not None else lambda name, kind: 0
         work = sum(max(0, FISHERS.get(kinds[n]).work_bytes(shapes[n]) - held(n, kinds[n])) for n in kinds)
+        work += sum(
+            FISHERS.get(k).work_bytes(shapes[n])
+            for n in kinds
+            for k in {other[n] for other in also} - {kinds[n]}
+        )
         plan = MemoryPlan(
             params=sum(s.params for s in shapes.values()),
             layers=len(shapes),
