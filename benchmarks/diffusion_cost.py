@@ -1,11 +1,12 @@
 """What ROSE costs per image on the zoo's diffusion models beside DiffPath and the model's own loss, in one
 process on the CPU: the loss's forward + backward over every parameter (the floor of a gradient score),
-DiffPath's 10-step DDIM path, the EKFAC Fisher fit (both passes, every batch run through the model) and
-the diagonal one (one pass), and scoring with ``rose-ekfac`` (each image's summed gradient; the layer
-scores) and with the DDPM default's rows (``rose-bands-stats``: every pair's gradient, a column per
-timestep; the whole ``score``, its statistics and density included) on EKFAC and on diagonal Fishers.
-Each is timed warm, best of ``--repeats`` interleaved rounds. Run it from a checkout (``PYTHONPATH=src``)
-to compare two commits on the same machine in one job:
+DiffPath's 10-step DDIM path, the Fisher fit on EKFAC (both passes, every batch run through the model),
+compact EKFAC and diagonal Fishers, and scoring with ``rose-ekfac`` (each image's summed gradient; the
+layer scores) and with the band rows of the diffusion defaults (``rose-bands-stats``: every pair's
+gradient, a column per timestep; the whole ``score``, its statistics and density included) on each of the
+three; then the model's own default (``rose fit`` without ``--method``) over DiffPath. Each is timed
+warm, best of ``--repeats`` interleaved rounds. Run it from a checkout (``PYTHONPATH=src``) to compare two
+commits on the same machine in one job (a kind an older checkout lacks is a dash):
 
     python benchmarks/diffusion_cost.py --models ddpm-fmnist-s0,fm-fmnist-s0 --json before.json
 
@@ -49,12 +50,19 @@ def best_of(rounds: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
-def fit_seconds(model: DiffusionModel, fit: np.ndarray, fisher: str = "ekfac") -> float:
+FISHERS = ("ekfac", "ekfac-compact", "diag")  # the band methods' Fishers: the defaults' and the option
+
+
+def fit_seconds(model: DiffusionModel, fit: np.ndarray, fisher: str = "ekfac") -> float | None:
     """Seconds of a Fisher fit of ``fit`` with every batch of every pass run through the model: no
-    gradients kept between EKFAC's passes, no first pass stopped early (its per-image cost)."""
+    gradients kept between EKFAC's passes, no first pass stopped early (its per-image cost); None for a
+    kind this checkout lacks."""
     from roseood.curvature import EKFAC
 
-    det = ROSE(model, fisher=fisher, progress=False)
+    try:
+        det = ROSE(model, fisher=fisher, progress=False)
+    except RoseError:
+        return None
     det.grad_cache_bytes = 0
     cap = getattr(EKFAC, "FACTOR_IMAGES", None)  # a checkout from before the first pass could stop
     if cap is not None:
@@ -95,18 +103,35 @@ def measure(name: str, n: int, rounds: int) -> dict[str, Any]:
     except RoseError as exc:
         row["diffpath"] = None
         row["diffpath_refused"] = str(exc)
-    row["fit"] = fit_seconds(model, fit[:n]) / n
-    row["fit_diag"] = fit_seconds(model, fit[:n], "diag") / n
+    for fisher in FISHERS:
+        seconds = fit_seconds(model, fit[:n], fisher)
+        row[f"fit_{fisher}"] = None if seconds is None else seconds / n
     rose.fit(fit[:n], held_out=fit[n:])
     fishers = rose.fishers_
     assert fishers is not None  # fitted above
     scoring = partial(rose.stream.scores, x, fishers, batch_size=rose.batch_size, progress=False, desc="")
     row["rose_ekfac"] = best_of(rounds, scoring) / n  # the raw scores, never read from a memo
-    for key, fisher in (("bands", "ekfac"), ("bands_diag", "diag")):
-        bands = make_detector("rose-bands-stats", model, progress=False, fisher=fisher)
+    for fisher in FISHERS:
+        try:
+            bands = make_detector("rose-bands-stats", model, progress=False, fisher=fisher)
+        except RoseError:
+            row[f"bands_{fisher}"] = None
+            continue
         bands.fit(fit[:n], held_out=fit[n:])  # its own Fishers: shared ones would remember the scores timed
-        row[key] = best_of(rounds, partial(bands.score, test)) / n  # the whole score, statistics included
+        row[f"bands_{fisher}"] = best_of(rounds, partial(bands.score, test)) / n  # the whole score
+    row["default"] = default_of(model)
     return row
+
+
+def default_of(model: DiffusionModel) -> dict[str, str]:
+    """The method ``rose fit`` takes for ``model`` without ``--method``, and its Fisher kind."""
+    try:
+        from roseood.models.families import default_method
+    except ImportError:  # a checkout from before a model's default was its own
+        method = "rose-bands-stats"
+    else:
+        method = default_method(model)
+    return {"method": method, "fisher": make_detector(method, model, progress=False).get_params()["fisher"]}
 
 
 def cpu_name() -> str:
@@ -115,32 +140,27 @@ def cpu_name() -> str:
     return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown")
 
 
-def _pair(ekfac: str, diag: str | None) -> str:
-    """A cell with the EKFAC value and the diagonal one (rows from before diag: EKFAC's only)."""
-    return ekfac if diag is None else f"{ekfac} / {diag}"
-
-
 def table(rows: list[dict[str, Any]]) -> str:
-    """The Markdown table: ms per image, and the default's scoring over DiffPath's and the loss's."""
+    """The Markdown table: ms per image (EKFAC / compact EKFAC / diagonal where a cell holds three; a dash:
+    a kind this checkout lacks), and the model's default's scoring over DiffPath's and the loss's."""
     lines = [
-        "| model | K | loss f+b | DiffPath | Fisher fit: EKFAC (2 passes) / diag | rose-ekfac | "
-        "rose-bands-stats: EKFAC / diag | over DiffPath | over the loss |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | K | loss f+b | DiffPath | Fisher fit: EKFAC / compact / diag | rose-ekfac | "
+        "rose-bands-stats: EKFAC / compact / diag | the default | over DiffPath | over the loss |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def ms(s: float | None) -> str:
+        return "–" if s is None else f"{1e3 * s:.0f}"
+
     for r in rows:
-        dp, diag = r["diffpath"], r.get("bands_diag")
-
-        def ms(s: float | None) -> str | None:
-            return None if s is None else f"{1e3 * s:.0f}"
-
-        def over(base: float, r: dict[str, Any] = r, diag: float | None = diag) -> str:
-            return _pair(f"{r['bands'] / base:.2f}×", None if diag is None else f"{diag / base:.2f}×")
-
+        dp = r["diffpath"]
+        fits = " / ".join(ms(r.get(f"fit_{f}")) for f in FISHERS)
+        bands = " / ".join(ms(r.get(f"bands_{f}")) for f in FISHERS)
+        default = r["bands_" + r["default"]["fisher"]]
         lines.append(
-            f"| {r['model']} | {r['k']} | {ms(r['loss_fb'])} | {ms(dp) or '–'} | "
-            f"{_pair(str(ms(r['fit'])), ms(r.get('fit_diag')))} | {ms(r['rose_ekfac'])} | "
-            f"{_pair(str(ms(r['bands'])), ms(diag))} | {over(dp) if dp else 'refused'} | "
-            f"{over(r['loss_fb'])} |"
+            f"| {r['model']} | {r['k']} | {ms(r['loss_fb'])} | {ms(dp)} | {fits} | {ms(r['rose_ekfac'])} | "
+            f"{bands} | {r['default']['method']} | {f'{default / dp:.2f}×' if dp else 'refused'} | "
+            f"{default / r['loss_fb']:.2f}× |"
         )
     return "\n".join(lines)
 
