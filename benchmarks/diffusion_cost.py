@@ -81,9 +81,9 @@ def measure(name: str, n: int, rounds: int) -> dict[str, Any]:
     torch.manual_seed(0)
     model = load_model(name)
     assert isinstance(model, DiffusionModel), f"{name} is not a diffusion model"
-    data = zoo_data(name)
-    fit = load_images(f"{data}:train", n=n + max(n, 24), seed=0).images  # the band density takes ≥ 20
-    test = load_images(data, n=n, seed=0).images
+    data, c, size = zoo_data(name), model.input_shape[0], model.input_shape[-1]  # read as the model reads
+    fit = load_images(f"{data}:train", n=n + max(n, 24), seed=0, channels=c, size=size).images  # ≥ 20 held
+    test = load_images(data, n=n, seed=0, channels=c, size=size).images
     rose = ROSE(model, progress=False)
     row: dict[str, Any] = {"model": name, "images": n, "k": rose.stream.rows_per_image}
     x = model_inputs(test, rose.model, rose.batch_size)
