@@ -125,6 +125,7 @@ class LayerStream:
             for n in kinds
             for k in {other[n] for other in also} - {kinds[n]}
         )
+        beside = sorted({k for other in also for k in other.values()} - set(kinds.values()))
         plan = MemoryPlan(
             params=sum(s.params for s in shapes.values()),
             layers=len(shapes),
@@ -133,7 +134,7 @@ class LayerStream:
             per_image=per_image,
             wanted=self.images_per_batch(batch_size),
             budget=limit,
-            what=f"ROSE-{self.fisher}",
+            what=f"ROSE-{self.fisher}" + (f" (with {', '.join(beside)} beside)" if beside else ""),
         )
         plan.check()
         if progress and plan.images not in self._stated:  # the process's memory moves the peak a little
