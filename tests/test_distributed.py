@@ -1,6 +1,6 @@
-"""torchrun, 2 CPU processes (gloo): fit and scores equal 1 process (a VAE, a latent diffusion model, a
-DiT and a Stable Diffusion folder's LoRA), DDP training resumes (inside an epoch too), a failing rank
-ends the job.
+"""torchrun, 2 CPU processes (gloo): fit and scores equal 1 process (a VAE, five Fisher kinds fitted
+together, a latent diffusion model, a DiT and a Stable Diffusion folder's LoRA), DDP training resumes
+(inside an epoch too), a failing rank ends the job.
 
 The test launches this very file under ``python -m torch.distributed.run``; run as a script it is the
 worker (see ``worker``), which writes what rank 0 saw for the test to compare with a 1-process run, then
@@ -26,6 +26,7 @@ import roseood
 from roseood import distributed
 from roseood.cli import main
 from roseood.detectors import NLL, ROSE, Detector, Ensemble, LikelihoodRegret
+from roseood.detectors.rose import fit_together
 from roseood.errors import RoseError
 from roseood.evaluation.metrics import ood_metrics
 from roseood.models import VAE, load_model, save_model
@@ -70,6 +71,12 @@ def fit_and_score(model: VAE, x: torch.Tensor) -> dict[str, dict[str, object]]:
     ens = Ensemble([ROSE(model, layers=LAYERS, batch_size=5, fisher=f) for f in ("diag", "kfac")])
     ens.fit(x[:24], held_out=x[24:33])
     out["ensemble"] = {"scale": (ens.mean_, ens.std_), "in": ens.score(x[33:]), "out": ens.score(noise)}
+    # the kinds rose evaluate fits together, in one set of passes: each kind's sums reduced, compact EKFAC
+    # and KFAC-Tikhonov on the eigendecompositions rank 0 shares
+    lead = ROSE(model, layers=LAYERS, batch_size=5, fisher="ekfac")
+    kinds = ("ekfac-compact", "kfac-tikhonov", "kfac", "diag")
+    beside = [ROSE(model, layers=LAYERS, batch_size=5, fisher=k).fisher_arguments for k in kinds]
+    out["joint"] = {f.arguments.fisher: f.state() for f in fit_together(lead, x[:24], beside)[0]}
     # sampled scores draw every image's noise from the seed and the image: equal whatever the shard
     sampled: dict[str, Detector] = {
         "nll": NLL(model, batch_size=5),
@@ -249,6 +256,10 @@ def test_two_processes_fit_score_and_train_like_one_and_a_failing_rank_ends_the_
             np.testing.assert_allclose(b[key], a[key], rtol=1e-5, atol=1e-5 * np.abs(a[key]).max())
         assert b["auroc"] == a["auroc"]
         print(f"{case}: AUROC 1 process {a['auroc']:.4f}, 2 processes {b['auroc']:.4f}")
+    for kind, a in one.pop("joint").items():
+        b = two["joint"][kind]
+        assert b.pop("kinds") == a.pop("kinds")
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7, msg=lambda m, kind=kind: f"{kind}: {m}")
     a, b = one["ensemble"], two["ensemble"]
     for key, tol in (("scale", 1e-6), ("in", 1e-5), ("out", 1e-5)):  # near 0: relative to the largest
         want = np.asarray(a[key])
