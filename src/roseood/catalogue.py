@@ -70,8 +70,9 @@ class TrainOptions:
     the constructor keywords they give (``ModelFamily.add_cli_arguments`` / ``from_cli_arguments``), and
     the detection method ``rose fit`` and ``rose evaluate`` take for it (``ModelFamily.method``), with
     the fit and statistics images they take unless told (``fit_counts``) and a cheaper setting of it that
-    ``rose fit`` names when it takes the method unasked (``faster``; empty: none). ``varieties``: the
-    method of each variety of the family that a rule judged apart (a model's ``variety``, e.g. "ddpm")."""
+    ``rose fit`` names when it takes the method unasked (``faster``; empty: none), for the varieties it was
+    measured on (``faster_for``; empty: all). ``varieties``: the method of each variety of the family that
+    a rule judged apart (a model's ``variety``, e.g. "ddpm")."""
 
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
@@ -79,6 +80,7 @@ class TrainOptions:
     method: str = PAPER_METHOD
     fit_counts: tuple[int, int] = FIT_COUNTS
     faster: str = ""
+    faster_for: tuple[str, ...] = ()
     varieties: dict[str, str] = field(default_factory=dict)
 
     def method_for(self, variety: str = "") -> str:
@@ -279,6 +281,7 @@ TRAIN_OPTIONS = {
         faster="--method rose-bands-stats-diag --layers mid scores in under half the time (a quarter of "
         "rose-bands-stats's; one set short of its AUROC on one zoo DDPM: docs/diffusion.md, cheaper "
         "operating points)",
+        faster_for=("ddpm",),  # measured on the zoo DDPMs; a DiT has no "mid" layers
         # the same on compact EKFAC Fishers, a file no larger than the weights: pixel-space DDPMs (it passed
         # the diagonal Fishers' rule on the three Fashion-MNIST DDPMs), flow matching and latent models
         # (the same rule over each kind's three zoo models); the DiT failed it on MNIST and the

@@ -167,3 +167,14 @@ def test_the_faster_setting_named_beside_a_default_is_one_rose_fit_takes():
     det = make_detector(args.method, ddpm, layers=args.layers)
     assert det.layers == ddpm.rose_layers("mid")
     assert default_faster(VAE(ngf=4, nz=4)) == ""
+    # measured on DDPMs only: a DiT (no "mid" layers) or a flow-matching model is not offered it
+    flow = DiffusionModel(
+        in_channels=1,
+        image_size=8,
+        widths=(8, 16),
+        scheduler={"_class_name": "FlowMatchEulerDiscreteScheduler"},
+    )
+    dit = DiffusionModel(
+        in_channels=1, image_size=8, dit={"layers": 1, "heads": 2, "head_dim": 4, "patch": 2}
+    )
+    assert default_faster(flow) == default_faster(dit) == ""

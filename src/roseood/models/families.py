@@ -46,7 +46,8 @@ class ModelFamily:
     (classifiers need labels). ``method``: the detection method ``rose fit`` and ``rose evaluate`` take
     for this family when none is named (``python -m research near-ood``'s rule decides it), ``fit_counts``
     the (fit, statistics) images they take when none are given, and ``faster`` a cheaper setting of the
-    method that ``rose fit`` names when it takes the method unasked (empty: none); ``varieties`` the
+    method that ``rose fit`` names when it takes the method unasked (empty: none), for the varieties in
+    ``faster_for`` (empty: every model of the family); ``varieties`` the
     method of each variety a rule judged apart (a model's ``variety`` attribute), where not ``method``.
     """
 
@@ -60,6 +61,7 @@ class ModelFamily:
     method: str = PAPER_METHOD
     fit_counts: tuple[int, int] = FIT_COUNTS
     faster: str = ""
+    faster_for: tuple[str, ...] = ()
     varieties: dict[str, str] = field(default_factory=dict)
 
     def build(self, in_channels: int, image_size: int = 32, **config: Any) -> GenerativeModel:
@@ -126,9 +128,13 @@ def default_method(model: object) -> str:
 
 
 def default_faster(model: object) -> str:
-    """A cheaper setting of ``default_method(model)`` to name beside it (its family's ``faster``), or ""."""
+    """A cheaper setting of ``default_method(model)`` to name beside it (its family's ``faster``, where
+    measured on its variety), or ""."""
     family = _family_of(model)
-    return family.faster if family is not None else ""
+    if family is None:
+        return ""
+    variety = model.variety if isinstance(model, Varied) else ""
+    return family.faster if not family.faster_for or variety in family.faster_for else ""
 
 
 def default_counts(model: object) -> tuple[int, int]:
@@ -153,6 +159,7 @@ def _built_in(name: str, cls: type[GenerativeModel], train_defaults: dict[str, A
             method=opts.method,
             fit_counts=opts.fit_counts,
             faster=opts.faster,
+            faster_for=opts.faster_for,
             varieties=opts.varieties,
         )
     )
