@@ -224,3 +224,21 @@ def test_a_method_or_setting_the_model_cannot_take_is_refused_before_any_image_o
     with pytest.raises(RoseError, match=message):
         fit_calibrated(method, model, spec, progress=False)
     assert ran == []
+
+
+@pytest.mark.parametrize("planned", [300.0, None])
+def test_each_methods_line_counts_down_from_the_forecast_where_there_is_one(
+    tiny_vae: VAE,
+    spec: EvalSpec,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    planned,
+) -> None:
+    """Methods that share Fisher passes cost unlike (the first fits them all), so after each method but the
+    last the line says what the forecast leaves; with no forecast, the rate so far."""
+    monkeypatch.setattr(evaluate_module, "forecast_evaluation", lambda *_: planned)
+    evaluate(tiny_vae, replace(spec, methods=["nll", "rose-diag"]), progress=True)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "methods in" in ln]
+    assert len(lines) == 2 and not lines[1].split("methods in")[1].count(",")
+    assert ("left by the forecast" in lines[0]) == (planned is not None)
+    assert ("if the rest take as long" in lines[0]) == (planned is None)

@@ -246,17 +246,22 @@ def evaluate(
         det = assembled(built[method], model, progress)
         runs.append(_MethodRun(method, model, fit, spec, progress, cache, key, pool, det))
     scored = {r.method: r.scored(sets, digests) for r in runs}
+    planned = None  # the forecast's seconds: the methods share Fisher passes, so they cost unlike
     if progress:  # what the cache already holds takes no time: those methods are left out
         pending = {r.method: built[r.method][0] for r in runs if not r.cached(scored[r.method], tpr)}
         if pending:
-            forecast_evaluation(spec, models, pending, fit, [test, *ood.values()])
+            planned = forecast_evaluation(spec, models, pending, fit, [test, *ood.values()])
+    begun = time.monotonic()  # after the forecast's own timed batch, which it does not count
     for i, (method, run) in enumerate(zip(spec.methods, runs, strict=True)):
         _evaluate_method(run, result, scored[method], examples, tpr)
         if progress and len(spec.methods) > 1:
             elapsed = time.monotonic() - started
-            left = eta(i + 1, len(spec.methods), elapsed)
             done = f"{method} done: {i + 1}/{len(spec.methods)} methods in {duration(elapsed)}"
-            note(done + (f", {left} (if the rest take as long)" if left else ""))
+            left = eta(i + 1, len(spec.methods), elapsed) + " (if the rest take as long)"
+            if planned is not None:  # counted the Fisher passes the methods share once
+                rest = planned - (time.monotonic() - begun)
+                left = f"≈ {duration(rest)} left by the forecast" if rest > 0 else ""
+            note(done + (f", {left}" if left and i + 1 < len(spec.methods) else ""))
     if spec.bootstrap:
         result.add_intervals(spec.bootstrap, spec.seed)
     return result

@@ -107,13 +107,14 @@ def forecast_evaluation(
     detectors: dict[str, Detector],
     fit: ImageSet,
     tested: list[ImageSet],
-) -> None:
+) -> float | None:
     """Say before any work how long the whole evaluation will take here; ``detectors``: each method to run
     (those the cache does not hold), built for the first model, where ``worth_forecasting``. A ROSE's
     stages are timed on a batch of the fit images (``timed_stages``), once for variants that share their
     layer scores; the first ROSE fits the Fishers of the later ones that ``FisherPool`` fits beside it
     (``joinable``), which then count only their layer scores; other methods count image passes of the
-    model's loss (``loss_seconds``, weighted by ``pass_weight``)."""
+    model's loss (``loss_seconds``, weighted by ``pass_weight``). Returns the seconds said (None: none
+    said), from which ``evaluate``'s per-method lines count down."""
     first, methods = models[0], list(detectors)
     limits = [spec.test_limits.get(m) for m in methods]
     sets = [len(s) for s in tested]
@@ -121,7 +122,7 @@ def forecast_evaluation(
     n_fisher = fisher_count(spec, len(fit))
     sample = fit.images[: spec.batch_size]
     if not worth_forecasting(len(fit) + max(scored), len(sample)):
-        return
+        return None
     per_pass = loss_seconds(first, sample)
     seconds, seen = 0.0, set()
     roses = [d for d in detectors.values() if isinstance(d, SharesFishers)]
@@ -144,7 +145,7 @@ def forecast_evaluation(
             own = held_out * stages.scoring if fitted else stages.fit(n_fisher, held_out)
             seconds += own + n * stages.scoring
         elif per_pass is None:  # nothing to time this method by: no forecast rather than one that omits it
-            return
+            return None
         else:
             seconds += per_pass[0] * pass_weight(d, first) * (len(fit) + n)
     each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
@@ -154,3 +155,4 @@ def forecast_evaluation(
     if per_pass is not None:
         basis += _loss_basis(*per_pass)
     forecast(what, seconds * len(models), basis)
+    return seconds * len(models)
