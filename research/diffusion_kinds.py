@@ -43,9 +43,13 @@ KINDS = {  # the reference first in the tables
 # the order they run, cheapest first, so that a run stopped part-way has the most kinds: flow matching
 # takes three methods, the latent UNet runs on latents a quarter the size, the marginal costs ten times
 ORDER = ("fm", "ldm", "dit", "ddpm", "cddpm")
-# the diffusion experiment's, the family's default and each variety's (the DDPM's compact-Fisher one), so
+# the diffusion experiment's, the family's default and the varieties' (compact EKFAC's, once), so
 # that every kind is judged against the defaults a rule set for another
-KIND_METHODS = [*METHODS, TRAIN_OPTIONS["diffusion"].method, *TRAIN_OPTIONS["diffusion"].varieties.values()]
+KIND_METHODS = list(
+    dict.fromkeys(
+        [*METHODS, TRAIN_OPTIONS["diffusion"].method, *TRAIN_OPTIONS["diffusion"].varieties.values()]
+    )
+)
 USES = common.Uses(
     tuple(f"zoo {k}-*" for k in KINDS), ("fashion_mnist",), tuple(KIND_METHODS), ("diffusion-kinds",)
 )

@@ -51,3 +51,13 @@ def test_diffusion_kinds_bench_smoke(tmp_path, tiny_kinds_zoo, monkeypatch):
         for method, sets in found["values"].items():
             assert set(sets) == set(OOD["fashion_mnist"]), (kind, method)
             assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in sets.values()), (kind, method)
+
+
+def test_each_method_is_judged_once_and_every_default_among_them():
+    """The varieties share one method (compact EKFAC): listed three times, a kind's table had it thrice."""
+    from research import diffusion_kinds
+    from roseood.catalogue import TRAIN_OPTIONS
+
+    methods, opts = diffusion_kinds.KIND_METHODS, TRAIN_OPTIONS["diffusion"]
+    assert len(methods) == len(set(methods))
+    assert {opts.method, *opts.varieties.values()} <= set(methods)
