@@ -246,25 +246,34 @@ def evaluate(
         det = assembled(built[method], model, progress)
         runs.append(_MethodRun(method, model, fit, spec, progress, cache, key, pool, det))
     scored = {r.method: r.scored(sets, digests) for r in runs}
-    planned = None  # the forecast's seconds: the methods share Fisher passes, so they cost unlike
+    planned = None
     if progress:  # what the cache already holds takes no time: those methods are left out
         pending = {r.method: built[r.method][0] for r in runs if not r.cached(scored[r.method], tpr)}
         if pending:
             planned = forecast_evaluation(spec, models, pending, fit, [test, *ood.values()])
-    begun = time.monotonic()  # after the forecast's own timed batch, which it does not count
+    said = None if planned is None else (planned, time.monotonic())  # its timed batch not counted
     for i, (method, run) in enumerate(zip(spec.methods, runs, strict=True)):
         _evaluate_method(run, result, scored[method], examples, tpr)
         if progress and len(spec.methods) > 1:
-            elapsed = time.monotonic() - started
-            done = f"{method} done: {i + 1}/{len(spec.methods)} methods in {duration(elapsed)}"
-            left = eta(i + 1, len(spec.methods), elapsed) + " (if the rest take as long)"
-            if planned is not None:  # counted the Fisher passes the methods share once
-                rest = planned - (time.monotonic() - begun)
-                left = f"≈ {duration(rest)} left by the forecast" if rest > 0 else ""
-            note(done + (f", {left}" if left and i + 1 < len(spec.methods) else ""))
+            note(_done_line(method, i + 1, len(spec.methods), started, said))
     if spec.bootstrap:
         result.add_intervals(spec.bootstrap, spec.seed)
     return result
+
+
+def _done_line(method: str, done: int, total: int, started: float, said: tuple[float, float] | None) -> str:
+    """The line after the ``done``-th of ``total`` methods: the time so far and what is left, counted down
+    from the forecast where one was ``said`` (its seconds, and when the work began: the methods share
+    Fisher passes, so they cost unlike), else from the rate so far."""
+    elapsed = time.monotonic() - started
+    line = f"{method} done: {done}/{total} methods in {duration(elapsed)}"
+    if done == total:
+        return line
+    if said is None:
+        left = eta(done, total, elapsed)
+        return f"{line}, {left} (if the rest take as long)" if left else line
+    rest = said[0] - (time.monotonic() - said[1])
+    return f"{line}, ≈ {duration(rest)} left by the forecast" if rest > 0 else line
 
 
 def check_request(
