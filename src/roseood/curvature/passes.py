@@ -26,12 +26,12 @@ class Joint:
         self.fishers = [*fitted, *takes]
         self.takes = dict(takes)
         self.passes = max(f.passes for f in fitted)
-        self._offset = {id(f): self.passes - f.passes for f in fitted}
-        self._offset |= {id(f): self._offset[id(source)] for f, source in self.takes.items()}
+        self._offset = {f: self.passes - f.passes for f in fitted}  # the first joint pass it is fed in
+        self._offset |= {f: self._offset[source] for f, source in self.takes.items()}
 
     def _own(self, pass_index: int) -> list[tuple[Fisher, int]]:
         """The members fed in this pass, each with its own index of it (a taker's first pass is taken)."""
-        own = ((f, pass_index - self._offset[id(f)]) for f in self.fishers)
+        own = ((f, pass_index - self._offset[f]) for f in self.fishers)
         return [(f, p) for f, p in own if p >= (1 if f in self.takes else 0)]
 
     def wants(self, pass_index: int) -> bool:
@@ -46,7 +46,7 @@ class Joint:
         for f, p in self._own(pass_index):
             f.end_pass(p, factors)
         for f, source in self.takes.items():
-            if pass_index == self._offset[id(f)] and not f.take_first_pass(source):
+            if pass_index == self._offset[f] and not f.take_first_pass(source):
                 raise RuntimeError(f"a {f.name} Fisher could not take the first pass of a {source.name}")
 
     def reduce_sums(self, pass_index: int, reduce: Callable[[Tensor], Tensor]) -> None:
@@ -72,12 +72,13 @@ class JointFit:
         for name in kinds[0]:
             wanted = list(dict.fromkeys(k[name] for k in kinds))
             fitted = [k for k in wanted if not set(FISHERS.get(k).takes_from) & set(wanted)]
-            sources: dict[str, str] = {}
-            for k in wanted:
-                if k not in fitted:
-                    source = next((s for s in fitted if s in FISHERS.get(k).takes_from), None)
-                    fitted += [k] if source is None else []
-                    sources |= {k: source} if source is not None else {}
+            sources: dict[str, str] = {}  # a kind taken → the fitted kind it takes from
+            for k in (k for k in wanted if k not in fitted):
+                source = next((s for s in fitted if s in FISHERS.get(k).takes_from), None)
+                if source is None:  # what it takes from is taken itself (KFAC and KFAC-Tikhonov): fit it
+                    fitted.append(k)
+                else:
+                    sources[k] = source
             made = self._made[name] = {k: make(k) for k in wanted}
             takes = {made[k]: made[s] for k, s in sources.items()}
             self.layers[name] = Joint([made[k] for k in fitted], takes)
@@ -92,7 +93,7 @@ class JointFit:
 
 
 def fisher_pass(
-    fishers: Mapping[str, Fisher | Joint],
+    fishers: Mapping[str, Joint],
     batches: Iterable[Tensor],
     pass_index: int,
     store: GradientStore,
