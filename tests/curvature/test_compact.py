@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from roseood.curvature import CompactEKFAC, FactoredGrad, LayerShape, make_fisher
+from roseood.curvature import CompactEKFAC, FactoredGrad, LayerShape, WideCompactEKFAC, make_fisher
 from roseood.detectors import ROSE, Detector, make_detector
 from roseood.errors import CheckpointError
 from roseood.models.diffusion import DiffusionModel
@@ -65,13 +65,42 @@ def test_the_quadratic_form_is_that_of_the_dense_fisher_it_defines(d_in, d_out, 
     torch.testing.assert_close(compact.quad(test), expected, rtol=1e-8, atol=0)
 
 
-@pytest.mark.parametrize(("d_in", "d_out", "groups"), [(40, 6, 1), (30, 5, 2)])
-def test_it_takes_ekfacs_first_pass_and_ends_where_its_own_fit_ends(d_in, d_out, groups):
+@pytest.mark.parametrize("groups", [1, 2])
+def test_the_wide_kind_truncates_the_output_basis_of_a_layer_with_more_outputs(groups):
+    """``ekfac-compact-wide`` on a layer of 6 inputs and 40 outputs, where compact EKFAC keeps nothing
+    (a diagonal Fisher), is compact EKFAC of the transposed gradients (δ and a traded): the same scores up
+    to the rounding of eigh on factors scaled by 1/positions on the other side; on a layer with fewer
+    outputs than inputs it is compact EKFAC to the last bit."""
+    narrow = batches(40, 6, groups)
+    wide = [FactoredGrad(g.d, g.a, groups=groups) for g in narrow]  # Gᵀ: 6 inputs, 40 outputs
+    shape = LayerShape(6, 40, groups)
+    assert CompactEKFAC.rank(shape) == 0 and not CompactEKFAC.takes(shape)
+    assert WideCompactEKFAC.rank(shape) == CompactEKFAC.rank(LayerShape(40, 6, groups)) >= 1
+    f = fitted("ekfac-compact-wide", wide)
+    expected = fitted("ekfac-compact", narrow).quad(narrow[0])
+    torch.testing.assert_close(f.quad(wide[0]), expected, rtol=1e-10, atol=0)
+    state = f.state()
+    assert (
+        sum(t.numel() for t in _tensors(state)) * 4
+        == WideCompactEKFAC.file_bytes(shape)
+        <= 4 * 6 * 40 * groups
+    )
+    again = make_fisher("ekfac-compact-wide")
+    again.load_state(state)
+    torch.testing.assert_close(again.quad(wide[0]), f.quad(wide[0]), rtol=1e-3, atol=0)  # float32 columns
+    assert torch.equal(fitted("ekfac-compact-wide", narrow).quad(narrow[0]), expected)
+
+
+@pytest.mark.parametrize(
+    ("kind", "d_in", "d_out", "groups"),
+    [("ekfac-compact", 40, 6, 1), ("ekfac-compact", 30, 5, 2), ("ekfac-compact-wide", 6, 40, 2)],
+)
+def test_it_takes_ekfacs_first_pass_and_ends_where_its_own_fit_ends(kind, d_in, d_out, groups):
     """EKFAC's first pass on the same gradients (its factors and bases), then its own second pass: every
     field its own two passes make, to the last bit; a loaded EKFAC or a KFAC gives nothing."""
     grads = batches(d_in, d_out, groups)
-    own, whole = fitted("ekfac-compact", grads), fitted("ekfac", grads)
-    taken = make_fisher("ekfac-compact", 1e-3)  # ``fitted``'s damping
+    own, whole = fitted(kind, grads), fitted("ekfac", grads)
+    taken = make_fisher(kind, 1e-3)  # ``fitted``'s damping
     assert taken.take_first_pass(whole)
     for g in grads:
         taken.update(g, 1)
@@ -82,8 +111,8 @@ def test_it_takes_ekfacs_first_pass_and_ends_where_its_own_fit_ends(d_in, d_out,
     assert [getattr(taken, k) for k in fields] == [getattr(own, k) for k in fields]
     loaded = make_fisher("ekfac")
     loaded.load_state(whole.state())
-    assert not make_fisher("ekfac-compact").take_first_pass(loaded)
-    assert not make_fisher("ekfac-compact").take_first_pass(fitted("kfac", grads))
+    assert not make_fisher(kind).take_first_pass(loaded)
+    assert not make_fisher(kind).take_first_pass(fitted("kfac", grads))
 
 
 def test_its_state_is_at_most_the_weights_and_reads_back_to_the_same_scores():

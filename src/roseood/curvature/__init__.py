@@ -6,7 +6,7 @@ of a model's layers are usable and how.
 """
 
 from roseood.curvature.check import LayerReport, check_layers, format_layer_report
-from roseood.curvature.compact import CompactEKFAC
+from roseood.curvature.compact import CompactEKFAC, WideCompactEKFAC
 from roseood.curvature.fisher import (
     FISHERS,
     DenseFisher,
@@ -58,6 +58,7 @@ __all__ = [
     "LayerReport",
     "LayerShape",
     "SummedGrad",
+    "WideCompactEKFAC",
     "check_layers",
     "declare_mask",
     "fisher_pass",

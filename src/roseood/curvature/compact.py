@@ -39,11 +39,22 @@ class CompactEKFAC(EKFAC):
         self.rest: Tensor | None = None  # Σ_n the remainder's squared norm, per output eigen-direction
         self.rest_dims = 0  # input directions the remainder spans, per group (a mask's free ones less kept)
 
-    @staticmethod
-    def rank(shape: LayerShape) -> int:
-        """Input directions kept: the most whose columns and eigenvalues, with the output basis's reflectors
-        and the remainders' values, fit in the d_out·d_in numbers of the layer's weights (per group)."""
+    flips_wide: ClassVar[bool] = False  # a layer with more outputs than inputs fitted transposed
+
+    @classmethod
+    def flipped(cls, d_in: int, d_out: int) -> bool:
+        """Whether a layer of (d_out, d_in) blocks is fitted transposed, its output basis the truncated one
+        (``WideCompactEKFAC``: where its outputs outnumber its inputs)."""
+        return cls.flips_wide and d_out > d_in
+
+    @classmethod
+    def rank(cls, shape: LayerShape) -> int:
+        """Directions kept of the truncated basis: the most whose columns and eigenvalues, with the other
+        basis's reflectors and the remainders' values, fit in the d_out·d_in numbers of the layer's weights
+        (per group)."""
         d_in, d_out = shape.d_in, shape.d_out
+        if cls.flipped(d_in, d_out):
+            d_in, d_out = d_out, d_in
         return max(0, (d_out * d_in - d_out * (d_out + 1) // 2 - d_out) // (d_in + d_out))
 
     @classmethod
@@ -53,6 +64,8 @@ class CompactEKFAC(EKFAC):
     @classmethod
     def file_bytes(cls, shape: LayerShape) -> int:
         r, d_in, d_out = cls.rank(shape), shape.d_in, shape.d_out
+        if cls.flipped(d_in, d_out):
+            d_in, d_out = d_out, d_in
         return 4 * shape.groups * (d_in * r + d_out * (d_out + 1) // 2 + d_out * (r + 1))
 
     def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
@@ -61,11 +74,22 @@ class CompactEKFAC(EKFAC):
             self._truncate()
 
     def _truncate(self) -> None:
-        """Keep the input basis's ``rank`` leading columns (eigh's ascending order: the last ones) and
-        their eigenvalues."""
+        """Keep the truncated basis's ``rank`` leading columns (eigh's ascending order: the last ones) and
+        their eigenvalues; a flipped layer's bases and eigenvalues trade places first, so that from here
+        on the input side is the truncated one."""
         assert self.u_in is not None and self.u_out is not None and self.eig_in is not None
-        groups, d_in = self.u_in.shape[0] if self.u_in.dim() == 3 else 1, self.u_in.shape[-1]
-        keep = self.rank(LayerShape(d_in, self.u_out.shape[-1], groups))
+        groups = self.u_in.shape[0] if self.u_in.dim() == 3 else 1
+        d_in, d_out = self.u_in.shape[-1], self.u_out.shape[-1]
+        keep = self.rank(LayerShape(d_in, d_out, groups))
+        if self.flipped(d_in, d_out):
+            self.u_in, self.u_out, self.eig_in, self.eig_out = (
+                self.u_out,
+                self.u_in,
+                self.eig_out,
+                self.eig_in,
+            )
+            self.in_free, self.out_free, d_in = self.out_free, self.in_free, d_out
+        assert self.u_in is not None and self.eig_in is not None
         self.rest_dims = max((self.in_free or d_in) - keep, 1)
         first = d_in - keep
         self.u_in, self.eig_in = self.u_in[..., first:].clone(), self.eig_in[..., first:].clone()
@@ -84,11 +108,13 @@ class CompactEKFAC(EKFAC):
         large squares is taken."""
         u_out, u_in = self._typed_bases(g)
         m = g.matrix()
-        n, d_out, d_in = m.shape[0], u_out.shape[-1], m.shape[-1]
+        blocks = m.view(m.shape[0], g.groups, -1, m.shape[-1])
+        if self.flipped(blocks.shape[-1], blocks.shape[-2]):
+            blocks = blocks.mT
         kept, rest = [], []
         # a few samples at a time: the rotated matrices and their remainder stay in the CPU's cache
         step = run_length(m[0].numel() * m.element_size(), m.device)
-        for run in m.view(n, g.groups, d_out, d_in).split(step):
+        for run in blocks.split(step):
             x = u_out.mT @ run
             k = x @ u_in
             kept.append(k.flatten(1, 2))
@@ -153,4 +179,16 @@ class CompactEKFAC(EKFAC):
             raise CheckpointError("fields 'scale' and 'rest' do not fit the bases u_in and u_out")
 
 
-FISHERS.register(CompactEKFAC.name, CompactEKFAC)
+class WideCompactEKFAC(CompactEKFAC):
+    """Compact EKFAC that truncates the wider side (beyond the paper): a layer with more outputs than
+    inputs (a transformer's MLP up-projection and attention projections, a time embedding's widening)
+    keeps its whole input basis and its output basis's leading directions, the remainder one block per
+    input direction: ``CompactEKFAC`` of the transposed gradients. There, layers with more than about twice
+    as many outputs as inputs find no rank that fits their weights and get a diagonal Fisher."""
+
+    name = "ekfac-compact-wide"
+    flips_wide = True
+
+
+for _fisher in (CompactEKFAC, WideCompactEKFAC):
+    FISHERS.register(_fisher.name, _fisher)

@@ -108,6 +108,7 @@ class KroneckerFisher(Fisher):
         self.in_support: Tensor | None = None  # inputs and outputs that meet a free entry (masked layers)
         self.out_support: Tensor | None = None
         self.in_free: int | None = None  # the most free inputs of a group (masked layers; None: all)
+        self.out_free: int | None = None  # ... and outputs
         self._fit_rcond: float | None = None  # ``default_rcond`` of the gradients fitted on (None: loaded)
 
     def _update_factors(self, g: LayerGrad) -> None:
@@ -143,8 +144,9 @@ class KroneckerFisher(Fisher):
             self._need_data()
             assert self.a_cov is not None and self.d_cov is not None
             factors = factors or FactorCache()
-            if self.in_support is not None:
+            if self.in_support is not None and self.out_support is not None:
                 self.in_free = int(self.in_support.sum(-1).max())
+                self.out_free = int(self.out_support.sum(-1).max())
             self.eig_in, self.u_in = factors.eigh(self.a_cov / self.count, self.in_support)
             self.eig_out, self.u_out = factors.eigh(self.d_cov / self.count, self.out_support)
             self.a_cov = self.d_cov = self.in_support = self.out_support = None  # bases suffice now
@@ -158,7 +160,7 @@ class KroneckerFisher(Fisher):
             return False
         if fitted.basis_only != self.basis_only or fitted.u_in is None or fitted._fit_rcond is None:
             return False
-        for key in ("count", "u_in", "u_out", "eig_in", "eig_out", "in_free", "_fit_rcond"):
+        for key in ("count", "u_in", "u_out", "eig_in", "eig_out", "in_free", "out_free", "_fit_rcond"):
             setattr(self, key, getattr(fitted, key))
         return True
 

@@ -36,10 +36,11 @@ BAND_METHODS = {
 # the size of the weights; an option, its AUROC against the default's in docs/diffusion.md ("Diagonal
 # Fishers for the DDPM default")
 DIAG_BANDS_METHODS = {"rose-bands-stats-diag": BAND_METHODS["rose-bands-stats"] | {"fisher": "diag"}}
-# ... and on compact EKFAC Fishers (the input basis's leading directions): a file no larger than the
-# weights, scoring without EKFAC's whole input rotation (docs/diffusion.md, "Compact EKFAC")
+# ... and on compact EKFAC Fishers (the input basis's leading directions; "-wide": the wider side's): a file
+# no larger than the weights, scoring without EKFAC's whole rotation (docs/diffusion.md, "Compact EKFAC")
 COMPACT_BANDS_METHODS = {
-    "rose-bands-stats-compact": BAND_METHODS["rose-bands-stats"] | {"fisher": "ekfac-compact"}
+    f"rose-bands-stats-{kind.removeprefix('ekfac-')}": BAND_METHODS["rose-bands-stats"] | {"fisher": kind}
+    for kind in ("ekfac-compact", "ekfac-compact-wide")
 }
 # the DDPM default over the denoiser's last 4 layers, about one DiffPath image per image: an option, its
 # AUROC against the default's in docs/diffusion.md ("What a score costs")
