@@ -27,7 +27,7 @@ from roseood.detectors import ROSE
 from roseood.detectors.aggregation import tie_share
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.splits import OVERALL, fisher_count, load_fit_images, load_ood_sets, overall_scores
+from roseood.evaluation.splits import OVERALL, load_fit_images, load_ood_sets, overall_scores
 from roseood.models.base import GenerativeModel
 
 AGGREGATES = ["relu-norm", "relu-norm:beta=3", "max-z", "log-z", "gaussian", "gmm:k=3"]
@@ -69,19 +69,17 @@ def ablation_rows(
 ) -> list[dict[str, Any]]:
     """One row per Fisher × layer set × aggregation: AUROC per OOD set (and overall), tie shares, warnings."""
     spec = ws.spec(model, in_data, ood, ["rose-ekfac"])
-    fit = load_fit_images(spec, model).images
-    stats = fit[fisher_count(spec, len(fit)) :]
+    fit = load_fit_images(spec, model)
     test = in_test_images(spec, model, in_data)
     ood_sets, _ = load_ood_sets(spec, model)
     rows = []
     for fisher in FISHERS:
         layer_sets = ablation_layer_sets(ws, model, fisher)
         union = list(dict.fromkeys(name for names in layer_sets.values() for name in names))
-        fisher_images = fit[: fisher_count(spec, len(fit))]
         scorer = LayerScores(
-            ws.cache, model, fisher, union, fisher_images, spec.batch_size, progress=ws.progress
+            ws.cache, model, fisher, union, fit.fisher, spec.batch_size, progress=ws.progress
         )
-        sets = {STATS: stats, in_data: test} | {k: v.images for k, v in ood_sets.items()}
+        sets = {STATS: fit.held_out, in_data: test} | {k: v.images for k, v in ood_sets.items()}
         columns = {k: scorer(v) for k, v in sets.items()}
         for set_name, names in layer_sets.items():
             keep = [union.index(n) for n in names]

@@ -41,7 +41,7 @@ from roseood.bench.workspace import Workspace
 from roseood.detectors import ROSE
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets
+from roseood.evaluation.splits import load_fit_images, load_ood_sets
 from roseood.models import zoo
 from roseood.models.checkpoint import load_model
 from roseood.models.diffusion import DiffusionModel, as_diffusion_model
@@ -82,11 +82,10 @@ def setting_scores(
     sizes = ws.profile.experiment_overrides.get("diffusion-zoo", {})
     counts = {k: v for k, v in sizes.items() if k in ("fit_samples", "stats_samples", "test_samples")}
     spec = ws.spec(model, data, OOD[data], ["rose-ekfac"], seed=DATA_SEED + seed, **counts)
-    fit = load_fit_images(spec, model).images
-    n = fisher_count(spec, len(fit))
+    fit = load_fit_images(spec, model)
     spec.seed += FRESH_SEED_STEP * image_draw
     test = in_test_images(spec, model, data)
-    sets = {STATS: fit[n:], data: test} | {k: v.images for k, v in load_ood_sets(spec, model)[0].items()}
+    sets = {STATS: fit.held_out, data: test} | {k: v.images for k, v in load_ood_sets(spec, model)[0].items()}
     base = dict(model.denoising)
     every = model.layer_sets()["all"]
     cols = [every.index(name) for name in model.layer_sets()[s["layers"]]]
@@ -96,7 +95,7 @@ def setting_scores(
             pairs = {"k": s["k"], "t_min": s["t_min"], "t_max": s["t_max"], "seed": base["seed"] + draw}
             model.set_denoising(**(base | pairs))
             scorer = LayerScores(
-                ws.cache, model, s["fisher"], every, fit[:n], spec.batch_size, progress=ws.progress
+                ws.cache, model, s["fisher"], every, fit.fisher, spec.batch_size, progress=ws.progress
             )
             columns = {k: scorer(v) for k, v in sets.items()}
             det = ROSE(model, fisher=s["fisher"], layers=model.layer_sets()[s["layers"]], progress=False)

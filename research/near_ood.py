@@ -42,7 +42,7 @@ from roseood.detectors.rose import BAND_METHODS, NEAR_OOD_METHODS
 from roseood.evaluation.cache import array_digest, cache_key
 from roseood.evaluation.metrics import ood_metrics
 from roseood.evaluation.report import markdown_rows
-from roseood.evaluation.splits import fisher_count, load_fit_images, load_ood_sets
+from roseood.evaluation.splits import load_fit_images, load_ood_sets
 from roseood.models.base import RoseModel, model_name
 from roseood.models.checkpoint import load_model, model_fingerprint
 from roseood.models.diffusion import as_diffusion_model
@@ -91,8 +91,7 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
     sizes = ws.profile.experiment_overrides.get("diffusion-zoo", {}) if family == "ddpm" else {}
     counts = {k: v for k, v in sizes.items() if k in ("fit_samples", "stats_samples", "test_samples")}
     spec = ws.spec(model, data, OOD[data], [DEFAULT], seed=seed, **counts)
-    fit = load_fit_images(spec, model).images
-    n_fisher = fisher_count(spec, len(fit))
+    fit = load_fit_images(spec, model)
     test = in_test_images(spec, model, data)
     ood_sets, _ = load_ood_sets(spec, model)
     scorer = LayerScores(
@@ -100,12 +99,12 @@ def model_result(ws: Workspace, family: str, model: RoseModel, data: str, seed: 
         model,
         "ekfac",
         model.rose_layers(),
-        fit[:n_fisher],
+        fit.fisher,
         spec.batch_size,
         ALL_FEATURES,
         ws.progress,
     )
-    sets = {STATS: fit[n_fisher:], data: test} | {k: v.images for k, v in ood_sets.items()}
+    sets = {STATS: fit.held_out, data: test} | {k: v.images for k, v in ood_sets.items()}
     columns = {k: scorer(v) for k, v in sets.items()}
     plan = [(v, how, scorer.rows, columns) for v, how in VARIANTS.items()]
     bands = None

@@ -51,11 +51,11 @@ def test_layerwise_evaluation_scores_every_layer(tiny_vae: VAE, spec: EvalSpec, 
 
 
 def test_fit_draws_vary_the_fisher_images_and_keep_the_statistics(tiny_vae: VAE, spec: EvalSpec) -> None:
-    draws = [load_fit_images(replace(spec, fit_samples=6, fit_draw=d), tiny_vae).images for d in (0, 1)]
+    draws = [load_fit_images(replace(spec, fit_samples=6, fit_draw=d), tiny_vae).whole.images for d in (0, 1)]
     assert all(len(d) == 6 + spec.stats_samples for d in draws)
     np.testing.assert_array_equal(draws[0][6:], draws[1][6:])  # the same statistics images
     assert not np.array_equal(draws[0][:6], draws[1][:6])
-    pool = {x.tobytes() for x in load_fit_images(replace(spec, fit_samples=30), tiny_vae).images}
+    pool = {x.tobytes() for x in load_fit_images(replace(spec, fit_samples=30), tiny_vae).whole.images}
     assert {x.tobytes() for x in draws[0]} <= pool and len({x.tobytes() for x in draws[0]}) == 16
     assert evaluate_module.fisher_count(replace(spec, fit_samples=6, fit_draw=0), 16) == 6
 
@@ -66,7 +66,8 @@ def test_fewer_fit_images_than_asked_is_one_warning_line(tiny_vae: VAE, spec: Ev
     that gives what was asked says nothing."""
     short = replace(spec, fit_samples=64, stats_samples=16)
     fit = load_fit_images(short, tiny_vae)
-    assert len(fit) == 40 and evaluate_module.fisher_count(short, 40) == 24
+    assert len(fit.whole) == 40 and len(fit.fisher) == evaluate_module.fisher_count(short, 40) == 24
+    np.testing.assert_array_equal(np.concatenate([fit.fisher, fit.held_out]), fit.whole.images)
     warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(warned) == 1 and warned[0].endswith(
         "fit.npz: 64 fit and 16 statistics images asked, 24 and 16 used (it has 40 images, not 80)"

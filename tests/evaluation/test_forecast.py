@@ -156,7 +156,7 @@ def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
     from dataclasses import replace
 
     from roseood.evaluation.evaluate import check_request
-    from roseood.evaluation.splits import fisher_count, load_fit_images
+    from roseood.evaluation.splits import load_fit_images
 
     forecasts = importlib.import_module("roseood.evaluation.forecast")
     said: list[float] = []
@@ -165,11 +165,11 @@ def test_a_variant_reading_an_earlier_ones_layer_scores_is_forecast_as_free(
     )
     monkeypatch.setattr(forecasts, "forecast", lambda what, seconds, basis="": said.append(seconds))
     model = tiny_vae()
-    fit, tested = load_fit_images(spec, model), [load_fit_images(spec, model)]
+    fit = load_fit_images(spec, model)
+    tested = [fit.whole]
     for methods in (["rose-ekfac"], ["rose-ekfac", "rose-gmm"], ["rose-ekfac", "rose-diag"]):
         asked = replace(spec, methods=methods, stats_samples=max(spec.stats_samples, 20))  # rose-gmm's least
         built = {m: members[0] for m, members in check_request(asked, [model], None, False).items()}
         forecasts.forecast_evaluation(asked, [model], built, fit, tested)
-    held_out = len(fit) - fisher_count(asked, len(fit))
-    scored = 0.5 * (held_out + len(tested[0]))
+    scored = 0.5 * (len(fit.held_out) + len(tested[0]))
     assert said[1] == said[0] and said[2] == said[0] + scored

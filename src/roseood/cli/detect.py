@@ -28,11 +28,11 @@ from roseood.errors import RoseError
 if TYPE_CHECKING:
     import numpy as np
 
-    from roseood.data import ImageSet, ImageStream
+    from roseood.data import ImageStream
     from roseood.data.jpeg import JpegHistory, Storage
     from roseood.data.preprocess import Preprocessing
     from roseood.detectors import Detector
-    from roseood.evaluation.splits import EvalSpec
+    from roseood.evaluation.splits import EvalSpec, FitImages
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
@@ -58,12 +58,12 @@ def cmd_fit(args: argparse.Namespace) -> None:
     model = models if len(models) > 1 else models[0]
     fitted = fit_calibrated(args.method, model, spec, tpr=args.tpr, progress=not args.quiet)
     det, fit = fitted.detector, fitted.fit
-    _check_held_out_storage(det, fit, fitted.held_out, spec)
+    _check_held_out_storage(det, fit, spec)
     det.save(args.out)
     what = args.method if len(models) == 1 else f"an ensemble of {len(models)} {args.method} detectors"
     print(
-        f"wrote {args.out}: {what} fitted on {len(fit)} images of {fit.name}; OOD above "
-        f"{det.threshold_:.6g} ({args.tpr:.0%} of {fitted.held_out} held-out in-distribution images below)"
+        f"wrote {args.out}: {what} fitted on {len(fit.whole)} images of {fit.whole.name}; OOD above "
+        f"{det.threshold_:.6g} ({args.tpr:.0%} of {len(fit.held_out)} held-out in-distribution images below)"
     )
 
 
@@ -85,19 +85,19 @@ def _warn_stored_unlike(
         state(f"warning: {line}")
 
 
-def _check_held_out_storage(det: Detector, fit: ImageSet, held_out: int, spec: EvalSpec) -> None:
+def _check_held_out_storage(det: Detector, fit: FitImages, spec: EvalSpec) -> None:
     """``rose fit``: warn where the held-out images its threshold is set on were stored unlike the images
     it fitted on (a fit set that mixes JPEG and lossless files)."""
     from dataclasses import replace
 
     from roseood.evaluation.splits import fit_source, splits_in_data
 
-    if det.fit_storage_ is None or not held_out:
+    if det.fit_storage_ is None or not len(fit.held_out):
         return
-    ref = replace(det.fit_storage_, name=f"the {len(fit) - held_out} images it is fitted on")
+    ref = replace(det.fit_storage_, name=f"the {len(fit.fisher)} images it is fitted on")
     source = spec.in_data if splits_in_data(spec) else fit_source(spec)
-    shown = f"the {held_out} held-out images of {fit.name}"
-    _warn_stored_unlike(ref, fit.images[len(fit) - held_out :], "--fit-data", source, shown)
+    shown = f"the {len(fit.held_out)} held-out images of {fit.whole.name}"
+    _warn_stored_unlike(ref, fit.held_out, "--fit-data", source, shown)
 
 
 def _check_storage(det: Detector, path: str, data: ImageStream, source: str) -> None:

@@ -24,12 +24,12 @@ from roseood.evaluation.cache import ResultCache, array_digest, cache_key
 from roseood.evaluation.fishers import FisherPool
 from roseood.evaluation.forecast import forecast_evaluation, forecast_fit
 from roseood.evaluation.gallery import extremes
-from roseood.evaluation.histories import storage_of
 from roseood.evaluation.result import EvaluationResult
 from roseood.evaluation.splits import (
     OVERALL,
     EvalSets,
     EvalSpec,
+    FitImages,
     fisher_count,
     load_fit_images,
     load_sets,
@@ -56,18 +56,17 @@ def assembled(members: list[Detector], model: RoseModel | list[RoseModel], progr
     return Ensemble(members, progress=progress) if isinstance(model, list) else members[0]
 
 
-def fit_detector(det: Detector, fit: ImageSet, spec: EvalSpec, pool: FisherPool | None = None) -> Detector:
-    """Fit a built detector on ``fit``, its tail passed as ``held_out`` (ROSE's layer statistics), and
-    record how the images it fitted on were stored (``fit_storage_``, saved with it: ``rose score``
-    checks its images against it). ``pool``: where a ROSE's Fishers come from, so the ROSE variants
-    compared share one Fisher fit and one backward pass per image set."""
-    n_fisher = fisher_count(spec, len(fit))
-    images, held_out = fit.images[:n_fisher], fit.images[n_fisher:] if n_fisher < len(fit) else None
+def fit_detector(det: Detector, fit: FitImages, pool: FisherPool | None = None) -> Detector:
+    """Fit a built detector on ``fit``'s Fisher images, its held-out ones passed as ``held_out`` (ROSE's
+    layer statistics), and record how the Fisher images were stored (``fit_storage_``, saved with it).
+    ``pool``: where a ROSE's Fishers come from, so the ROSE variants compared share one Fisher fit and
+    one backward pass per image set."""
+    held_out = fit.held_out if len(fit.held_out) else None
     if pool is None or not isinstance(det, SharesFishers) or held_out is None:
-        det.fit(images, held_out=held_out)
+        det.fit(fit.fisher, held_out=held_out)
     else:
-        det.fit(images, held_out=held_out, fishers=pool.fishers(det, images))
-    det.fit_storage_ = storage_of(fit.name, images)
+        det.fit(fit.fisher, held_out=held_out, fishers=pool.fishers(det, fit.fisher))
+    det.fit_storage_ = fit.storage
     return det
 
 
@@ -76,8 +75,7 @@ class FittedDetector:
     """A detector fitted and calibrated by ``fit_calibrated``, with the images it saw."""
 
     detector: Detector
-    fit: ImageSet
-    held_out: int  # the last ``held_out`` images of ``fit``: layer statistics and the threshold's sample
+    fit: FitImages
 
 
 def fit_calibrated(
@@ -95,15 +93,12 @@ def fit_calibrated(
     det = assembled(members, model, progress)
     fit = load_fit_images(spec, models[0])
     if resolve(progress):
-        n_fisher = fisher_count(spec, len(fit))
-        what = f"fitting {method} on {len(fit)} images"
-        forecast_fit(
-            members[0], len(models), fit.images[: spec.batch_size], n_fisher, len(fit) - n_fisher, what
-        )
-    fit_detector(det, fit, spec)
-    held_out = fit.images[fisher_count(spec, len(fit)) :]
-    det.calibrate(None if det.held_out_scores_ is not None else held_out, tpr=tpr)
-    return FittedDetector(det, fit, len(held_out))
+        what = f"fitting {method} on {len(fit.whole)} images"
+        sample = fit.whole.images[: spec.batch_size]
+        forecast_fit(members[0], len(models), sample, len(fit.fisher), len(fit.held_out), what)
+    fit_detector(det, fit)
+    det.calibrate(None if det.held_out_scores_ is not None else fit.held_out, tpr=tpr)
+    return FittedDetector(det, fit)
 
 
 def detector_params(method: str, spec: EvalSpec) -> dict[str, Any]:
@@ -118,7 +113,7 @@ class _MethodRun:
 
     method: str
     model: RoseModel | list[RoseModel]  # a list: an ensemble of the method's detector on each
-    fit: ImageSet
+    fit: FitImages
     spec: EvalSpec
     progress: bool | None
     cache: ResultCache | None
@@ -138,7 +133,7 @@ class _MethodRun:
         return self._det
 
     def _build(self) -> Detector:
-        return fit_detector(self.built, self.fit, self.spec, self.pool)
+        return fit_detector(self.built, self.fit, self.pool)
 
     def _load(self, path: Path) -> Detector:
         kwargs = self.spec.detector_kwargs.get(self.method, {})
@@ -179,10 +174,6 @@ class _MethodRun:
             return {name: (take(s, limit, self.spec.seed), None) for name, s in sets.items()}
         return {name: (s, digests.get(name)) for name, s in sets.items()}
 
-    def held_out(self) -> np.ndarray:
-        """The fit images held out of the Fisher: what a threshold is calibrated on."""
-        return self.fit.images[fisher_count(self.spec, len(self.fit)) :]
-
     def cached(self, scored: dict[str, tuple[ImageSet, str | None]], tpr: float | None) -> bool:
         """Whether the cache holds every score ``_evaluate_method`` will ask for on ``scored`` (so nothing
         is fitted or scored: the forecast leaves the method out)."""
@@ -190,7 +181,7 @@ class _MethodRun:
             return False
         asked = [self._scores_key(s.images, digest) for s, digest in scored.values()]
         if tpr is not None:
-            asked.append(self._scores_key(self.held_out()))
+            asked.append(self._scores_key(self.fit.held_out))
         return all(self.cache.has_scores(key) for key in asked)
 
     def fit_warnings(self) -> list[str]:
@@ -233,9 +224,9 @@ def evaluate(
     result = _new_result(spec, models, loaded)
     # what determines a fitted detector, for the cache (hashing the fit images only when there is one)
     fingerprint = result.settings["model_fingerprint"]
-    fit_key = {"model": fingerprint, "n_fisher": loaded.n_fisher, "seed": spec.seed}
+    fit_key = {"model": fingerprint, "n_fisher": len(fit.fisher), "seed": spec.seed}
     if cache is not None:
-        fit_key["fit_images"] = array_digest(fit.images)
+        fit_key["fit_images"] = array_digest(fit.whole.images)
     sets = {spec.in_data: test, **ood}
     digests = {name: array_digest(s.images) for name, s in sets.items()} if cache is not None else {}
     started = time.monotonic()
@@ -326,17 +317,19 @@ def _settings(
     detectors: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """What an evaluation ran on and with, printed and saved beside its numbers."""
-    first, test, fit = models[0], loaded.test, loaded.fit
+    first, test, fit, ood = models[0], loaded.test, loaded.fit, loaded.ood
     settings = {
         "model": model_name(first) if len(models) == 1 else f"ensemble of {len(models)} {model_name(first)}",
         "model_config": model_config(first),
         "model_fingerprint": fingerprint,
         "in_distribution": f"{test.name} ({len(test)} images from {test.source})",
-        "fit_data": f"{fit.name} ({len(fit)} images: {loaded.n_fisher} "
+        "fit_data": f"{fit.whole.name} ({len(fit.whole)} images: {len(fit.fisher)} "
         f"for fitting, the rest for ROSE layer statistics)",
         "ood_sets": ood_sets,
         "preprocessing": loaded.preprocessing.describe(),
-        "conversions": {s.name: s.conversion for s in (fit, test, *loaded.ood.values()) if s.conversion},
+        "conversions": {
+            s.name: s.conversion for s in (fit.whole, test, *loaded.ood.values()) if s.conversion
+        },
         "methods": list(spec.methods),
         "detectors": detectors,
         "seed": spec.seed,
@@ -369,9 +362,9 @@ def _evaluate_method(
                 scores[name], subset.images.__getitem__, subset.files, examples
             )
     if tpr is not None:
-        held_out = run.held_out()
+        held_out = run.fit.held_out
         if not len(held_out):
-            raise DataError(f"{run.fit.name}: no held-out images to set a decision threshold on")
+            raise DataError(f"{run.fit.whole.name}: no held-out images to set a decision threshold on")
         with stage(f"{method} threshold"):
             det, (held_scores, _) = run.detector(), run.score(held_out)
         det.threshold_ = result.thresholds[method] = threshold_at(held_scores, tpr)

@@ -18,7 +18,7 @@ from roseood.data.tensors import check_model_input
 from roseood.detectors import Detector
 from roseood.detectors.rose import joinable
 from roseood.detectors.rose.cost import StageSeconds
-from roseood.evaluation.splits import EvalSpec, fisher_count
+from roseood.evaluation.splits import EvalSpec, FitImages
 from roseood.models.base import RoseModel
 from roseood.progress import forecast
 
@@ -105,7 +105,7 @@ def forecast_evaluation(
     spec: EvalSpec,
     models: list[RoseModel],
     detectors: dict[str, Detector],
-    fit: ImageSet,
+    fit: FitImages,
     tested: list[ImageSet],
 ) -> float | None:
     """Say before any work how long the whole evaluation will take here; ``detectors``: each method to run
@@ -119,9 +119,9 @@ def forecast_evaluation(
     limits = [spec.test_limits.get(m) for m in methods]
     sets = [len(s) for s in tested]
     scored = [sum(min(n, lim or n) for n in sets) for lim in limits]  # images each method scores
-    n_fisher = fisher_count(spec, len(fit))
-    sample = fit.images[: spec.batch_size]
-    if not worth_forecasting(len(fit) + max(scored), len(sample)):
+    n_fisher, held_out, n_fit = len(fit.fisher), len(fit.held_out), len(fit.whole)
+    sample = fit.whole.images[: spec.batch_size]
+    if not worth_forecasting(n_fit + max(scored), len(sample)):
         return None
     per_pass = loss_seconds(first, sample)
     seconds, seen = 0.0, set()
@@ -141,14 +141,13 @@ def forecast_evaluation(
             beside = [a for a in wanted if a != d.fisher_arguments]
         stages = timed_stages(d, sample, beside)
         if stages is not None:
-            held_out = len(fit) - n_fisher
             own = held_out * stages.scoring if fitted else stages.fit(n_fisher, held_out)
             seconds += own + n * stages.scoring
         elif per_pass is None:  # nothing to time this method by: no forecast rather than one that omits it
             return None
         else:
-            seconds += per_pass[0] * pass_weight(d, first) * (len(fit) + n)
-    each = f"fitted on {len(fit)} images, {sum(scored) // len(limits)} scored"
+            seconds += per_pass[0] * pass_weight(d, first) * (n_fit + n)
+    each = f"fitted on {n_fit} images, {sum(scored) // len(limits)} scored"
     what = f"evaluating {len(methods)} method{'s' if len(limits) > 1 else ''} ({each})"
     timed = any(isinstance(d, TimesItsStages) for d in detectors.values())
     basis = "ROSE's stages timed on a batch, " if timed else ""

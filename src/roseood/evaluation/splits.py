@@ -15,11 +15,12 @@ import numpy as np
 
 from roseood.contracts import Preprocessed
 from roseood.data import ImageSet, dataset_spec, load_images
+from roseood.data.jpeg import Storage
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
-from roseood.evaluation.histories import compression_report, ood_sources, parse_match
+from roseood.evaluation.histories import compression_report, ood_sources, parse_match, storage_of
 from roseood.models.base import RoseModel
 from roseood.progress import state
 from roseood.validation import check_float, check_int, check_seed
@@ -233,16 +234,32 @@ def _drawn(spec: EvalSpec, pool: ImageSet) -> ImageSet:
 
 
 @dataclass(frozen=True)
+class FitImages:
+    """The images detectors are fitted on, split once (``fisher_count``): the Fisher's, then those held out
+    (ROSE's layer statistics, a threshold's sample), both views of ``whole``'s images; ``storage``: how
+    the Fisher images were stored, saved with a detector (``rose score`` checks its images against it)."""
+
+    whole: ImageSet
+    fisher: np.ndarray
+    held_out: np.ndarray
+    storage: Storage
+
+
+def _fit_images(spec: EvalSpec, fit: ImageSet) -> FitImages:
+    n = fisher_count(spec, len(fit))
+    return FitImages(fit, fit.images[:n], fit.images[n:], storage_of(fit.name, fit.images[:n]))
+
+
+@dataclass(frozen=True)
 class EvalSets:
     """Every image set of an evaluation, loaded once (``load_sets``)."""
 
     test: ImageSet  # the in-distribution test images
-    fit: ImageSet  # Fisher images followed by the held-out statistics images
+    fit: FitImages
     ood: dict[str, ImageSet]
     missing: dict[str, str]  # named OOD sets whose files are absent: why
     compression: dict[str, str]  # each set's compression history, as ``compression_report`` found it
     preprocessing: Preprocessing  # the model's, which every set was loaded with
-    n_fisher: int  # the first ``n_fisher`` fit images are the Fisher's (``fisher_count``), the rest held out
 
 
 def load_sets(spec: EvalSpec, model: RoseModel) -> EvalSets:
@@ -258,14 +275,15 @@ def load_sets(spec: EvalSpec, model: RoseModel) -> EvalSets:
     compression, mismatched = compression_report(test, ood)
     for line in mismatched:
         state(f"warning: {line}")
-    return EvalSets(test, fit, ood, missing, compression, prep, fisher_count(spec, len(fit)))
+    return EvalSets(test, _fit_images(spec, fit), ood, missing, compression, prep)
 
 
-def load_fit_images(spec: EvalSpec, model: RoseModel) -> ImageSet:
-    """The images detectors are fitted on (Fisher samples followed by the ROSE statistics samples): from
+def load_fit_images(spec: EvalSpec, model: RoseModel) -> FitImages:
+    """The images detectors are fitted on (Fisher samples, then the ROSE statistics samples): from
     ``fit_data``, the in-distribution set's training split, or else all of the set, split at random."""
     wanted, split = _in_wanted(spec, test=False)
-    return _in_sets(spec, _load_all(spec, model_preprocessing(model), wanted)[0], split, test=False)[1]
+    fit = _in_sets(spec, _load_all(spec, model_preprocessing(model), wanted)[0], split, test=False)[1]
+    return _fit_images(spec, fit)
 
 
 def warn_if_short(spec: EvalSpec, name: str, n_fisher: int, n_stats: int) -> None:
