@@ -1,12 +1,13 @@
 """What ROSE costs per image on the zoo's diffusion models beside DiffPath and the model's own loss, in one
 process on the CPU: the loss's forward + backward over every parameter (the floor of a gradient score),
 DiffPath's 10-step DDIM path, the Fisher fit on EKFAC (both passes, every batch run through the model),
-compact EKFAC and diagonal Fishers, and scoring with ``rose-ekfac`` (each image's summed gradient; the
-layer scores) and with the band rows of the diffusion defaults (``rose-bands-stats``: every pair's
-gradient, a column per timestep; the whole ``score``, its statistics and density included) on each of the
-three; then the model's own default (``rose fit`` without ``--method``) over DiffPath. Each is timed
-warm, best of ``--repeats`` interleaved rounds. Run it from a checkout (``PYTHONPATH=src``) to compare two
-commits on the same machine in one job (a kind an older checkout lacks is a dash):
+compact EKFAC (of the input side; of the wider side) and diagonal Fishers, and scoring with
+``rose-ekfac`` (each image's summed gradient; the layer scores) and with the band rows of the diffusion
+defaults (``rose-bands-stats``: every pair's gradient, a column per timestep; the whole ``score``, its
+statistics and density included) on each Fisher kind; then the model's own default (``rose fit``
+without ``--method``) over DiffPath. Each is timed warm, best of ``--repeats`` interleaved rounds. Run it
+from a checkout (``PYTHONPATH=src``) to compare two commits on the same machine in one job (a kind an
+older checkout lacks is a dash):
 
     python benchmarks/diffusion_cost.py --models ddpm-fmnist-s0,fm-fmnist-s0 --json before.json
 
@@ -50,7 +51,8 @@ def best_of(rounds: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
-FISHERS = ("ekfac", "ekfac-compact", "diag")  # the band methods' Fishers: the defaults' and the option
+# the band methods' Fishers (the defaults' and the options), as the table's cells name them
+FISHERS = {"ekfac": "EKFAC", "ekfac-compact": "compact", "ekfac-compact-wide": "wide", "diag": "diag"}
 
 
 def fit_seconds(model: DiffusionModel, fit: np.ndarray, fisher: str = "ekfac") -> float | None:
@@ -141,11 +143,12 @@ def cpu_name() -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The Markdown table: ms per image (EKFAC / compact EKFAC / diagonal where a cell holds three; a dash:
-    a kind this checkout lacks), and the model's default's scoring over DiffPath's and the loss's."""
+    """The Markdown table: ms per image (one per Fisher kind where a cell holds several; a dash: a kind this
+    checkout lacks), and the model's default's scoring over DiffPath's and the loss's."""
+    kinds = " / ".join(FISHERS.values())
     lines = [
-        "| model | K | loss f+b | DiffPath | Fisher fit: EKFAC / compact / diag | rose-ekfac | "
-        "rose-bands-stats: EKFAC / compact / diag | the default | over DiffPath | over the loss |",
+        f"| model | K | loss f+b | DiffPath | Fisher fit: {kinds} | rose-ekfac | "
+        f"rose-bands-stats: {kinds} | the default | over DiffPath | over the loss |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
