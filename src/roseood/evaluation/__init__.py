@@ -23,7 +23,7 @@ from roseood.evaluation.fishers import FisherPool
 from roseood.evaluation.metrics import METRICS, fpr_at_tpr, metric_intervals, ood_metrics, roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
 from roseood.evaluation.scoring import decision_rows, score_chunks, write_decisions, write_scores
-from roseood.evaluation.splits import EvalSpec, load_fit_images
+from roseood.evaluation.splits import EvalSpec, FitImages, load_fit_images
 
 if TYPE_CHECKING:
     from roseood.evaluation.html_report import write_evaluation_page, write_score_page
@@ -49,6 +49,7 @@ __all__ = [
     "EvalSpec",
     "EvaluationResult",
     "FisherPool",
+    "FitImages",
     "FittedDetector",
     "ResultCache",
     "decision_rows",

@@ -327,9 +327,7 @@ def _settings(
         f"for fitting, the rest for ROSE layer statistics)",
         "ood_sets": ood_sets,
         "preprocessing": loaded.preprocessing.describe(),
-        "conversions": {
-            s.name: s.conversion for s in (fit.whole, test, *loaded.ood.values()) if s.conversion
-        },
+        "conversions": {s.name: s.conversion for s in (fit.whole, test, *ood.values()) if s.conversion},
         "methods": list(spec.methods),
         "detectors": detectors,
         "seed": spec.seed,
