@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Unpack
@@ -25,13 +25,11 @@ from roseood.data.preprocess import (
     U8,
     Preprocessing,
     PreprocessingOptions,
+    Wanted,
     adjust_brightness,
-    check_options,
-    describe_conversion,
-    preprocess,
     resize_crop,
 )
-from roseood.data.registry import DATASETS, DatasetSpec, dataset_spec, resolve_data_dir
+from roseood.data.registry import DATASETS, NamedSplit, locate
 from roseood.errors import DataError
 from roseood.progress import state
 from roseood.serialization import printable
@@ -158,10 +156,9 @@ def open_images(
     compression history of a set it is judged against (``roseood.data.jpeg``); a source ending in
     ``+jpeg75`` (``+jpeg90-444``) asks for it too, unless the whole name is an existing path.
     """
-    check_options(channels or 1, size or 1, brightness)
+    want = Wanted(channels, size, resize, brightness)  # refuses options it cannot honour
     if errors not in READ_ERRORS:
         raise DataError(f"errors must be one of {', '.join(READ_ERRORS)}, got {errors!r}")
-    Preprocessing(channels or 1, size or 1, resize)  # refuses an unknown resize method
     check_seed(seed, error=DataError)
     if n is not None:
         check_int(n, "n", error=DataError)
@@ -170,7 +167,7 @@ def open_images(
         if named_jpeg is not None and jpeg not in (None, named_jpeg):
             raise DataError(f"{source}: two JPEG round-trips asked for ({named_jpeg.tag()} and {jpeg.tag()})")
         jpeg = jpeg or named_jpeg
-    want = _Wanted(channels, size, resize, brightness, jpeg)
+    want = replace(want, jpeg=jpeg)
     stream = _open(source, split, data_dir, n, seed, want, download, errors)
     return stream if jpeg is None else replace(stream, name=stream.name + jpeg.tag())
 
@@ -189,23 +186,17 @@ def _open(
     data_dir: str | Path | None,
     n: int | None,
     seed: int,
-    want: _Wanted,
+    want: Wanted,
     download: bool,
     errors: str,
 ) -> ImageStream:
     """``open_images`` once its options are checked."""
-    key, has_split, suffix = str(source).partition(":")
-    spec = dataset_spec(key)
-    if spec is not None and not isinstance(source, os.PathLike):
-        split = suffix.strip() if has_split else split
-        if split not in spec.splits:
-            available = ", ".join(spec.splits)
-            raise DataError(f"dataset {spec.name} has no split {split!r}; available: {available}")
-        name = spec.name if split == "test" else f"{spec.name}:{split}"
-        if spec.generated:
-            return _generate(spec.name, n, seed, want)
-        path = _named_file(spec, split, resolve_data_dir(data_dir), download)
-        return _array_stream(name, str(path), *read_array(path), n, seed, want)
+    named = None if isinstance(source, os.PathLike) else locate(str(source), split, data_dir)
+    if named is not None:
+        if named.path is None:
+            return _generate(named.spec.name, n, seed, want)
+        path = _named_file(named, download)
+        return _array_stream(named.name, str(path), *read_array(path), n, seed, want)
     path = Path(source).expanduser()
     if path.is_dir():
         return _folder_stream(path, n, seed, want, skip=errors == "skip")
@@ -217,57 +208,6 @@ def _open(
     )
 
 
-@dataclass(frozen=True)
-class _Wanted:
-    """The preprocessing asked for; None channels/size: from the data."""
-
-    channels: int | None
-    size: int | None
-    resize: str
-    brightness: float
-    jpeg: JpegHistory | None = None
-
-    def resolve(
-        self,
-        shapes: Counter[tuple[int, int]],
-        colours: Counter[int],
-        decoding: Mapping[str, int] | None = None,
-    ) -> tuple[Preprocessing, str | None]:
-        """The preprocessing for images with these (height, width) and channel counts, and the one-line
-        conversion it makes, after the ``decoding`` steps (counted per image) that files need:
-        channels 3 if any image has colour, size the shorter side of the most common shape; where shapes
-        of different sizes tie for most common, a one-line ``DataError`` asks for a size."""
-        channels = self.channels or (3 if colours[3] else 1)
-        if self.size is not None:
-            size = self.size
-        else:
-            top = max(shapes.values())
-            sizes = sorted({min(hw) for hw, count in shapes.items() if count == top})
-            if len(sizes) > 1:
-                tied = ", ".join(f"{w}×{h}" for (h, w), count in sorted(shapes.items()) if count == top)
-                raise DataError(
-                    f"no single most common image size: {top} image{'s' * (top > 1)} each at {tied}; "
-                    "choose the size to bring them to with --size S (size=S in Python)"
-                )
-            size = sizes[0]
-        prep = Preprocessing(channels, size, self.resize)
-        conversion = describe_conversion(shapes, colours, prep, decoding)
-        if self.jpeg is not None:
-            conversion = "; ".join(filter(None, [conversion, self.jpeg.describe()]))
-        return prep, conversion
-
-    def finish(self, images: U8, prep: Preprocessing) -> U8:
-        """``preprocess`` to ``prep`` with this round-trip and brightness."""
-        return preprocess(
-            images,
-            channels=prep.channels,
-            size=prep.size,
-            brightness=self.brightness,
-            resize=prep.resize,
-            jpeg=self.jpeg,
-        )
-
-
 def _subsample(total: int, n: int | None, seed: int) -> npt.NDArray[np.intp] | None:
     """Sorted indices of a seeded subset of size ``n``, or ``None`` when all ``total`` items are kept."""
     if n is None or n >= total:
@@ -275,7 +215,7 @@ def _subsample(total: int, n: int | None, seed: int) -> npt.NDArray[np.intp] | N
     return np.sort(np.random.default_rng(seed).choice(total, n, replace=False))
 
 
-def _generate(name: str, n: int | None, seed: int, want: _Wanted) -> ImageStream:
+def _generate(name: str, n: int | None, seed: int, want: Wanted) -> ImageStream:
     """``noise``: i.i.d. uniform pixels; ``constant``: one uniform value per image and channel."""
     if want.channels is None or want.size is None:
         raise DataError(f"{name} images are generated: name their channels and size")
@@ -297,26 +237,27 @@ def _generate(name: str, n: int | None, seed: int, want: _Wanted) -> ImageStream
     )
 
 
-def _named_file(spec: DatasetSpec, split: str, data_dir: Path, download: bool) -> Path:
-    """Path of ``{name}_{split}.npz``, downloading it first when it is missing and that is possible."""
-    path = data_dir / spec.filename(split)
+def _named_file(named: NamedSplit, download: bool) -> Path:
+    """The named split's ``.npz`` file, downloaded first when it is missing and that is possible."""
+    path, name = named.path, named.spec.name
+    assert path is not None  # a set with a file
     if path.is_file():
         return path
-    if spec.name not in DOWNLOADS:
+    if name not in DOWNLOADS:
         raise DataError(
-            f"{path.name} not found in {data_dir}; {spec.name} cannot be downloaded automatically, so put "
+            f"{path.name} not found in {path.parent}; {name} cannot be downloaded automatically, so put "
             f"an .npz with uint8 'images' (N, H, W[, 3]) and optional 'labels' there "
             f"(or point data_dir / $ROSEOOD_DATA at the folder that has it)"
         )
     if not download:
         raise DataError(
-            f"{path.name} not found in {data_dir}; put it there or pass download=True to fetch {spec.name}"
+            f"{path.name} not found in {path.parent}; put it there or pass download=True to fetch {name}"
         )
-    return download_dataset(spec.name, split, data_dir)
+    return download_dataset(name, named.split, path.parent)
 
 
 def _array_stream(
-    name: str, source: str, images: U8, labels: Labels, n: int | None, seed: int, want: _Wanted
+    name: str, source: str, images: U8, labels: Labels, n: int | None, seed: int, want: Wanted
 ) -> ImageStream:
     """Subsample (before resizing, for speed); preprocess each chunk when it is read."""
     keep = _subsample(len(images), n, seed)
@@ -331,7 +272,7 @@ def _array_stream(
     return ImageStream(name, source, labels, read, None, conversion, prep)
 
 
-def _folder_stream(folder: Path, n: int | None, seed: int, want: _Wanted, skip: bool) -> ImageStream:
+def _folder_stream(folder: Path, n: int | None, seed: int, want: Wanted, skip: bool) -> ImageStream:
     """Every image file under ``folder``, read on demand; images in class subfolders are labelled with
     their folder's index among the sorted class folders (images at the top: -1). ``skip``: files whose
     header cannot be read stay in place and raise their ``DataError`` when read (see ``open_images``)."""
@@ -393,7 +334,7 @@ def _reading(file: Path) -> Iterator[Image.Image]:
         raise DataError(f"cannot read image file {file}: {e}") from e
 
 
-def _read_files(files: list[Path], prep: Preprocessing, want: _Wanted, scale: float) -> U8:
+def _read_files(files: list[Path], prep: Preprocessing, want: Wanted, scale: float) -> U8:
     """Each file decoded to 8-bit RGB (``roseood.data.decoding``; float images times ``scale``),
     resized/cropped on its own since sizes may differ, then preprocessed."""
     images = np.empty((len(files), prep.size, prep.size, 3), dtype=np.uint8)

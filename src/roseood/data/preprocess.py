@@ -11,6 +11,7 @@ it does to a given set of images (nothing is converted silently).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
@@ -172,6 +173,62 @@ def adjust_brightness(images: U8, factor: float) -> U8:
     if factor == 1.0:
         return images
     return np.clip(np.rint(images * factor), 0, 255).astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The preprocessing a loader is asked for (None channels or size: from the data), refused when made if
+    it cannot be honoured; ``resolve`` fixes it for the images found, ``finish`` applies it."""
+
+    channels: int | None
+    size: int | None
+    resize: str
+    brightness: float
+    jpeg: JpegHistory | None = None
+
+    def __post_init__(self) -> None:
+        check_options(self.channels or 1, self.size or 1, self.brightness)
+        Preprocessing(self.channels or 1, self.size or 1, self.resize)  # refuses an unknown resize method
+
+    def resolve(
+        self,
+        shapes: Counter[tuple[int, int]],
+        colours: Counter[int],
+        decoding: Mapping[str, int] | None = None,
+    ) -> tuple[Preprocessing, str | None]:
+        """The preprocessing for images with these (height, width) and channel counts, and the one-line
+        conversion it makes, after the ``decoding`` steps (counted per image) that files need:
+        channels 3 if any image has colour, size the shorter side of the most common shape; where shapes
+        of different sizes tie for most common, a one-line ``DataError`` asks for a size."""
+        channels = self.channels or (3 if colours[3] else 1)
+        if self.size is not None:
+            size = self.size
+        else:
+            top = max(shapes.values())
+            sizes = sorted({min(hw) for hw, count in shapes.items() if count == top})
+            if len(sizes) > 1:
+                tied = ", ".join(f"{w}×{h}" for (h, w), count in sorted(shapes.items()) if count == top)
+                raise DataError(
+                    f"no single most common image size: {top} image{'s' * (top > 1)} each at {tied}; "
+                    "choose the size to bring them to with --size S (size=S in Python)"
+                )
+            size = sizes[0]
+        prep = Preprocessing(channels, size, self.resize)
+        conversion = describe_conversion(shapes, colours, prep, decoding)
+        if self.jpeg is not None:
+            conversion = "; ".join(filter(None, [conversion, self.jpeg.describe()]))
+        return prep, conversion
+
+    def finish(self, images: U8, prep: Preprocessing) -> U8:
+        """``preprocess`` to ``prep`` with this round-trip and brightness."""
+        return preprocess(
+            images,
+            channels=prep.channels,
+            size=prep.size,
+            brightness=self.brightness,
+            resize=prep.resize,
+            jpeg=self.jpeg,
+        )
 
 
 def check_options(channels: int, size: int, brightness: float) -> None:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from roseood.errors import DataError
 from roseood.registry import Registry
 
 DATA_ENV_VAR = "ROSEOOD_DATA"
@@ -68,3 +69,30 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
     if data_dir is None or str(data_dir) == "":
         data_dir = os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_DIR
     return Path(data_dir).expanduser()
+
+
+@dataclass(frozen=True)
+class NamedSplit:
+    """A named set's split as a loader opens it: the name the loaded images take (``cifar10``,
+    ``cifar10:train``) and the file they are read from (None: a generated set)."""
+
+    spec: DatasetSpec
+    split: str
+    name: str
+    path: Path | None
+
+
+def locate(source: str, split: str = "test", data_dir: str | Path | None = None) -> NamedSplit | None:
+    """The split of a named set that ``source`` names (``cifar10:train``; without one, ``split``), with its
+    file in the data folder (``resolve_data_dir``), or None where ``source`` names no set; a split the
+    set lacks is refused."""
+    key, has_split, suffix = source.partition(":")
+    spec = dataset_spec(key)
+    if spec is None:
+        return None
+    split = suffix.strip() if has_split else split
+    if split not in spec.splits:
+        raise DataError(f"dataset {spec.name} has no split {split!r}; available: {', '.join(spec.splits)}")
+    name = spec.name if split == "test" else f"{spec.name}:{split}"
+    path = None if spec.generated else resolve_data_dir(data_dir) / spec.filename(split)
+    return NamedSplit(spec, split, name, path)
