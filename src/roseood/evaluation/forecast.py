@@ -20,7 +20,7 @@ from roseood.detectors.rose import joinable
 from roseood.detectors.rose.cost import StageSeconds
 from roseood.evaluation.splits import EvalSpec, FitImages
 from roseood.models.base import RoseModel
-from roseood.progress import forecast
+from roseood.progress import forecast, note
 
 TIMED_BYTES = 1 << 30  # what the timed batch may keep for its backward pass (a class-conditional
 # marginal keeps C·K denoiser rows per image: 64 images took 23 GB)
@@ -67,6 +67,7 @@ def timed_stages(det: Detector, images: np.ndarray, beside: Sequence[Hashable] =
     would wait for the others."""
     if not isinstance(det, TimesItsStages) or distributed.active() or not len(images):
         return None
+    note(f"{det.name}: timing its stages on one batch for the forecast")  # minutes on a slow model
     stages: StageSeconds = det.stage_seconds(torch.as_tensor(images), beside)
     return stages
 
