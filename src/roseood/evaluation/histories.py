@@ -73,9 +73,9 @@ def named_set(source: str) -> DatasetSpec | None:
     return dataset_spec(split_suffix(source)[0])
 
 
-def _stored(source: str) -> bool:
-    """Whether a source holds stored images (not ``noise`` or ``constant``), which a round-trip can match."""
-    spec = named_set(source)
+def _stored(spec: DatasetSpec | None) -> bool:
+    """Whether a source of named set ``spec`` (None: a file or folder) holds stored images (not ``noise``
+    or ``constant``), which a round-trip can match."""
     return spec is None or not spec.generated
 
 
@@ -100,7 +100,7 @@ def matched_sources(sources: Sequence[str], match: str | None, in_set: ImageSet)
     history = history_of_set(in_set) if match == AUTO else JpegHistory.parse(match)
     if history is None:
         return list(sources)
-    return [s + history.tag() if _stored(s) and split_suffix(s)[1] is None else s for s in sources]
+    return [s + history.tag() if _stored(named_set(s)) and split_suffix(s)[1] is None else s for s in sources]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ def ood_sources(sources: Sequence[str], match: str | None, in_set: ImageSet | No
     """The OOD sets to load, each named and matched once here (``matched_sources`` where ``in_set``, the
     in-distribution test images, is given), so that the loader need not read a source's name again."""
     names = list(sources) if in_set is None else matched_sources(sources, match, in_set)
-    return [OodSource(s, split_suffix(s)[0], named_set(s) is not None) for s in names]
+    bases = [split_suffix(s)[0] for s in names]
+    return [OodSource(s, base, dataset_spec(base) is not None) for s, base in zip(names, bases, strict=True)]
 
 
 def describe(history: JpegHistory | None) -> str:
@@ -142,7 +143,9 @@ def compared(
     it (it shares it where that changes its images as little as ``ref``'s); without one, only a set that
     is not a named benchmark set is searched for its own."""
     source = name if source is None else source
-    if not _stored(source) or not len(images):
+    base, applied = split_suffix(source)
+    named = dataset_spec(base)
+    if not _stored(named) or not len(images):
         return None, None
     x, ours = _sample(images), ref.history
     if ours is not None:
@@ -153,8 +156,7 @@ def compared(
             f"them apart by compression alone; to judge content, put {name} through the same round-trip: "
             f"{remedy(ours)}"
         )
-    applied = split_suffix(source)[1]
-    if applied is None and named_set(source) is not None:
+    if applied is None and named is not None:
         return None, None
     theirs = applied or estimate_history(x, SAMPLE)
     if theirs is None:
