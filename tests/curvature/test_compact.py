@@ -9,7 +9,7 @@ import torch
 
 from roseood.curvature import CompactEKFAC, FactoredGrad, LayerShape, WideCompactEKFAC, make_fisher
 from roseood.detectors import ROSE, Detector, make_detector
-from roseood.errors import CheckpointError
+from roseood.errors import CheckpointError, DegenerateFitWarning
 from roseood.models.diffusion import DiffusionModel
 from tests.curvature.test_fisher import fitted
 
@@ -167,3 +167,24 @@ def _tensors(state: dict) -> list[torch.Tensor]:
     for v in state.values():
         out += _tensors(v) if isinstance(v, dict) else [v] if isinstance(v, torch.Tensor) else []
     return out
+
+
+def test_the_wide_kind_counts_a_masked_layers_free_outputs() -> None:
+    """A PixelCNN's masked output layer (9 inputs, 768 outputs: each colour's logits see only the earlier
+    colours' features) is fitted transposed: the free outputs and inputs trade places with the bases, its
+    remainder spans the free outputs less those kept, and the detector scores finitely."""
+    from roseood.models.pixelcnn import PixelCNN
+
+    torch.manual_seed(0)
+    model = PixelCNN(in_channels=3, width=4, blocks=1).eval()
+    x = torch.rand(30, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    det = make_detector("rose-ekfac-compact-wide", model, progress=False)
+    shape = det.stream.probe(x[:1])[0]["output"]
+    assert WideCompactEKFAC.flipped(shape.d_in, shape.d_out) and WideCompactEKFAC.takes(shape)
+    with pytest.warns(DegenerateFitWarning):  # few statistics images
+        det.fit(x[:20], held_out=x[20:])
+    assert isinstance(det, ROSE) and det.fishers_ is not None
+    out = det.fishers_["output"]
+    assert isinstance(out, WideCompactEKFAC) and out.out_free == shape.d_in
+    assert out.in_free is not None and out.rest_dims == out.in_free - WideCompactEKFAC.rank(shape)
+    assert np.isfinite(det.score(x[:4])).all()
