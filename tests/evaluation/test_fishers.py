@@ -18,7 +18,7 @@ from roseood.evaluation import fishers as fishers_module
 from roseood.models.glow import Glow
 from roseood.models.vae import VAE
 
-KINDS = ("kfac", "kfac-tikhonov", "ekfac", "ekfac-compact", "diag")
+KINDS = ("kfac", "kfac-tikhonov", "ekfac", "ekfac-compact", "ekfac-compact-wide", "diag")
 
 
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
@@ -44,9 +44,9 @@ def test_roses_differing_only_in_kind_are_fitted_in_one_set_of_passes_each_as_it
     max_size: str,
 ) -> None:
     """The first of the expected ROSEs to ask fits them all in one set of passes (KFAC-Tikhonov on KFAC's
-    factors, compact EKFAC on EKFAC's, KFAC and the diagonal one fed in EKFAC's second pass), in either
-    order and with layers that ``max_size`` makes diagonal; a KFAC of another damping fits its own. Each
-    is its own fit to the last bit: the same Fishers, the same scores."""
+    factors, compact EKFAC and its wide twin on EKFAC's, KFAC and the diagonal one fed in EKFAC's second
+    pass), in either order and with layers that ``max_size`` makes diagonal; a KFAC of another damping
+    fits its own. Each is its own fit to the last bit: the same Fishers, the same scores."""
     fit, held, test = images[:16], images[16:], images[:6]
 
     def rose(fisher: str, **settings: object) -> ROSE:
