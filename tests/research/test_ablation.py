@@ -14,7 +14,7 @@ from research import EXPERIMENTS
 from roseood.bench import run_experiment
 from roseood.data import load_images
 from roseood.detectors.aggregation import make_aggregation
-from roseood.evaluation.splits import fisher_count, load_fit_images
+from roseood.evaluation.splits import load_fit_images
 from tests.conftest import needs_shared_data
 from tests.research.smoke import smoke_workspace
 
@@ -49,12 +49,11 @@ def test_ablation_on_the_authors_vae(tmp_path):
     # the tie share is the share of in-distribution test images ReLU puts at exactly 0 (scores are
     # continuous otherwise), recomputed from encoder-only layer scores (the ablation used the columns of
     # the union of all layer sets: a layer's score must not depend on the other layers)
-    fit = load_fit_images(spec, model).images
+    fit = load_fit_images(spec, model)
     layers = model.rose_layers("encoder")
-    n_fisher = fisher_count(spec, len(fit))
-    scorer = LayerScores(ws.cache, model, "diag", layers, fit[:n_fisher], spec.batch_size)
+    scorer = LayerScores(ws.cache, model, "diag", layers, fit.fisher, spec.batch_size)
     agg = make_aggregation("relu-norm")
-    agg.fit(scorer(fit[n_fisher:]).raw)
+    agg.fit(scorer(fit.held_out).raw)
     test = load_images("fashion_mnist", n=spec.test_samples, seed=spec.seed, channels=1).images
     zeros = float(np.mean(agg(scorer(test).raw) == 0.0))
     assert zeros > 0 and by[("diag", "encoder", "relu-norm")]["ties_in"] == pytest.approx(zeros)
