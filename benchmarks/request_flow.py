@@ -22,7 +22,7 @@ Three views are printed: the **request layers** (the tree without the calls into
 fit or score is left out with all it calls), the whole package followed once, and the whole package
 with every call (no merging). Run from the repository root:
 
-    python benchmarks/request_flow.py [--test 48] [--fit 32] [--stats 16]
+    python benchmarks/request_flow.py [--test 48] [--fit 32] [--stats 16] [--tree]
 """
 
 from __future__ import annotations
@@ -125,6 +125,13 @@ def flow(root: Node) -> list[tuple[str, bool]]:
     return stops
 
 
+def tree(node: Node, depth: int = 0) -> str:
+    """``node``'s calls as an indented outline, one ``module.function`` per line (the root left out)."""
+    lines = [] if depth == 0 else [f"{'  ' * (depth - 1)}{short(node.module)}.{node.function}"]
+    lines += [tree(c, depth + 1) for c in node.children]
+    return "\n".join(lines)
+
+
 def short(module: str) -> str:
     return module.removeprefix(PACKAGE + ".")
 
@@ -134,6 +141,9 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=48, help="test images per set")
     parser.add_argument("--fit", type=int, default=32, help="Fisher images")
     parser.add_argument("--stats", type=int, default=16, help="held-out statistics images")
+    parser.add_argument(
+        "--tree", action="store_true", help="also print the request layers' call tree, followed once"
+    )
     args = parser.parse_args()
     spec = EvalSpec(
         in_data="fashion_mnist",
@@ -161,6 +171,9 @@ def main() -> None:
         finally:
             sys.setprofile(None)
     once = merged(tracer.root)
+    if args.tree:
+        print("\nrequest layers' call tree, followed once (module.function):")
+        print(tree(pruned(once, LAYERS)))
     views = {
         f"request layers ({', '.join(LAYERS)}), followed once": flow(pruned(once, LAYERS)),
         "all roseood modules, followed once": flow(once),
