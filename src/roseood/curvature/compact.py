@@ -9,6 +9,7 @@ second moment of the gradient's remainder outside the kept inputs, ``E‖(U_out�
 remaining input direction. A layer's score is EKFAC's over the kept directions plus, for each i, the
 remainder's squared norm over that mean: the quadratic form of a Fisher that is EKFAC's on the kept
 directions and isotropic (per output direction) on the rest. Keeping every input direction gives EKFAC.
+``WideCompactEKFAC`` truncates the output basis instead where a layer has more outputs than inputs.
 """
 
 from __future__ import annotations
@@ -48,13 +49,17 @@ class CompactEKFAC(EKFAC):
         return cls.flips_wide and d_out > d_in
 
     @classmethod
+    def oriented(cls, shape: LayerShape) -> tuple[int, int]:
+        """The layer's (d_in, d_out) as this kind truncates it: a flipped layer's traded."""
+        flip = cls.flipped(shape.d_in, shape.d_out)
+        return (shape.d_out, shape.d_in) if flip else (shape.d_in, shape.d_out)
+
+    @classmethod
     def rank(cls, shape: LayerShape) -> int:
         """Directions kept of the truncated basis: the most whose columns and eigenvalues, with the other
         basis's reflectors and the remainders' values, fit in the d_out·d_in numbers of the layer's weights
         (per group)."""
-        d_in, d_out = shape.d_in, shape.d_out
-        if cls.flipped(d_in, d_out):
-            d_in, d_out = d_out, d_in
+        d_in, d_out = cls.oriented(shape)
         return max(0, (d_out * d_in - d_out * (d_out + 1) // 2 - d_out) // (d_in + d_out))
 
     @classmethod
@@ -63,9 +68,7 @@ class CompactEKFAC(EKFAC):
 
     @classmethod
     def file_bytes(cls, shape: LayerShape) -> int:
-        r, d_in, d_out = cls.rank(shape), shape.d_in, shape.d_out
-        if cls.flipped(d_in, d_out):
-            d_in, d_out = d_out, d_in
+        r, (d_in, d_out) = cls.rank(shape), cls.oriented(shape)
         return 4 * shape.groups * (d_in * r + d_out * (d_out + 1) // 2 + d_out * (r + 1))
 
     def end_pass(self, pass_index: int, factors: FactorCache | None = None) -> None:
@@ -82,12 +85,8 @@ class CompactEKFAC(EKFAC):
         d_in, d_out = self.u_in.shape[-1], self.u_out.shape[-1]
         keep = self.rank(LayerShape(d_in, d_out, groups))
         if self.flipped(d_in, d_out):
-            self.u_in, self.u_out, self.eig_in, self.eig_out = (
-                self.u_out,
-                self.u_in,
-                self.eig_out,
-                self.eig_in,
-            )
+            self.u_in, self.u_out = self.u_out, self.u_in
+            self.eig_in, self.eig_out = self.eig_out, self.eig_in
             self.in_free, self.out_free, d_in = self.out_free, self.in_free, d_out
         assert self.u_in is not None and self.eig_in is not None
         self.rest_dims = max((self.in_free or d_in) - keep, 1)
@@ -181,7 +180,7 @@ class CompactEKFAC(EKFAC):
 
 class WideCompactEKFAC(CompactEKFAC):
     """Compact EKFAC that truncates the wider side (beyond the paper): a layer with more outputs than
-    inputs (a transformer's MLP up-projection and attention projections, a time embedding's widening)
+    inputs (a transformer's MLP up-projection and adaLN modulation, a time embedding's widening)
     keeps its whole input basis and its output basis's leading directions, the remainder one block per
     input direction: ``CompactEKFAC`` of the transposed gradients. There, layers with more than about twice
     as many outputs as inputs find no rank that fits their weights and get a diagonal Fisher."""
