@@ -246,6 +246,7 @@ class FitImages:
 
 
 def _fit_images(spec: EvalSpec, fit: ImageSet) -> FitImages:
+    """``fit`` split by the one split policy, its Fisher images' history read once for every detector."""
     n = fisher_count(spec, len(fit))
     return FitImages(fit, fit.images[:n], fit.images[n:], storage_of(fit.name, fit.images[:n]))
 
