@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One GPU lease's measurements, in the order they matter (each step time-boxed, logs to $OUT as they go):
-# the card and CPU, ROSE on the FMNIST VAE (gpu.py), the diffusion methods on Ho et al.'s 35.7 M UNet and
-# on the bench's CPU-profile UNet (scale.py: fit/score time, images/s, peak GPU memory, ROSE / loss
-# fwd+bwd, CPU agreement), and meanwhile, on the spare cores, the float-sensitive tests under the five
+# the card and CPU, ROSE on the FMNIST VAE (gpu.py), the diffusion defaults and DiffPath on Ho et al.'s
+# 35.7 M UNet and on a DiT of DiT-S/2's size (scale.py: fit/score time, images/s, peak GPU memory, ROSE /
+# loss fwd+bwd, CPU agreement on the UNet), and meanwhile, on the spare cores, the float-sensitive tests under the five
 # code paths, and the gpu-marked tests. Needs: .whl (diffusers, zuko, importlib_metadata wheels) and .devcarry/shared (the authors'
 # VAEs, the test sets, CIFAR-10 subsets) carried; see benchmarks/README.md.
 set -u
@@ -34,12 +34,14 @@ scale() {  # scale.py on the GPU: $1 seconds at most, $2 the UNet, $3 a log/json
     --test 256 --batch-size 256 --json "$OUT/$name.json" "$@" 2>&1 \
     | grep -v -E "ROSE.*(pass|scoring|statistics)|it/s|%\|" | tee "$OUT/$name.log"
 }
-scale 270 ho-cifar10 scale_ho --agree 16
-scale 75 bench-cpu scale_bench --agree 16
+# the default of each (DDPM: rose-bands-stats-compact; DiT: rose-bands-stats) and DiffPath first, as a step
+# that runs out of time keeps the methods it finished
+scale 270 ho-cifar10 scale_ho --agree 16 --methods rose-bands-stats-compact,diffpath,rose-ekfac,rose-diag
+scale 120 dit-s2 scale_dit --methods rose-bands-stats,diffpath
 # With OLD_SRC (an earlier roseood's src, carried): ROSE on both UNets with that code, on this card, for a
 # before/after in one lease.
 if [ -n "${OLD_SRC:-}" ]; then
-  for arch in ho-cifar10 bench-cpu; do
+  for arch in ho-cifar10 dit-s2; do
     PYTHONPATH=/tmp/site:$OLD_SRC:$PWD scale 120 $arch "scale_${arch}_old" --methods rose-diag,rose-ekfac
   done
 fi
