@@ -72,8 +72,8 @@ def test_glow_trains_with_adamax_warmup_and_clipping(data, tmp_path):
 
 def test_training_forecasts_its_time_and_stops_within_a_budget(data, tmp_path, capsys):
     """The first batches are timed and extrapolated to the run (one line before it is far along); a
-    budget stops the run when it is spent, at the next batch, checkpointed there, and --resume continues
-    from that batch to the run an unbudgeted one ends with."""
+    budget stops the run when it is spent, at the next batch, checkpointed there, says how to go on, and
+    resuming continues from that batch to the run an unbudgeted one ends with."""
     cfg = TrainConfig(epochs=3, batch_size=8)
     torch.manual_seed(0)
     _, whole = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "whole.pt", progress=True)
@@ -81,10 +81,14 @@ def test_training_forecasts_its_time_and_stops_within_a_budget(data, tmp_path, c
     assert "training 3 epochs: ≈ " in err and "on this machine (" in err and "from 3 timed batches" in err
     torch.manual_seed(0)
     _, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", progress=True, budget=1e-6)
-    assert (
-        history == [] and "stopping in epoch 1 after batch 1 of 8: the budget of" in capsys.readouterr().err
-    )
+    err = capsys.readouterr().err
+    assert history == [] and "stopping in epoch 1 after batch 1 of 8: the budget of" in err
+    assert "holds the run; --resume continues)" in err
     assert torch.load(tmp_path / "m.pt", weights_only=True)["train_state"]["partial"]["batches"] == 1
+    # a run that resumes by itself (rose bench, --resume) goes on by the same command, not by a flag
+    train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", resume=True, progress=True, budget=1e-6)
+    assert "holds the run; the same command again continues)" in capsys.readouterr().err
+    assert torch.load(tmp_path / "m.pt", weights_only=True)["train_state"]["partial"]["batches"] == 2
     _, history = train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", resume=True, progress=False)
     assert history == whole
 

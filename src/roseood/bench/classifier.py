@@ -92,5 +92,6 @@ def train_classifier(
         record=record,
         batches=batches,
         progress=progress,
+        resumes=resume,
     ).run()
     return model.eval(), history

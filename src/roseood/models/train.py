@@ -137,6 +137,7 @@ class TrainingRun:
     postfix: Callable[[float], str] = "loss={:.3f}".format
     budget: float | None = None
     every: float | None = CHECKPOINT_EVERY_S  # seconds between checkpoints inside an epoch (None: ends only)
+    resumes: bool = False  # the caller resumes from the checkpoint itself: the same command continues
     deadline: float | None = field(default=None, init=False)  # the budget's end on the monotonic clock
 
     def __post_init__(self) -> None:
@@ -176,11 +177,16 @@ class TrainingRun:
     def _over_budget(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
+    def _continues(self) -> str:
+        """How a stopped run goes on: a caller that resumes by itself (``rose bench``, ``rose train
+        --resume``) needs only the same command again."""
+        return "the same command again continues" if self.resumes else "--resume continues"
+
     def _stopped(self, shown: bool, where: str) -> None:
         if shown and self.budget is not None:
             note(
                 f"stopping {where}: the budget of {duration(self.budget)} is spent ({self.checkpoint} "
-                "holds the run; --resume continues)"
+                f"holds the run; {self._continues()})"
             )
 
     def _epoch(self, epoch: int, shown: bool, warmup: _Warmup) -> dict[str, float] | None:
@@ -234,7 +240,7 @@ class TrainingRun:
                     if shown:
                         note(
                             f"interrupted in epoch {epoch + 1} after batch {i} of {len(split)}: "
-                            f"{self.checkpoint} holds the run there; --resume continues from the next batch"
+                            f"{self.checkpoint} holds the run there; {self._continues()} from the next batch"
                         )
                     raise KeyboardInterrupt
         return sums
@@ -402,5 +408,6 @@ def train(
         postfix=record.postfix,
         budget=budget,
         every=checkpoint_every,
+        resumes=resume,
     ).run()
     return model.eval(), history
