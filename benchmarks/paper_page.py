@@ -152,10 +152,9 @@ NOT_REPRODUCED = {
     "about an hour; `rose bench table3` runs them",
     "Table 8 (SVHN at nine brightness levels)": "SVHN was not in the data folder of the machine that ran "
     "`rose bench brightness`; the bench regenerates it where SVHN is present",
-    "Figure 1's Glow and CIFAR-10 panels, Figure 3's CIFAR-10 panel": "not run: the page's figures are "
-    "the authors' Fashion-MNIST VAE's; the cpu profile's CIFAR-10 VAE and the Glows of Table 2's run are no "
-    "longer in this machine's cache, and SVHN (Figure 3's CIFAR-10 OOD set) is absent; `rose bench figure1 "
-    "figure3` draws them all",
+    "Figure 3's CIFAR-10 panel, SVHN in Figure 1's": "SVHN, the paper's OOD set for CIFAR-10 in both "
+    "figures, is absent from the data folder of the machine that ran them (Figure 1's CIFAR-10 panels show "
+    "CelebA in its place); `rose bench figure1 figure3` draws them where SVHN is present",
     "Figure 2 (CelebA at each brightness)": "example images, not a measurement: the bench does not draw it",
 }
 
@@ -332,11 +331,29 @@ def figures(stem: str, run: Run) -> list[str]:
         return []
     note = FIGURE_NOTES.get(run["experiment"])
     lines = [f"The paper's {run['experiment'].replace('figure', 'Figure ')}: {note}", ""] if note else []
+    lines += likelihood_panels(run)
     cut = cuts(run)
     for f in run["figures"]:
         caption = f"{f['caption']} ({cut})" if cut else f["caption"]
         lines += [f"![{caption}](img/paper/{stem}/{f['file']})", "", f"*{caption}*", ""]
     return lines
+
+
+def likelihood_panels(run: Run) -> list[str]:
+    """Figure 1's histograms in one number each: the NLL's AUROC per panel and OOD set (below 0.5 the OOD
+    set is the more likely, the paper's point), beside Table 2's where the paper gives one."""
+    if run["experiment"] != "figure1":
+        return []
+    cells = []
+    for key, entry in run["results"].items():
+        for ood, r in entry["results"].get("nll", {}).items():
+            paper = paper_value("table2", *key.split("/"), ood, "nll", "auroc")
+            beside = f" (paper {paper:.3f})" if paper is not None else ""
+            cells.append(f"{key} → {ood} {r['auroc']:.3f}{beside}")
+    if not cells:
+        return []
+    what = "The NLL's AUROC on each panel (below 0.5: the OOD set looks more likely)"
+    return [f"{what}: {'; '.join(cells)}.", ""]
 
 
 def _mean_std(values: list[float]) -> str:
