@@ -465,7 +465,9 @@ CASES = [
         if Path("/dev/full").exists()
         else []
     ),
-    _c("unknown option", "unrecognized arguments", "datasets", "--colour"),
+    # reported by the command it was given to, whose --help lists the options there are
+    _c("unknown option", "--colour (see `rose datasets --help`)", "datasets", "--colour"),
+    _c("unknown option, nested", "--bad (see `rose train vae --help`)", *TRAIN, "--bad", "--out", "{d}/m"),
 ]
 
 

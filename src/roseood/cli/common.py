@@ -70,6 +70,23 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, but an unknown option is reported by the command it was given to, whose
+        ``--help`` lists the options there are (argparse reports it from ``rose`` itself)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _chosen(self, parsed: Any) -> argparse.ArgumentParser:
+        """The innermost sub-command parser that ``parsed`` went through (this one where there is none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if chosen is not None:
+                    return chosen._chosen(parsed) if isinstance(chosen, Parser) else chosen
+        return self
+
 
 def add_overwrite(p: argparse.ArgumentParser, *aliases: str) -> None:
     p.add_argument("--overwrite", *aliases, action="store_true", help="replace existing output files")
