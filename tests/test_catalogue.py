@@ -35,8 +35,8 @@ def test_the_catalogue_gives_every_trainable_family_its_registered_options():
 
 def test_the_help_names_each_familys_method_when_none_is_named():
     assert catalogue.family_methods() == (
-        "rose-gmm-all for glow and pixelcnn, rose-bands-stats-compact for diffusion ddpm, fm and ldm models, "
-        "rose-bands-stats for other diffusion models, else rose-ekfac"
+        "rose-gmm-all for glow and pixelcnn, rose-bands-stats-compact for diffusion ddpm, fm, ldm and cddpm "
+        "models, rose-bands-stats for other diffusion models, else rose-ekfac"
     )
 
 

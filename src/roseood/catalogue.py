@@ -285,11 +285,11 @@ TRAIN_OPTIONS = {
         "operating points)",
         faster_for=("ddpm",),  # measured on the zoo DDPMs; a DiT has no "mid" layers
         # the same on compact EKFAC Fishers, a file no larger than the weights: pixel-space DDPMs (it passed
-        # the diagonal Fishers' rule on the three Fashion-MNIST DDPMs), flow matching and latent models
-        # (the same rule over each kind's three zoo models); the DiT failed it on MNIST (and compact EKFAC
-        # of the wider side, ekfac-compact-wide, in scoring time), the class-conditional kind was not
-        # judged (docs/diffusion.md, "Compact EKFAC")
-        varieties={v: "rose-bands-stats-compact" for v in ("ddpm", "fm", "ldm")},
+        # the diagonal Fishers' rule on the three Fashion-MNIST DDPMs), flow matching, latent and
+        # class-conditional models (the same rule over each kind's three zoo models); the DiT failed it on
+        # MNIST (and compact EKFAC of the wider side, ekfac-compact-wide, in scoring time)
+        # (docs/diffusion.md, "Compact EKFAC")
+        varieties={v: "rose-bands-stats-compact" for v in ("ddpm", "fm", "ldm", "cddpm")},
     ),
 }
 
