@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tests.test_cli_bad_files as bad_files
 import tests.test_cli_bad_input as bad_input
-from tests.test_cli_bad_input import run_case, snapshot
+from tests.test_cli_bad_input import run_case, shown, snapshot
 
 
 def main(table: str = "input") -> None:
@@ -36,7 +36,7 @@ def main(table: str = "input") -> None:
         for i, case in enumerate(cases, 1):
             before = snapshot(root)
             code, err = run_case(case, root)
-            line = " / ".join(err.strip().splitlines()).replace(str(root), ".").replace("|", r"\|")
+            line = shown(err, root)
             same = "yes" if snapshot(root) == before else "**no**"
             print(f"| {i} | `{case.what}` | {code} | {line} | {same} |")
 

@@ -7,7 +7,9 @@ nothing overwritten). Most cases are refused before any data is loaded, which ke
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -500,8 +502,24 @@ def test_the_table_covers_sixty_cases() -> None:
     assert len(CASES) >= 60 and len({c.what for c in CASES}) == len(CASES)
 
 
-def assert_one_error_line(case: Case, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``case`` run in ``workdir``: exit 2, one error line with its message, no traceback, no file touched."""
+def shown(err: str, root: Path) -> str:
+    """What a case printed, as bad-input.md's table shows it: one line, paths relative to ``root``."""
+    return " / ".join(err.strip().splitlines()).replace(str(root), ".").replace("|", r"\|")
+
+
+RECORDED = Path(__file__).parents[1] / "docs" / "generated" / "bad-input-cases.md"
+ROW = r"^\| \d+ \| `(.*?)` \| \d+ \| (.*) \| (?:yes|\*\*no\*\*) \|$"
+
+
+@functools.cache
+def recorded() -> dict[str, str]:
+    """bad-input.md's recorded table (``benchmarks.bad_input_table``): each case's shown output."""
+    return dict(re.findall(ROW, RECORDED.read_text("utf-8"), re.MULTILINE))
+
+
+def assert_one_error_line(case: Case, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``case`` run in ``workdir``: exit 2, one error line with its message, no traceback, no file touched;
+    what it printed (``shown``)."""
     monkeypatch.setenv("ROSEOOD_DATA", str(workdir / "data"))
     monkeypatch.chdir(workdir)
     before = snapshot(workdir)
@@ -511,6 +529,7 @@ def assert_one_error_line(case: Case, workdir: Path, monkeypatch: pytest.MonkeyP
     assert len(lines) == 1 and case.message in lines[0], err
     assert "Traceback" not in err
     assert snapshot(workdir) == before
+    return shown(err, workdir)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.what for c in CASES])
@@ -519,4 +538,8 @@ def test_bad_input_gives_one_error_line_and_touches_nothing(
 ) -> None:
     if "cuda" in case.what and not NO_GPU:
         pytest.skip("a GPU is present")
-    assert_one_error_line(case, workdir, monkeypatch)
+    line = assert_one_error_line(case, workdir, monkeypatch)
+    # bad-input.md shows each case's recorded output: a changed message needs it recorded again
+    assert recorded().get(case.what) == line, (
+        "python -m benchmarks.bad_input_table > docs/generated/bad-input-cases.md"
+    )
