@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tests.test_cli_bad_files as bad_files
 import tests.test_cli_bad_input as bad_input
-from tests.test_cli_bad_input import run_case, shown, snapshot
+from tests.test_cli_bad_input import RECORDED_UNDER, run_case, shown, snapshot
 
 
 def main(table: str = "input") -> None:
@@ -31,6 +31,7 @@ def main(table: str = "input") -> None:
 
         os.environ["ROSEOOD_DATA"] = data
         os.chdir(root)
+        print(RECORDED_UNDER.format(*sys.version_info[:2]))  # argparse's wording follows Python's version
         print("| # | bad input | exit | stderr (the one error line) | files unchanged |")
         print("|---|---|---|---|---|")
         for i, case in enumerate(cases, 1):
