@@ -53,8 +53,7 @@ def train_classifier(
     The paper names no optimiser for its classifiers; Adam at a constant ``lr`` is the one it uses for
     its VAEs and needs no schedule. No augmentation. With ``resume``, weights, optimiser, shuffling RNG
     and history are restored and training continues from the next epoch (only ``epochs`` may differ).
-    Returns the model (eval mode) and per-epoch history (loss in nats, training accuracy).
-    """
+    Returns the model (eval mode) and per-epoch history (loss in nats, training accuracy)."""
     x = as_image_tensor(images, model.in_channels, model.image_size)
     y = _as_labels(labels, x.shape[0], model.num_classes)
     if x.shape[0] < 2:

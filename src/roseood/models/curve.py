@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from roseood import distributed
 from roseood.contracts import HeldOutMetrics
 from roseood.models.base import input_dims
 
@@ -68,7 +69,7 @@ class Curve:
 class Recorder:
     """An epoch's history row: the mean training loss per input and per dimension (bits per dimension of
     an NLL, else the objective per dimension), then the held-out figures (timed apart from training),
-    also written to the curve CSV when there is one."""
+    also written to the ``curve`` CSV when there is one (by the main process alone)."""
 
     def __init__(
         self,
@@ -76,10 +77,11 @@ class Recorder:
         state: dict[str, Any],
         device: str | torch.device,
         held: Tensor | None,
-        log: Curve | None,
+        curve: str | Path | None,
     ) -> None:
         self.model, self.objective, self.state = model, model.train_objective, state
-        self.device, self.held, self.log = device, held, log
+        self.device, self.held = device, held
+        self.log = Curve(Path(curve), state) if curve is not None and distributed.is_main() else None
         nll, dims = self.objective == "nll", input_dims(model)
         self.unit: str = "bpd" if nll else self.objective
         self.per_dim: float = dims * math.log(2) if nll else dims

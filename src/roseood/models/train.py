@@ -27,7 +27,7 @@ from roseood.data.tensors import check_model_input
 from roseood.errors import RoseError
 from roseood.models.base import RoseModel, model_name
 from roseood.models.checkpoint import save_model
-from roseood.models.curve import Curve, Recorder
+from roseood.models.curve import Recorder
 from roseood.models.resume import deferred_interrupts, resume_within, start_run
 from roseood.progress import duration, eta, forecast, note, resolve
 from roseood.progress import progress as progress_bar
@@ -390,8 +390,7 @@ def train(
         torch.manual_seed(cfg.seed)
     step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device, y)
     held = None if held_out is None else check_model_input(held_out, model)
-    log = Curve(Path(curve), state) if curve is not None and distributed.is_main() else None
-    record = Recorder(model, state, device, held, log)
+    record = Recorder(model, state, device, held, curve)
     history = TrainingRun(
         model,
         opt,
