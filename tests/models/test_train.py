@@ -61,6 +61,17 @@ def test_existing_output_and_mismatched_resume_are_refused(data, tmp_path):
         )
 
 
+def test_input_refusals_come_before_the_checkpoint_is_read(data, tmp_path):
+    """Bad held-out images or a perturbation the model cannot take are refused before ``start_run`` looks at
+    the output: a corrupt file there is never read (its error would otherwise answer first)."""
+    (tmp_path / "m.pt").write_bytes(b"not a checkpoint")
+    cfg = TrainConfig(epochs=1, batch_size=32)
+    with pytest.raises(RoseError, match="channel"):
+        train(VAE(ngf=4, nz=4), data, cfg, tmp_path / "m.pt", resume=True, held_out=torch.rand(4, 3, 32, 32))
+    with pytest.raises(RoseError, match="perturbation"):
+        train(VAE(ngf=4, nz=4), data, TrainConfig(epochs=1, perturb="svd:x"), tmp_path / "m.pt", resume=True)
+
+
 def test_glow_trains_with_adamax_warmup_and_clipping(data, tmp_path):
     torch.manual_seed(0)
     cfg = TrainConfig.for_model("glow", epochs=2, batch_size=16, warmup_steps=4, grad_clip=50.0)

@@ -385,11 +385,11 @@ def train(
     model.to(device).train()  # before the optimiser takes the parameters: a DDPM makes its copy here
     opt = _optimizer(model, cfg)
     y, digest = _with_labels(x, labels)
+    step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device, y)
+    held = None if held_out is None else check_model_input(held_out, model)  # refusals before the checkpoint
     state = start_run(Path(checkpoint), model, opt, gen, resume, "config", asdict(cfg), digest, overwrite)
     if state["epoch"] == 0:
         torch.manual_seed(cfg.seed)
-    step = _batch_step(model.input_kind, model.train_loss, x, cfg, opt, gen, device, y)
-    held = None if held_out is None else check_model_input(held_out, model)
     record = Recorder(model, state, device, held, curve)
     history = TrainingRun(
         model,
