@@ -86,6 +86,7 @@ def test_the_decision_table_is_one_table_on_every_page_and_follows_the_catalogue
     from benchmarks import decision_table
 
     from roseood.catalogue import TRAIN_OPTIONS
+    from roseood.models.zoo import ZOO_FAMILIES
 
     for page in decision_table.PAGES:
         text = (decision_table.ROOT / page).read_text(encoding="utf-8")
@@ -94,6 +95,8 @@ def test_the_decision_table_is_one_table_on_every_page_and_follows_the_catalogue
         )
     families = {row.get("family") for row in decision_table.rows()}
     assert set(TRAIN_OPTIONS) <= families
+    kinds = {row.get("variety", row.get("family")) for row in decision_table.rows()}
+    assert set(ZOO_FAMILIES) <= kinds, "every kind the zoo holds has its row"
     rendered = decision_table.render()
     for name, options in TRAIN_OPTIONS.items():
         assert f"`{options.method}` (the default for this family)" in rendered, name

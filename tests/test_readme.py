@@ -66,7 +66,7 @@ def test_set_up_is_what_ci_runs():
 
 def test_the_two_commands():
     lines = [shlex.split(line, comments=True) for line in _block("The two commands", "bash").splitlines()]
-    assert lines == [["rose", "demo"], ["python", "-m", "pytest"]]
+    assert [words for words in lines if words] == [["rose", "demo"], ["python", "-m", "pytest"]]
     assert build_parser().parse_args(["demo"]).command == "demo"
 
 
