@@ -46,6 +46,12 @@ def test_plan_takes_as_many_images_as_the_budget_allows():
     assert "5 images (40 rows) per batch" in plan(155).line() and "budget 155 B" in plan(155).line()
 
 
+def test_the_plan_line_counts_a_small_layer_set_in_parameters_not_as_zero_millions():
+    assert plan(None).line().startswith("ROSE: 10 parameters in 2 layers")  # a LoRA's few thousand
+    big = MemoryPlan(params=35_700_000, layers=220, rows=8, fixed=100, per_image=10, wanted=1, budget=None)
+    assert big.line().startswith("ROSE: 35.7 M parameters in 220 layers")
+
+
 def test_a_plan_that_cannot_fit_one_image_is_refused_in_one_line():
     plan(110).check()  # exactly one image fits
     with pytest.raises(RoseError, match=r"for one image per batch .* budget is 109 B") as info:

@@ -78,8 +78,9 @@ class MemoryPlan:
         rows = f" ({self.images * self.rows} rows)" if self.rows > 1 else ""
         images = f"{self.images} image{'s' if self.images != 1 else ''}{rows} per batch"
         limit = f"budget {format_size(self.budget)}" if self.budget is not None else "no budget"
+        count = f"{self.params / 1e6:.1f} M" if self.params >= 100_000 else f"{self.params:,}"  # LoRA: 9,984
         return (
-            f"{self.what}: {self.params / 1e6:.1f} M parameters in {self.layers} layers (one at a time), "
+            f"{self.what}: {count} parameters in {self.layers} layers (one at a time), "
             f"{images}, ≈ {format_size(self.peak)} peak ({limit})"
         )
 
