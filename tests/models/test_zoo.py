@@ -18,7 +18,16 @@ from roseood.models import load_model, save_model
 from roseood.models.checkpoint import model_fingerprint
 from roseood.models.diffusion import DiffusionModel
 from roseood.models.vae import VAE
-from roseood.models.zoo import CARD, ZOO_NAMES, model_card, write_checksums, zoo_data, zoo_dir, zoo_path
+from roseood.models.zoo import (
+    CARD,
+    ZOO_NAMES,
+    model_card,
+    write_checksums,
+    zoo_data,
+    zoo_dir,
+    zoo_named,
+    zoo_path,
+)
 from tests.conftest import needs_shared_data
 
 
@@ -60,7 +69,7 @@ def test_every_zoo_model_matches_its_checksums_loads_by_name_and_runs(name):
         assert (type(model.unet).__name__ == "DiTTransformer2DModel") == (kind == "dit")
         assert (model.autoencoder is not None) == (kind in ("ldm", "sd"))
         if kind == "sd":  # its sneaker LoRA, beside the base it was trained on
-            tuned = load_model(folder / "sneaker-lora")
+            tuned = load_model(f"{name}/sneaker-lora")  # by the zoo name and the folder inside
             assert isinstance(tuned, DiffusionModel) and tuned.adapter is not None
             assert (tuned.adapter.rank, tuned.adapter.layers) == (4, 32)
         # a trained model's loss per dimension on a uniform-noise image stays within a few times the
@@ -75,6 +84,19 @@ def test_every_zoo_model_matches_its_checksums_loads_by_name_and_runs(name):
         test = as_image_tensor(load_images("cifar10", n=1, seed=0, channels=3, size=32).images)
         bpd = model.bits_per_dim(model.nll(test)).item()
         assert 3 < bpd < 8
+
+
+def test_a_folder_inside_a_zoo_model_is_named_through_it_and_nothing_outside_it(tmp_path, monkeypatch):
+    """``sd-fmnist-s0/sneaker-lora`` names the LoRA in the zoo's folder; a path that is not inside it (or
+    not there) is refused in one line naming what the folder holds; a local path of that name wins."""
+    assert zoo_named("sd-fmnist-s0/sneaker-lora") == ("sd-fmnist-s0", "sneaker-lora")
+    assert zoo_named("sd-fmnist-s0") == ("sd-fmnist-s0", "") and zoo_named("my-sd/sneaker-lora") is None
+    for inner in ("nope", "../ddpm-fmnist-s0"):
+        with pytest.raises(CheckpointError, match=r"has no '.*' inside its folder \(it holds .*sneaker-lora"):
+            load_model(f"sd-fmnist-s0/{inner}")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sd-fmnist-s0" / "sneaker-lora").mkdir(parents=True)
+    assert zoo_named("sd-fmnist-s0/sneaker-lora") is None
 
 
 @pytest.fixture

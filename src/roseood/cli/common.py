@@ -380,7 +380,7 @@ def in_data_arg(args: argparse.Namespace, model: RoseModel) -> str:
     """``--in``; unset: ``--fit-data`` (the user's own images), else the training data of the zoo model(s)
     ``--model`` names, else ``fashion_mnist`` (the demo's) for a model of grayscale images. A colour model
     must be told its data: fitting it on grayscale clothes repeated to RGB is never what was meant."""
-    from roseood.models.zoo import ZOO_NAMES, zoo_data
+    from roseood.models.zoo import zoo_data, zoo_named
     from roseood.progress import note
 
     if args.in_data:
@@ -388,7 +388,7 @@ def in_data_arg(args: argparse.Namespace, model: RoseModel) -> str:
     if getattr(args, "fit_data", None):
         return str(args.fit_data)
     paths = args.model if isinstance(args.model, list) else [args.model]
-    zoo = {zoo_data(p) for p in paths if p in ZOO_NAMES and not Path(p).exists()}
+    zoo = {zoo_data(named[0]) for p in paths if p and (named := zoo_named(p)) is not None}
     if len(zoo) == 1:
         data = zoo.pop()
         note(f"--in {data}: the data set the zoo model was trained on")

@@ -130,8 +130,8 @@ def _user_model_error(path: str | Path, obj: dict[str, Any]) -> CheckpointError:
 def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[RoseModel, dict[str, Any]]:
     """Rebuild the model stored at ``path``; also return the raw file dict (for training state).
     A folder saved by diffusers (a pipeline or a UNet2DModel's folder) loads as a diffusion model, and so
-    does the name of a zoo model (``ddpm-fmnist-s0``, ``vae-cifar10-s0``, see ``roseood.models.zoo``) where
-    no file has it.
+    does the name of a zoo model (``ddpm-fmnist-s0``, ``vae-cifar10-s0``, see ``roseood.models.zoo``), or of
+    a folder inside one (``sd-fmnist-s0/sneaker-lora``), where no local path has it.
 
     A built-in family is rebuilt from its registry by the stored config; any other model only by
     ``model_module`` ("file.py:factory" or "package.module:factory"), the user's own code: a factory
@@ -140,15 +140,19 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     from roseood.models.diffusion import is_diffusers_folder, load_diffusers
     from roseood.models.families import FAMILIES
     from roseood.models.user import load_factory
-    from roseood.models.zoo import ZOO_NAMES, zoo_model
+    from roseood.models.zoo import ZOO_NAMES, zoo_model, zoo_named
 
-    if model_module is None and str(path) in ZOO_NAMES:
-        if not Path(path).exists():
-            name, path = str(path), zoo_model(str(path))
-            state(f"{name}: the zoo model in {path} (its files match SHA256SUMS; its card: rose zoo {name})")
-        else:  # what the user has at that path is what they named; said, since the zoo has the name too
-            what = "folder" if Path(path).is_dir() else "file"
-            state(f"{path}: the local {what}, not the zoo model of that name")
+    named = zoo_named(path) if model_module is None else None
+    if named is not None:
+        name, inner = named
+        path = zoo_model(name, inner)
+        where = f"{path}, inside the zoo model {name}" if inner else f"the zoo model in {path}"
+        checked = f"its files match SHA256SUMS; its card: rose zoo {name}"
+        state(f"{Path(name, inner).as_posix()}: {where} ({checked})")
+    elif model_module is None and str(path) in ZOO_NAMES:
+        # what the user has at that path is what they named; said, since the zoo has the name too
+        what = "folder" if Path(path).is_dir() else "file"
+        state(f"{path}: the local {what}, not the zoo model of that name")
     if model_module is None and is_diffusers_folder(path):
         return load_diffusers(path), {}
     obj = safe_load(path, MODEL_FORMAT)

@@ -95,10 +95,23 @@ def zoo_seeds(family: str, data: str) -> list[tuple[int, str]]:
     return found
 
 
-def zoo_model(name: str) -> Path:
-    """What ``load_model`` reads for zoo model ``name`` (checked): its checkpoint file, or its diffusers
-    folder."""
+def zoo_named(path: str | Path) -> tuple[str, str] | None:
+    """(zoo model, folder inside it or "") that ``path`` names, ``NAME`` or ``NAME/inner`` (the LoRA in
+    ``sd-fmnist-s0/sneaker-lora``), where no local file or folder has that path; else None."""
+    name, _, inner = Path(path).as_posix().partition("/")
+    return (name, inner) if name in ZOO_NAMES and not Path(path).exists() else None
+
+
+def zoo_model(name: str, inner: str = "") -> Path:
+    """What ``load_model`` reads for zoo model ``name`` (checked): its checkpoint file or its diffusers
+    folder; with ``inner``, that path inside its folder (an adapter folder)."""
     folder = zoo_path(name)
+    if inner:
+        target = folder / inner
+        if not target.exists() or not target.resolve().is_relative_to(folder.resolve()):
+            inside = ", ".join(sorted(p.name for p in folder.iterdir() if p.is_dir())) or "no folders"
+            raise CheckpointError(f"zoo model {name} has no {inner!r} inside its folder (it holds {inside})")
+        return target
     file = folder / CHECKPOINT
     return file if file.is_file() else folder
 
