@@ -337,6 +337,7 @@ def test_a_tie_for_the_most_common_size_asks_for_size(tmp_path: Path) -> None:
         ("fashion-mnist", "fashion_mnist"),
         (" MNIST :train", "mnist"),
         ("noise", "noise"),
+        ("fashion_mnist:train@0-6+8-9", "fashion_mnist"),
     ],
 )
 def test_a_named_set_is_recognised_however_it_is_written(source, name):
@@ -346,8 +347,52 @@ def test_a_named_set_is_recognised_however_it_is_written(source, name):
     assert spec is not None and spec.name == name
 
 
-@pytest.mark.parametrize("source", ["my_images/", "celeba_test.npz", "celebA2", ""])
+@pytest.mark.parametrize("source", ["my_images/", "celeba_test.npz", "celebA2", "", "mnist@seven"])
 def test_anything_else_is_not_a_named_set(source):
     from roseood.data import dataset_spec
 
     assert dataset_spec(source) is None
+
+
+# --- a class selection: "@7", "@0-6+8-9" ------------------------------------------------------------
+
+
+def test_a_class_selection_keeps_those_labels_before_n_draws_and_names_the_set(tmp_path: Path) -> None:
+    images, _ = gray_set(30)
+    path = write_npz(tmp_path / "s.npz", images, np.arange(30, dtype=np.int64) % 10)
+    one = load_images(f"{path}@7")
+    assert one.name.endswith("s.npz@7") and list(one.labels) == [7, 7, 7]
+    np.testing.assert_array_equal(one.images, load_images(path).images[[7, 17, 27]])
+    rest = load_images(f"{path}@0-6+8-9", n=5, seed=1)
+    assert len(rest) == 5 and 7 not in rest.labels  # n drawn from the kept classes only
+    assert load_images(f"{path}@0-6+8-9", n=5, seed=1).name == rest.name
+    assert load_images(f"{path}@3+jpeg75").name.endswith("s.npz@3+jpeg75")  # then a JPEG history
+
+
+def test_a_class_selection_of_a_folder_counts_its_class_folders_in_sorted_order(tmp_path: Path) -> None:
+    for cls, count in (("dogs", 2), ("cats", 3)):
+        for i in range(count):
+            _png(tmp_path / cls / f"{i}.png", np.full((20, 20), 40 * i, np.uint8))
+    dogs = load_images(f"{tmp_path}/@1", size=20)
+    assert list(dogs.labels) == [1, 1] and dogs.files == ("dogs/0.png", "dogs/1.png")
+    absent = r"no images of class 2; its classes: 0 \(cats\), 1 \(dogs\)"
+    raises_one_line(lambda: load_images(f"{tmp_path}/@2"), absent)
+
+
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        ("noise@3", "generated: they have no classes"),
+        ("fashion_mnist@5-2", "the range 5-2 runs backwards"),
+        ("fashion_mnist@seven", r"neither a known dataset .*a class selection is @N"),
+    ],
+)
+def test_a_class_selection_that_cannot_be_made_is_one_line(source: str, match: str) -> None:
+    raises_one_line(lambda: load_images(source, n=4), match)
+
+
+def test_a_class_selection_needs_labels_and_each_class_it_names(tmp_path: Path) -> None:
+    images, _ = gray_set(10)
+    raises_one_line(lambda: load_images(f"{write_npz(tmp_path / 'u.npz', images)}@1"), "no class labels")
+    labelled = write_npz(tmp_path / "l.npz", images, np.arange(10, dtype=np.int64) % 3)
+    raises_one_line(lambda: load_images(f"{labelled}@1-4"), "no images of class 3; its classes: 0, 1, 2$")

@@ -17,8 +17,9 @@ from roseood.errors import RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import evaluate, sweep
 from roseood.evaluation.result import EvaluationResult
-from roseood.evaluation.splits import EvalSpec, load_fit_images
+from roseood.evaluation.splits import EvalSpec, fit_source, load_fit_images
 from roseood.models import VAE
+from tests.conftest import needs_shared_data
 
 # the module (``roseood.evaluation.evaluate`` the attribute is the function of that name)
 evaluate_module = importlib.import_module("roseood.evaluation.evaluate")
@@ -58,6 +59,16 @@ def test_fit_draws_vary_the_fisher_images_and_keep_the_statistics(tiny_vae: VAE,
     pool = {x.tobytes() for x in load_fit_images(replace(spec, fit_samples=30), tiny_vae).whole.images}
     assert {x.tobytes() for x in draws[0]} <= pool and len({x.tobytes() for x in draws[0]}) == 16
     assert evaluate_module.fisher_count(replace(spec, fit_samples=6, fit_draw=0), 16) == 6
+
+
+@needs_shared_data
+def test_an_in_set_of_some_classes_is_fitted_on_the_same_classes_of_its_training_split(tiny_vae: VAE) -> None:
+    """``--in fashion_mnist@7`` (one class in, the one-class protocol): the fit images come from
+    ``fashion_mnist:train@7``, not the whole training split."""
+    spec = EvalSpec("fashion_mnist@7", [], ["nll"], fit_samples=8, stats_samples=4)
+    assert fit_source(spec) == "fashion_mnist:train@7"
+    fit = load_fit_images(spec, tiny_vae)
+    assert fit.whole.name == "fashion_mnist:train@7" and set(fit.whole.labels.tolist()) == {7}
 
 
 def test_fewer_fit_images_than_asked_is_one_warning_line(tiny_vae: VAE, spec: EvalSpec, capsys) -> None:

@@ -177,7 +177,8 @@ FAMILY = {
         "`CLIPTextModel` with a letter `CLIPTokenizer` + `UNet2DConditionModel` + `DDPMScheduler`; 1×16×16 "
         "images, 4×8×8 latents), float32, with a rank-4 LoRA of the UNet's attention fine-tuned on the "
         "sneakers in `sneaker-lora/` (diffusers' `pytorch_lora_weights.safetensors`; `--model "
-        "sd-fmnist-s0/sneaker-lora --condition 'prompt:a photo of a sneaker'` judges with it)",
+        "sd-fmnist-s0/sneaker-lora --condition 'prompt:a photo of a sneaker' --in fashion_mnist@7 --ood "
+        "fashion_mnist@0-6+8-9` judges it on its sneakers against the other classes)",
         "train_family": "diffusion",
         "recipe": (
             "`benchmarks/text_lora.py train-base` (the autoencoder 400 steps: reconstruction MSE + 1e-4 KL, "

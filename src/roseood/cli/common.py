@@ -36,7 +36,7 @@ SPLIT_HELP = (
     "a dataset name, .npz file or image folder; one without a training split (and no --fit-data) is "
     "split at random (--seed) into fit, held-out statistics and test images: --test-samples test images (at "
     "most a fifth of the set), --stats-samples held out (at most half of the rest), the rest to fit; the "
-    "split is printed"
+    "split is printed; NAME@7 (@0-6+8-9) keeps those classes, the training split's too"
 )
 
 

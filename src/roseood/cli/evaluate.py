@@ -224,7 +224,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--ood",
         default="mnist,notmnist,omniglot,noise,constant",
-        help="comma-separated OOD sets: names, .npz files or image folders",
+        help="comma-separated OOD sets: names, .npz files or image folders; NAME@0-6+8-9 keeps classes",
     )
     p.add_argument(
         "--methods",

@@ -29,7 +29,7 @@ from roseood.data.preprocess import (
     adjust_brightness,
     resize_crop,
 )
-from roseood.data.registry import DATASETS, NamedSplit, locate
+from roseood.data.registry import DATASETS, NamedSplit, locate, parse_classes, split_classes
 from roseood.errors import DataError
 from roseood.progress import state
 from roseood.serialization import printable
@@ -154,7 +154,9 @@ def open_images(
     such as ``Detector.score_stream(on_error=...)`` goes on past them (``"raise"``: refused at once).
     ``jpeg``: each image goes through that JPEG round-trip at the final size and channels, to share the
     compression history of a set it is judged against (``roseood.data.jpeg``); a source ending in
-    ``+jpeg75`` (``+jpeg90-444``) asks for it too, unless the whole name is an existing path.
+    ``+jpeg75`` (``+jpeg90-444``) asks for it too, unless the whole name is an existing path. A source
+    ending in ``@7`` (``@0-6+8-9``, before any ``+jpeg``) keeps the images of those labels, before ``n``
+    draws from them (a folder's labels: its class subfolders in sorted order, from 0).
     """
     want = Wanted(channels, size, resize, brightness)  # refuses options it cannot honour
     if errors not in READ_ERRORS:
@@ -162,14 +164,18 @@ def open_images(
     check_seed(seed, error=DataError)
     if n is not None:
         check_int(n, "n", error=DataError)
+    selection = ""
     if not (isinstance(source, os.PathLike) or _exists(source)):
         source, named_jpeg = split_suffix(source)
         if named_jpeg is not None and jpeg not in (None, named_jpeg):
             raise DataError(f"{source}: two JPEG round-trips asked for ({named_jpeg.tag()} and {jpeg.tag()})")
         jpeg = jpeg or named_jpeg
+        source, selection = split_classes(source)
     want = replace(want, jpeg=jpeg)
-    stream = _open(source, split, data_dir, n, seed, want, download, errors)
-    return stream if jpeg is None else replace(stream, name=stream.name + jpeg.tag())
+    kept = parse_classes(selection) if selection else None
+    stream = _open(source, split, data_dir, n, seed, want, download, errors, kept)
+    tag = selection + (jpeg.tag() if jpeg is not None else "")
+    return replace(stream, name=stream.name + tag) if tag else stream
 
 
 def _exists(source: str) -> bool:
@@ -189,23 +195,46 @@ def _open(
     want: Wanted,
     download: bool,
     errors: str,
+    kept: frozenset[int] | None = None,
 ) -> ImageStream:
-    """``open_images`` once its options are checked."""
+    """``open_images`` once its options are checked; ``kept``: the labels to keep (None: all)."""
     named = None if isinstance(source, os.PathLike) else locate(str(source), split, data_dir)
     if named is not None:
         if named.path is None:
+            if kept is not None:
+                raise DataError(f"{named.spec.name} images are generated: they have no classes to select")
             return _generate(named.spec.name, n, seed, want)
         path = _named_file(named, download)
-        return _array_stream(named.name, str(path), *read_array(path), n, seed, want)
+        return _array_stream(named.name, str(path), *read_array(path), n, seed, want, kept)
     path = Path(source).expanduser()
     if path.is_dir():
-        return _folder_stream(path, n, seed, want, skip=errors == "skip")
+        return _folder_stream(path, n, seed, want, skip=errors == "skip", kept=kept)
     if path.is_file():
-        return _array_stream(printable(str(source)), printable(str(path)), *read_array(path), n, seed, want)
+        shown = printable(str(source))
+        return _array_stream(shown, printable(str(path)), *read_array(path), n, seed, want, kept)
+    hint = "; a class selection is @N or @A-B, joined by + (fashion_mnist@7)" if "@" in str(source) else ""
     raise DataError(
         f"{str(source)!r} is neither a known dataset ({', '.join(DATASETS)}) "
-        "nor an existing .npz/.npy file or image folder"
+        f"nor an existing .npz/.npy file or image folder{hint}"
     )
+
+
+def _of_classes(
+    labels: Labels, kept: frozenset[int] | None, name: str, names: tuple[str, ...] = ()
+) -> npt.NDArray[np.intp] | None:
+    """Indices of the images whose label ``kept`` holds (None: all kept); a kept class without images is
+    refused, naming the classes there are (with a folder's class ``names``)."""
+    if kept is None:
+        return None
+    present = sorted(set(labels[labels >= 0].tolist()))
+    if not present:
+        raise DataError(f"{name}: its images have no class labels to select by")
+    missing = sorted(kept - set(present))
+    if missing:
+        listed = ", ".join(f"{c} ({names[c]})" if names else str(c) for c in present[:12])
+        more = f" and {len(present) - 12} more" if len(present) > 12 else ""
+        raise DataError(f"{name}: no images of class {missing[0]}; its classes: {listed}{more}")
+    return np.flatnonzero(np.isin(labels, sorted(kept)))
 
 
 def _subsample(total: int, n: int | None, seed: int) -> npt.NDArray[np.intp] | None:
@@ -257,9 +286,20 @@ def _named_file(named: NamedSplit, download: bool) -> Path:
 
 
 def _array_stream(
-    name: str, source: str, images: U8, labels: Labels, n: int | None, seed: int, want: Wanted
+    name: str,
+    source: str,
+    images: U8,
+    labels: Labels,
+    n: int | None,
+    seed: int,
+    want: Wanted,
+    kept: frozenset[int] | None = None,
 ) -> ImageStream:
-    """Subsample (before resizing, for speed); preprocess each chunk when it is read."""
+    """Keep the ``kept`` classes, subsample (before resizing, for speed); preprocess each chunk when it is
+    read."""
+    chosen = _of_classes(labels, kept, name)
+    if chosen is not None:
+        images, labels = images[chosen], labels[chosen]
     keep = _subsample(len(images), n, seed)
     if keep is not None:
         images, labels = images[keep], labels[keep]
@@ -272,10 +312,13 @@ def _array_stream(
     return ImageStream(name, source, labels, read, None, conversion, prep)
 
 
-def _folder_stream(folder: Path, n: int | None, seed: int, want: Wanted, skip: bool) -> ImageStream:
-    """Every image file under ``folder``, read on demand; images in class subfolders are labelled with
-    their folder's index among the sorted class folders (images at the top: -1). ``skip``: files whose
-    header cannot be read stay in place and raise their ``DataError`` when read (see ``open_images``)."""
+def _folder_stream(
+    folder: Path, n: int | None, seed: int, want: Wanted, skip: bool, kept: frozenset[int] | None = None
+) -> ImageStream:
+    """Every image file under ``folder`` (of the ``kept`` classes), read on demand; images in class
+    subfolders are labelled with their folder's index among the sorted class folders (images at the top:
+    -1). ``skip``: files whose header cannot be read stay in place and raise their ``DataError`` when
+    read (see ``open_images``)."""
     files = sorted(
         (p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")),
         key=lambda p: p.relative_to(folder).as_posix(),
@@ -287,6 +330,9 @@ def _folder_stream(folder: Path, n: int | None, seed: int, want: Wanted, skip: b
     classes = tuple(sorted({parts[0] for parts in relative if len(parts) > 1}))
     index = {c: i for i, c in enumerate(classes)}
     labels = np.array([index[p[0]] if len(p) > 1 else -1 for p in relative], dtype=np.int64)
+    chosen = _of_classes(labels, kept, printable(str(folder)), tuple(printable(c) for c in classes))
+    if chosen is not None:
+        files, labels = [files[i] for i in chosen], labels[chosen]
     keep = _subsample(len(files), n, seed)
     if keep is not None:
         files, labels = [files[i] for i in keep], labels[keep]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +51,36 @@ for _spec in (
     DATASETS.register(_spec.name, _spec)
 
 
+# A source's suffix that keeps some classes: "fashion_mnist@7", "cifar10:train@0-4", "photos/@0-6+8-9"
+# (label values; ranges joined by "+", since "," separates the sets of --ood)
+CLASSES = re.compile(r"@(\d+(?:-\d+)?(?:\+\d+(?:-\d+)?)*)$")
+
+
+def split_classes(source: str) -> tuple[str, str]:
+    """``source`` without its class selection, and the selection (``@7``; "" without one)."""
+    match = CLASSES.search(source)
+    return (source, "") if match is None else (source[: match.start()], match.group(0))
+
+
+def parse_classes(selection: str) -> frozenset[int]:
+    """The label values a selection keeps: ``@7`` → {7}, ``@0-6+8-9`` → {0, …, 6, 8, 9}."""
+    match = CLASSES.fullmatch(selection)
+    if match is None:
+        raise DataError(f"bad class selection {selection!r}: write @N, @A-B, joined by + (e.g. @0-6+8-9)")
+    kept: set[int] = set()
+    for part in match.group(1).split("+"):
+        low, _, high = part.partition("-")
+        if high and int(high) < int(low):
+            raise DataError(f"bad class selection {selection!r}: the range {part} runs backwards")
+        kept.update(range(int(low), int(high or low) + 1))
+    return frozenset(kept)
+
+
 def dataset_spec(source: str) -> DatasetSpec | None:
     """The named set ``source`` names, written any way the CLI takes it (``CelebA:test``,
-    ``fashion-mnist``), or None for anything else (a file, a folder). The one place names are normalised."""
-    return DATASETS.find(source.split(":")[0].strip().lower().replace("-", "_"))
+    ``fashion-mnist``, ``fashion_mnist@7``), or None for anything else (a file, a folder). The one place
+    names are normalised."""
+    return DATASETS.find(split_classes(source)[0].split(":")[0].strip().lower().replace("-", "_"))
 
 
 def list_datasets() -> list[str]:
