@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from PIL import Image
 
 from roseood.data import DATASETS, ImageSet, list_datasets, load_images, open_images, resolve_data_dir
@@ -396,3 +398,14 @@ def test_a_class_selection_needs_labels_and_each_class_it_names(tmp_path: Path) 
     raises_one_line(lambda: load_images(f"{write_npz(tmp_path / 'u.npz', images)}@1"), "no class labels")
     labelled = write_npz(tmp_path / "l.npz", images, np.arange(10, dtype=np.int64) % 3)
     raises_one_line(lambda: load_images(f"{labelled}@1-4"), "no images of class 3; its classes: 0, 1, 2$")
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 5)), min_size=1, max_size=4))
+def test_a_class_selection_reads_back_as_the_union_of_its_ranges(ranges: list[tuple[int, int]]) -> None:
+    """``@A-B+C+…`` written from any ranges parses to exactly the labels they cover, and a source with it
+    splits into the source and the selection."""
+    from roseood.data.registry import parse_classes, split_classes
+
+    text = "@" + "+".join(f"{a}-{a + w}" if w else str(a) for a, w in ranges)
+    assert parse_classes(text) == {c for a, w in ranges for c in range(a, a + w + 1)}
+    assert split_classes(f"my_photos/{text}") == ("my_photos/", text)
