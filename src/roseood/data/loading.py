@@ -164,18 +164,14 @@ def open_images(
     check_seed(seed, error=DataError)
     if n is not None:
         check_int(n, "n", error=DataError)
-    selection = ""
     if not (isinstance(source, os.PathLike) or _exists(source)):
         source, named_jpeg = split_suffix(source)
         if named_jpeg is not None and jpeg not in (None, named_jpeg):
             raise DataError(f"{source}: two JPEG round-trips asked for ({named_jpeg.tag()} and {jpeg.tag()})")
         jpeg = jpeg or named_jpeg
-        source, selection = split_classes(source)
     want = replace(want, jpeg=jpeg)
-    kept = parse_classes(selection) if selection else None
-    stream = _open(source, split, data_dir, n, seed, want, download, errors, kept)
-    tag = selection + (jpeg.tag() if jpeg is not None else "")
-    return replace(stream, name=stream.name + tag) if tag else stream
+    stream = _open(source, split, data_dir, n, seed, want, download, errors)
+    return stream if jpeg is None else replace(stream, name=stream.name + jpeg.tag())
 
 
 def _exists(source: str) -> bool:
@@ -195,20 +191,23 @@ def _open(
     want: Wanted,
     download: bool,
     errors: str,
-    kept: frozenset[int] | None = None,
 ) -> ImageStream:
-    """``open_images`` once its options are checked; ``kept``: the labels to keep (None: all)."""
+    """``open_images`` once its options are checked: a named set (its split and classes as ``locate``
+    reads them), else a folder or file, with the classes a ``@`` suffix keeps (None: all)."""
     named = None if isinstance(source, os.PathLike) else locate(str(source), split, data_dir)
     if named is not None:
         if named.path is None:
-            if kept is not None:
+            if named.kept is not None:
                 raise DataError(f"{named.spec.name} images are generated: they have no classes to select")
             return _generate(named.spec.name, n, seed, want)
         path = _named_file(named, download)
-        return _array_stream(named.name, str(path), *read_array(path), n, seed, want, kept)
-    path = Path(source).expanduser()
+        return _array_stream(named.name, str(path), *read_array(path), n, seed, want, named.kept)
+    literal = isinstance(source, os.PathLike) or _exists(str(source))  # as for the +jpeg suffix
+    text, selection = (str(source), "") if literal else split_classes(str(source))
+    path, kept = Path(text).expanduser(), parse_classes(selection) if selection else None
     if path.is_dir():
-        return _folder_stream(path, n, seed, want, skip=errors == "skip", kept=kept)
+        stream = _folder_stream(path, n, seed, want, skip=errors == "skip", kept=kept)
+        return replace(stream, name=stream.name + selection)
     if path.is_file():
         shown = printable(str(source))
         return _array_stream(shown, printable(str(path)), *read_array(path), n, seed, want, kept)

@@ -101,25 +101,37 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
 @dataclass(frozen=True)
 class NamedSplit:
     """A named set's split as a loader opens it: the name the loaded images take (``cifar10``,
-    ``cifar10:train``) and the file they are read from (None: a generated set)."""
+    ``cifar10:train@3``), the file they are read from (None: a generated set) and the labels ``kept``
+    (None: all)."""
 
     spec: DatasetSpec
     split: str
     name: str
     path: Path | None
+    kept: frozenset[int] | None = None
 
 
 def locate(source: str, split: str = "test", data_dir: str | Path | None = None) -> NamedSplit | None:
-    """The split of a named set that ``source`` names (``cifar10:train``; without one, ``split``), with its
-    file in the data folder (``resolve_data_dir``), or None where ``source`` names no set; a split the
-    set lacks is refused."""
-    key, has_split, suffix = source.partition(":")
+    """The split of a named set that ``source`` names (``cifar10:train``; without one, ``split``) and the
+    classes it keeps (``@3``), with its file in the data folder (``resolve_data_dir``), or None where
+    ``source`` names no set; a split the set lacks is refused."""
+    base, selection = split_classes(source)
+    key, has_split, suffix = base.partition(":")
     spec = dataset_spec(key)
     if spec is None:
         return None
     split = suffix.strip() if has_split else split
     if split not in spec.splits:
         raise DataError(f"dataset {spec.name} has no split {split!r}; available: {', '.join(spec.splits)}")
-    name = spec.name if split == "test" else f"{spec.name}:{split}"
+    name = (spec.name if split == "test" else f"{spec.name}:{split}") + selection
     path = None if spec.generated else resolve_data_dir(data_dir) / spec.filename(split)
-    return NamedSplit(spec, split, name, path)
+    return NamedSplit(spec, split, name, path, parse_classes(selection) if selection else None)
+
+
+def training_split(source: str) -> str | None:
+    """The training split of the named set ``source`` names, with the classes it keeps
+    (``fashion_mnist@7`` → ``fashion_mnist:train@7``), or None: not a named set, or one without."""
+    spec = dataset_spec(source)
+    if spec is None or "train" not in spec.splits:
+        return None
+    return f"{spec.name}:train{split_classes(source)[1]}"

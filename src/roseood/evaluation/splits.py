@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from roseood.contracts import Preprocessed
-from roseood.data import ImageSet, dataset_spec, load_images
+from roseood.data import ImageSet, load_images
 from roseood.data.jpeg import Storage
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
-from roseood.data.registry import split_classes
+from roseood.data.registry import training_split
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.histories import compression_report, ood_sources, parse_match, storage_of
@@ -77,11 +77,7 @@ def _fit_origin(spec: EvalSpec) -> str | None:
     """Where the fit images come from: ``fit_data``, else the in-distribution set's training split (of
     the same classes, ``fashion_mnist:train@7``); None where there is neither (a folder, an ``.npz``
     file, a named set with a test split only)."""
-    if spec.fit_data:
-        return spec.fit_data
-    named = dataset_spec(spec.in_data)
-    selection = split_classes(spec.in_data)[1]
-    return f"{named.name}:train{selection}" if named is not None and "train" in named.splits else None
+    return spec.fit_data or training_split(spec.in_data)
 
 
 def splits_in_data(spec: EvalSpec) -> bool:
