@@ -683,3 +683,20 @@ def test_bench_says_in_one_line_where_the_research_experiments_run(capsys):
     assert main(["bench", "--list"]) == 0
     paper, _, research = capsys.readouterr().out.partition("beyond the paper (")
     assert "table2" in paper and "near-ood" not in paper and "python -m research" in research
+
+
+def test_datasets_lists_every_named_set_and_how_a_name_is_written(tmp_path, capsys):
+    """`rose datasets`: each set with its files' state, then the forms a name takes (a split, classes,
+    a JPEG history), each of which the loader reads."""
+    from roseood.data import DATASETS
+
+    assert run("datasets", "--data-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"data directory: {tmp_path}" and len(out) == len(DATASETS) + 2
+    assert "fashion_mnist  train: missing, test: missing" in out[1] and "generated" in out[-2]
+    forms = re.findall(r"NAME(\S+)", out[-1])
+    assert forms == [":train", "@7", "+jpeg75"]
+    images, labels = np.zeros((8, 28, 28), np.uint8), np.arange(8)
+    np.savez_compressed(tmp_path / "mnist_train.npz", images=images, labels=labels)
+    loaded = load_images("mnist" + "".join(forms), data_dir=tmp_path)
+    assert loaded.name == "mnist:train@7+jpeg75" and list(loaded.labels) == [7]

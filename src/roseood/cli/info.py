@@ -29,6 +29,7 @@ def cmd_datasets(args: argparse.Namespace) -> None:
                 f"{s}: {'ok' if (root / spec.filename(s)).exists() else 'missing'}" for s in spec.splits
             )
         print(f"  {name:<14} {state:<34} {spec.description}")
+    print("NAME:train reads a split, NAME@7 (@0-6+8-9) keeps those classes, NAME+jpeg75 adds a JPEG history")
 
 
 def cmd_zoo(args: argparse.Namespace) -> None:
