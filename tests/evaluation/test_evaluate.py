@@ -13,7 +13,7 @@ import pytest
 
 from roseood.detectors import ROSE, method_params
 from roseood.detectors import inputs as detector_inputs
-from roseood.errors import RoseError
+from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import evaluate, sweep
 from roseood.evaluation.result import EvaluationResult
@@ -69,6 +69,21 @@ def test_an_in_set_of_some_classes_is_fitted_on_the_same_classes_of_its_training
     assert fit_source(spec) == "fashion_mnist:train@7"
     fit = load_fit_images(spec, tiny_vae)
     assert fit.whole.name == "fashion_mnist:train@7" and set(fit.whole.labels.tolist()) == {7}
+
+
+@pytest.mark.parametrize(
+    ("field", "source", "match"),
+    [
+        ("in_data", "fashion_mnist:validation", "has no split 'validation'"),
+        ("ood", ["mnist", "noise@3"], "generated: they have no classes to select"),
+        ("in_data", "fashion_mnist@9-1", "runs backwards"),
+    ],
+)
+def test_a_bad_split_or_class_selection_is_refused_when_the_request_is_made(field, source, match) -> None:
+    """Before any image is read or model run: the names are checked when the ``EvalSpec`` is built."""
+    kwargs = {"in_data": "fashion_mnist", "ood": ["mnist"], "methods": ["nll"], field: source}
+    with pytest.raises(DataError, match=match):
+        EvalSpec(**kwargs)
 
 
 def test_fewer_fit_images_than_asked_is_one_warning_line(tiny_vae: VAE, spec: EvalSpec, capsys) -> None:

@@ -197,8 +197,6 @@ def _open(
     named = None if isinstance(source, os.PathLike) else locate(str(source), split, data_dir)
     if named is not None:
         if named.path is None:
-            if named.kept is not None:
-                raise DataError(f"{named.spec.name} images are generated: they have no classes to select")
             return _generate(named.spec.name, n, seed, want)
         path = _named_file(named, download)
         return _array_stream(named.name, str(path), *read_array(path), n, seed, want, named.kept)

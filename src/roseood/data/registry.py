@@ -123,6 +123,8 @@ def locate(source: str, split: str = "test", data_dir: str | Path | None = None)
     split = suffix.strip() if has_split else split
     if split not in spec.splits:
         raise DataError(f"dataset {spec.name} has no split {split!r}; available: {', '.join(spec.splits)}")
+    if selection and spec.generated:
+        raise DataError(f"{spec.name} images are generated: they have no classes to select ({selection})")
     name = (spec.name if split == "test" else f"{spec.name}:{split}") + selection
     path = None if spec.generated else resolve_data_dir(data_dir) / spec.filename(split)
     return NamedSplit(spec, split, name, path, parse_classes(selection) if selection else None)

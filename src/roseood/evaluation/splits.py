@@ -18,7 +18,7 @@ from roseood.data import ImageSet, load_images
 from roseood.data.jpeg import Storage
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
-from roseood.data.registry import training_split
+from roseood.data.registry import locate, training_split
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.histories import compression_report, ood_sources, parse_match, storage_of
@@ -64,6 +64,9 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         parse_match(self.match_jpeg)
+        for source in (self.in_data, self.fit_data, *self.ood):  # a bad split or class selection: before work
+            if source:
+                locate(source, data_dir=self.data_dir)
         for name in ("fit_samples", "stats_samples", "test_samples", "batch_size", "overall_per_set"):
             check_int(getattr(self, name), name)
         check_int(self.bootstrap, "bootstrap", low=0)
