@@ -386,6 +386,7 @@ def test_a_class_selection_of_a_folder_counts_its_class_folders_in_sorted_order(
     [
         ("noise@3", "generated: they have no classes"),
         ("fashion_mnist@5-2", "the range 5-2 runs backwards"),
+        ("fashion_mnist@0-99999999999", "spans over 100,000 labels"),  # refused, not expanded
         ("fashion_mnist@seven", r"neither a known dataset .*a class selection is @N"),
     ],
 )

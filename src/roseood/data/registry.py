@@ -53,6 +53,7 @@ for _spec in (
 
 # A source's suffix that keeps some classes: "fashion_mnist@7", "cifar10:train@0-4", "photos/@0-6+8-9"
 # (label values; ranges joined by "+", since "," separates the sets of --ood)
+MAX_CLASSES = 100_000  # the widest range a selection may span (it is expanded label by label)
 CLASSES = re.compile(r"@(\d+(?:-\d+)?(?:\+\d+(?:-\d+)?)*)$")
 
 
@@ -72,6 +73,8 @@ def parse_classes(selection: str) -> frozenset[int]:
         low, _, high = part.partition("-")
         if high and int(high) < int(low):
             raise DataError(f"bad class selection {selection!r}: the range {part} runs backwards")
+        if int(high or low) - int(low) >= MAX_CLASSES:  # each kept class must have images: none has more
+            raise DataError(f"bad class selection {selection!r}: {part} spans over {MAX_CLASSES:,} labels")
         kept.update(range(int(low), int(high or low) + 1))
     return frozenset(kept)
 
