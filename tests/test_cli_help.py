@@ -87,6 +87,35 @@ def test_closed_pipe_gives_no_traceback() -> None:
     assert len(proc.stdout) == 10 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
 
 
+def test_a_reader_that_left_loses_no_file_the_command_was_asked_to_write(tmp_path) -> None:
+    """``rose evaluate ... | head``: the tables go nowhere once the reader has gone, and the command goes on
+    to write its report and JSON (it used to stop at the first print with a closed pipe, status 141)."""
+    import numpy as np
+
+    from roseood.models import VAE, save_model
+
+    save_model(VAE(ngf=4, nz=4), tmp_path / "m.pt")
+    rng = np.random.default_rng(0)
+    for name, low in (("in", 0), ("out", 150)):
+        np.savez(tmp_path / f"{name}.npz", images=rng.integers(low, low + 100, (24, 28, 28), dtype=np.uint8))
+    args = "--in in.npz --ood out.npz --methods nll --fit-samples 8 --stats-samples 4 --test-samples 8"
+    args += " --report rep --json r.json"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseood.cli", "evaluate", "--model", "m.pt", *args.split()],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader leaves before the first line
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert (tmp_path / "rep" / "index.html").is_file() and (tmp_path / "r.json").is_file()
+
+
 @pytest.mark.parametrize(
     "argv",
     [

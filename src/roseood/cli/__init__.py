@@ -8,7 +8,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn, TextIO
 
 from roseood.cli import bench, detect, evaluate, info, models
 from roseood.cli.common import Parser, apply_preset
@@ -47,6 +47,30 @@ def _quiet_stdout() -> None:
         pass
 
 
+class _ReaderMayLeave:
+    """``sys.stdout`` while a command runs: once its reader has gone (``rose evaluate ... | head``) the
+    rest goes nowhere and the command goes on, so the files it was asked for are still written."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _quiet_stdout()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's own
+        return getattr(self._stream, name)
+
+
 def main(
     argv: Sequence[str] | None = None,
     parser_of: Callable[[Sequence[str]], argparse.ArgumentParser] = build_parser,
@@ -77,6 +101,7 @@ def main(
         distributed.init()
         where = f" (rank {distributed.rank()})" if distributed.active() else ""
         with contextlib.ExitStack() as stack:
+            stack.enter_context(contextlib.redirect_stdout(_ReaderMayLeave(sys.stdout)))
             if not distributed.is_main():
                 stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
             args.func(args)
