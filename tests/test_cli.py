@@ -230,6 +230,21 @@ def test_train_refuses_to_overwrite_and_resumes(workdir, capsys):
     assert load_model(workdir / "t.pt").config()["ngf"] == 4
 
 
+def test_train_held_out_images_are_the_test_split_of_the_classes_it_trains_on(tmp_path, capsys):
+    """``--data fashion_mnist@1 --held-out N`` holds out test images of class 1 alone (two here, so a third
+    is refused); a source naming the test split is refused, since it would hold out what it trains on."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 20), ("test", 10)):
+        images = rng.integers(0, 255, (n, 28, 28), dtype=np.uint8)
+        np.savez(tmp_path / f"fashion_mnist_{split}.npz", images=images, labels=np.arange(n) % 5)
+    base = ("train", "vae", "--epochs", "1", "--ngf", "4", "--nz", "4", "--data-dir", str(tmp_path), "-q")
+    assert run(*base, "--data", "fashion_mnist@1", "--held-out", "2", "--out", str(tmp_path / "a.pt")) == 0
+    assert run(*base, "--data", "fashion_mnist@1", "--held-out", "3", "--out", str(tmp_path / "b.pt")) == 2
+    assert "the test split of fashion_mnist@1 has 2" in capsys.readouterr().err
+    assert run(*base, "--data", "fashion_mnist:test", "--held-out", "2", "--out", str(tmp_path / "c.pt")) == 2
+    assert "could overlap the training images" in capsys.readouterr().err
+
+
 def test_import_vae_refuses_to_overwrite(workdir, capsys):
     (workdir / "exists.pt").write_bytes(b"keep")
     assert run("import-vae", "--encoder", "a", "--decoder", "b", "--out", "exists.pt") == 2
