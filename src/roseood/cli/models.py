@@ -143,18 +143,19 @@ def _held_out(args: argparse.Namespace, shape: tuple[int, ...], resize: str) -> 
     same for every seed and machine), read as the training images were; a set without a test split, or
     named by another split, is refused in one line."""
     from roseood.data import load_images
-    from roseood.data.registry import list_datasets, locate, split_classes
+    from roseood.data.registry import list_datasets, locate, split_of
 
     named = locate(args.data, split="train", data_dir=args.data_dir)  # what the training images are
-    if named is None or named.split != "train" or "test" not in named.spec.splits:
+    source = split_of(args.data, "test")  # of the same classes
+    if named is None or named.split != "train" or source is None:
         raise RoseError(
             f"--held-out reads the test split of a named dataset trained on its training split "
             f"({', '.join(list_datasets())}); {args.data!r} is not one, so held-out images could overlap "
             "the training images"
         )
-    source = f"{named.spec.name}:test{split_classes(args.data)[1]}"  # the same classes
-    options = {"channels": shape[1], "size": shape[-1], "resize": resize, "data_dir": args.data_dir}
-    test = load_images(source, **options).images
+    test = load_images(
+        source, channels=shape[1], size=shape[-1], resize=resize, data_dir=args.data_dir
+    ).images
     if len(test) < args.held_out:
         raise RoseError(f"--held-out {args.held_out}: the test split of {args.data} has {len(test)}")
     return test[: args.held_out]

@@ -133,10 +133,10 @@ def locate(source: str, split: str = "test", data_dir: str | Path | None = None)
     return NamedSplit(spec, split, name, path, parse_classes(selection) if selection else None)
 
 
-def training_split(source: str) -> str | None:
-    """The training split of the named set ``source`` names, with the classes it keeps
-    (``fashion_mnist@7`` → ``fashion_mnist:train@7``), or None: not a named set, or one without."""
+def split_of(source: str, split: str) -> str | None:
+    """The named set ``source`` names at ``split``, with the classes it keeps (``fashion_mnist@7`` and
+    "train" → ``fashion_mnist:train@7``), or None: not a named set, or one without that split."""
     spec = dataset_spec(source)
-    if spec is None or "train" not in spec.splits:
+    if spec is None or split not in spec.splits:
         return None
-    return f"{spec.name}:train{split_classes(source)[1]}"
+    return f"{spec.name}:{split}{split_classes(source)[1]}"

@@ -18,7 +18,7 @@ from roseood.data import ImageSet, load_images
 from roseood.data.jpeg import Storage
 from roseood.data.loading import select
 from roseood.data.preprocess import Preprocessing
-from roseood.data.registry import locate, training_split
+from roseood.data.registry import locate, split_of
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.histories import compression_report, ood_sources, parse_match, storage_of
@@ -80,7 +80,7 @@ def _fit_origin(spec: EvalSpec) -> str | None:
     """Where the fit images come from: ``fit_data``, else the in-distribution set's training split (of
     the same classes, ``fashion_mnist:train@7``); None where there is neither (a folder, an ``.npz``
     file, a named set with a test split only)."""
-    return spec.fit_data or training_split(spec.in_data)
+    return spec.fit_data or split_of(spec.in_data, "train")
 
 
 def splits_in_data(spec: EvalSpec) -> bool:
