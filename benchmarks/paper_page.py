@@ -154,7 +154,6 @@ NOT_REPRODUCED = {
     "Figure 3's CIFAR-10 panel, SVHN in Figure 1's": "SVHN, the paper's OOD set for CIFAR-10 in both "
     "figures, is absent from the data folder of the machine that ran them (Figure 1's CIFAR-10 panels show "
     "CelebA in its place); `rose bench figure1 figure3` draws them where SVHN is present",
-    "Figure 2 (CelebA at each brightness)": "example images, not a measurement: the bench does not draw it",
 }
 
 
@@ -251,8 +250,8 @@ def fold(title: str, lines: list[str]) -> list[str]:
 
 
 def details(stem: str, run: Run) -> list[str]:
-    """The run's details, folded, as a list: command, date, time, machine, models, its note and the
-    profile's cuts."""
+    """The run's details, folded, as a list: command, date, time, machine, its note, and its models with
+    the profile's cuts."""
     selection = stem.removeprefix(run["experiment"]).strip("-").split("-")
     flags = [f"--datasets {selection[0]}"] if selection != [""] else []
     flags += [f"--models {selection[1]}"] if len(selection) > 1 else []
@@ -266,11 +265,10 @@ def details(stem: str, run: Run) -> list[str]:
         f"written {run.get('date', 'no date')}, {run['wall_seconds'] / 60:.1f} min",
         "machine: " + ", ".join(f"{k} {v}" for k, v in run["machine"].items()),
         *[s.strip().rstrip(".") for s in run.get("note", "").split(". ") if s.strip()],
-        "models:",
-        *models,
-        "profile cuts:",
-        *(f"    - {c.strip()}" for c in run["profile"]["cuts"].split(";")),
     ]
+    if models:  # a run without models (Figure 2's example images) has no training to cut
+        items += ["models:", *models, "profile cuts:"]
+        items += [f"    - {c.strip()}" for c in run["profile"]["cuts"].split(";")]
     body = [i if i.startswith("    ") else f"- {i}" for i in items]
     return fold(f"Run details: {stem}, {run.get('date', 'no date')}", body)
 

@@ -18,7 +18,7 @@ from tests.conftest import FULL, SHARED_DATA, needs_shared_data
 
 # Group 1: the VAE/Glow tables on both sets; group 2: the CIFAR-10 extras, the sweep and the classifiers.
 GROUPS = (
-    ["table2", "table3", "table6", "table7", "figure1", "figure3"],
+    ["table2", "table3", "table6", "table7", "figure1", "figure2", "figure3"],
     ["brightness", "table10", "table11", "figure4", "figure5", "figure6"],
 )
 assert sorted(GROUPS[0] + GROUPS[1]) == sorted(EXPERIMENTS), "every experiment is tested"

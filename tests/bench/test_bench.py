@@ -179,9 +179,9 @@ def test_list_and_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert all(name in out for name in EXPERIMENTS)
     table = experiment_table().splitlines()
-    assert len(table) == 2 + len(EXPERIMENTS) and all(
-        e.uses and e.uses.models and e.uses.outputs for e in EXPERIMENTS.values()
-    )
+    assert len(table) == 2 + len(EXPERIMENTS)
+    for e in EXPERIMENTS.values():  # each names its data and outputs; models exactly where methods run
+        assert e.uses and e.uses.data and e.uses.outputs and bool(e.uses.models) == bool(e.uses.methods)
     assert main(["bench", "table99", "--profile", "smoke"]) == 2
     assert "unknown experiment" in capsys.readouterr().err
     with pytest.raises(RoseError, match="unknown profile"):

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from roseood.evaluation.plots import histogram_scale, plot_box, plot_histograms, plot_lines, plot_roc
+from roseood.evaluation.plots import (
+    histogram_scale,
+    plot_box,
+    plot_histograms,
+    plot_image_rows,
+    plot_lines,
+    plot_roc,
+)
 from roseood.evaluation.result import EvaluationResult
 
 
@@ -81,3 +88,18 @@ def test_lines_and_box(tmp_path: Path) -> None:
     assert_png(plot_box(groups, tmp_path / "box.png", "Fisher samples", "AUROC", "spread over seeds"))
     with pytest.raises(ValueError, match="2 values for 3"):
         plot_lines([1, 2, 3], {"bad": [1.0, 2.0]}, tmp_path / "bad.png", "x", "y", "t")
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_image_rows_draw_each_row_where_its_label_says(tmp_path: Path, channels: int) -> None:
+    """Figure 2's rows: two dark rows over two bright ones come out dark above, bright below."""
+    dark, bright = (np.full((8, channels, 32, 32), v, np.uint8) for v in (0, 255))
+    rows = {"0": dark, "0 again": dark, "255": bright, "255 again": bright}
+    path = plot_image_rows(rows, tmp_path / "rows.png", "four rows")
+    assert_png(path)
+    with Image.open(path) as image:
+        pixels = np.asarray(image.convert("L"), float)
+    middle = pixels.shape[0] // 2
+    assert pixels[:middle].mean() + 60 < pixels[middle:].mean()
+    with Image.open(plot_image_rows({}, tmp_path / "none.png", "no rows")) as image:
+        image.verify()  # no rows: a figure that says so, not an error

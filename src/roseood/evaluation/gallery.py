@@ -50,10 +50,9 @@ def extremes(
     return Extremes(tuple(example(int(i)) for i in most), tuple(example(int(i)) for i in least))
 
 
-def save_grid(images: np.ndarray, path: str | Path, columns: int = 8, pad: int = 2) -> Path:
-    """Tile uint8 images (N, C, H, W) into one PNG, ``columns`` wide with ``pad`` black pixels between."""
-    from PIL import Image
-
+def tile(images: np.ndarray, columns: int = 8, pad: int = 2) -> np.ndarray:
+    """uint8 images (N, C, H, W) tiled into one (rows, columns) image (H', W', C), ``pad`` black pixels
+    between and around them."""
     n, c, h, w = images.shape
     rows = -(-n // columns)
     grid = np.zeros((rows * (h + pad) + pad, columns * (w + pad) + pad, c), np.uint8)
@@ -61,7 +60,15 @@ def save_grid(images: np.ndarray, path: str | Path, columns: int = 8, pad: int =
         r, col = divmod(i, columns)
         y, x = pad + r * (h + pad), pad + col * (w + pad)
         grid[y : y + h, x : x + w] = img.transpose(1, 2, 0)
+    return grid
+
+
+def save_grid(images: np.ndarray, path: str | Path, columns: int = 8, pad: int = 2) -> Path:
+    """Tile uint8 images (N, C, H, W) into one PNG, ``columns`` wide with ``pad`` black pixels between."""
+    from PIL import Image
+
+    grid = tile(images, columns, pad)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)  # checked writable before any work (checked_output)
-    Image.fromarray(grid[..., 0] if c == 1 else grid).save(path)
+    Image.fromarray(grid[..., 0] if grid.shape[2] == 1 else grid).save(path)
     return path

@@ -1,4 +1,4 @@
-"""Figures for evaluation reports and the paper: ROC curves, score histograms, line and box plots.
+"""Figures for evaluation reports and the paper: ROC curves, score histograms, line and box plots, image rows.
 
 Figures are built with matplotlib's object API on an Agg canvas, never through pyplot: nothing can
 open a window, no global figure registry fills up (a figure is freed once its function returns), and
@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
+from roseood.evaluation.gallery import tile
 from roseood.evaluation.metrics import roc_points
 from roseood.evaluation.result import AcrossModels, EvaluationResult
 from roseood.serialization import atomic_write, printable
@@ -286,4 +287,23 @@ def plot_scatter(
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_image_rows(rows: Mapping[str, np.ndarray], path: str | Path, title: str) -> Path:
+    """One labelled strip of uint8 images (N, C, H, W) per row, drawn pixel for pixel (the paper's Figure 2:
+    the same images at each brightness)."""
+    fig = Figure(figsize=(5.6, 0.4 + 0.7 * max(len(rows), 1)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(max(len(rows), 1), 1, squeeze=False)[:, 0]
+    for ax, (label, images) in zip(axes, rows.items(), strict=False):
+        strip = tile(images, columns=len(images))
+        shown = strip[..., 0] if strip.shape[2] == 1 else strip
+        ax.imshow(shown, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_ylabel(label, rotation=0, ha="right", va="center")
+    if not rows:
+        _no_data(axes[0], "no images")
+    fig.suptitle(title)
     return _save(fig, path)

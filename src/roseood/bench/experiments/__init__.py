@@ -6,6 +6,7 @@ from __future__ import annotations
 from roseood.bench.experiments import (
     brightness,
     figure1,
+    figure2,
     figure3,
     figure4,
     figure5,
@@ -31,6 +32,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         table10,
         table11,
         figure1,
+        figure2,
         figure3,
         figure4,
         figure5,
