@@ -260,6 +260,7 @@ CASES = [
     _c("evaluate --in a class it lacks", "no images of class 12", *EVAL, "--in", "fashion_mnist@12"),
     _c("evaluate --ood classes of noise", "no classes to select", *EVAL, "--ood", "noise@3"),
     _c("evaluate --in a backward range", "runs backwards", *EVAL, "--in", "fashion_mnist@5-2"),
+    _c("evaluate --ood classes before the split", "after the split", *EVAL, "--ood", "mnist@7:test"),
     # fit
     _c("fit --out = --model", "also an input", *FIT, "--out", "{d}/model.pt"),
     _c("fit --out existing detector", "--overwrite", *FIT, "--out", "{d}/det.pt"),

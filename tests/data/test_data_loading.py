@@ -388,6 +388,9 @@ def test_a_class_selection_of_a_folder_counts_its_class_folders_in_sorted_order(
         ("fashion_mnist@5-2", "the range 5-2 runs backwards"),
         ("fashion_mnist@0-99999999999", "spans over 100,000 labels"),  # refused, not expanded
         ("fashion_mnist@seven", r"neither a known dataset .*a class selection is @N"),
+        ("fashion_mnist@\u0667", r"neither a known dataset"),  # an Arabic-Indic 7: digits are 0-9
+        ("fashion_mnist@7:test", r"one class selection, after the split: NAME\[:SPLIT\]@CLASSES"),
+        ("fashion_mnist@7@8", r"one class selection, after the split"),  # was read as @8 alone
     ],
 )
 def test_a_class_selection_that_cannot_be_made_is_one_line(source: str, match: str) -> None:

@@ -54,7 +54,7 @@ for _spec in (
 # A source's suffix that keeps some classes: "fashion_mnist@7", "cifar10:train@0-4", "photos/@0-6+8-9"
 # (label values; ranges joined by "+", since "," separates the sets of --ood)
 MAX_CLASSES = 100_000  # the widest range a selection may span (it is expanded label by label)
-CLASSES = re.compile(r"@(\d+(?:-\d+)?(?:\+\d+(?:-\d+)?)*)$")
+CLASSES = re.compile(r"@(\d+(?:-\d+)?(?:\+\d+(?:-\d+)?)*)$", re.ASCII)  # 0-9 only
 
 
 def split_classes(source: str) -> tuple[str, str]:
@@ -123,6 +123,11 @@ def locate(source: str, split: str = "test", data_dir: str | Path | None = None)
     spec = dataset_spec(key)
     if spec is None:
         return None
+    if split_classes(key)[1]:  # fashion_mnist@7:test, fashion_mnist@7@8: the name alone would drop it
+        raise DataError(
+            f"{source!r}: one class selection, after the split: NAME[:SPLIT]@CLASSES, classes joined by + "
+            "(fashion_mnist:test@7+8)"
+        )
     split = suffix.strip() if has_split else split
     if split not in spec.splits:
         raise DataError(f"dataset {spec.name} has no split {split!r}; available: {', '.join(spec.splits)}")
