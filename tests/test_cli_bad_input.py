@@ -64,6 +64,7 @@ def make_workdir(root: Path) -> Path:
     save_file(obj | {"config": obj["config"] | {"image_size": 64}}, root / "big64.pt")  # edits: resealed
     save_file(obj | {"config": obj["config"] | {"ngf": 0}}, root / "zero.pt")
     (root / "corrupt.pt").write_bytes(b"not a checkpoint")
+    torch.save(model.state_dict(), root / "weights.pt")  # weights alone, as torch.save writes them
     square = rng.integers(0, 256, (16, 1, 32, 32), dtype=np.uint8)
     NLL(model).fit(square[:4]).save(root / "det.pt")
     cfg = TrainConfig.for_model("vae", epochs=1, seed=0)
@@ -382,6 +383,29 @@ CASES = [
     _c("demo --test-samples -1", "positive integer", *DEMO, "--test-samples", "-1"),
     _c("unknown command", "invalid choice", "frobnicate"),
     # files that name code, damaged or edited files, outputs that are no files (issue 30)
+    _c(
+        "check-model --model weights alone",
+        "--model-module FILE.py:FACTORY and this file as --model",
+        "check-model",
+        "--model",
+        "{d}/weights.pt",
+    ),
+    _c(
+        "check-model --model a folder of images",
+        "a folder without a model",
+        "check-model",
+        "--model",
+        "{d}/imgs",
+    ),
+    _c(
+        "score --detector weights alone",
+        "expected a roseood-detector file, found a bare state dict",
+        *SCORE[:4],
+        "{d}/weights.pt",
+        *SCORE[5:],
+        "--out",
+        "{d}/o.csv",
+    ),
     _c("score --model names a payload file", "never run from a file", *POISON, "{d}/poison.pt"),
     _c(
         "fit --model names a payload file",

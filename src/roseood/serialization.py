@@ -324,17 +324,33 @@ def read_torch_file(path: str | Path) -> Any:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
 
 
-def safe_load(path: str | Path, expected_format: str) -> dict[str, Any]:
+def safe_load(path: str | Path, expected_format: str, bare: str = "") -> dict[str, Any]:
     """Load a roseood file and verify its checksum, raising ``CheckpointError`` with a one-line reason
-    if it is unusable (see ``roseood.integrity``)."""
+    if it is unusable (see ``roseood.integrity``); ``bare``: what to do with a bare state dict instead
+    (said after the reason)."""
     from roseood.integrity import same, verify
 
     obj = read_torch_file(path)
     if not isinstance(obj, dict) or not same(obj.get("format"), expected_format):
-        found = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
-        raise CheckpointError(f"{path}: expected a {expected_format} file, found {shown(found)}")
+        found, plain = _found(obj)
+        advice = f"; {bare}" if plain and bare else ""
+        raise CheckpointError(f"{path}: expected a {expected_format} file, found {found}{advice}")
     verify(obj, path)
     return obj
+
+
+def _found(obj: Any) -> tuple[str, bool]:
+    """What a file that is not the roseood file expected holds, in words, and whether it is a bare state
+    dict (tensors by name: ``torch.save(model.state_dict())``, a safetensors file)."""
+    import torch
+
+    if not isinstance(obj, dict):
+        return f"a {type(obj).__name__}", False
+    if "format" in obj:
+        return shown(obj["format"]), False
+    if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return f"a bare state dict of {len(obj)} tensors (weights without roseood's record of them)", True
+    return f"a dict of {len(obj)} entries without roseood's format record", False
 
 
 def file_digest(path: Path, algorithm: str = "sha256") -> str:

@@ -27,6 +27,10 @@ from roseood.serialization import fingerprint, read_torch_file, safe_load, save_
 from roseood.validation import check_model_config
 
 MODEL_FORMAT = "roseood-model"
+BARE_WEIGHTS = (  # what to do with a file of weights alone, said where one is given as a model
+    "weights alone: pass the code that builds the model with --model-module FILE.py:FACTORY and this file "
+    "as --model (a diffusers component's weights: name the folder holding them)"
+)
 MODEL_VERSION = 1
 
 
@@ -155,7 +159,12 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
         state(f"{path}: the local {what}, not the zoo model of that name")
     if model_module is None and is_diffusers_folder(path):
         return load_diffusers(path), {}
-    obj = safe_load(path, MODEL_FORMAT)
+    if Path(path).is_dir():
+        raise CheckpointError(
+            f"{path}: a folder without a model: roseood loads a diffusers folder (model_index.json, or a "
+            "component's config.json beside its weights) or a .pt file roseood saved"
+        )
+    obj = safe_load(path, MODEL_FORMAT, bare=BARE_WEIGHTS)
     check_model_file(obj, path)
     kind = obj["kind"]
     if model_module is not None:
