@@ -262,6 +262,7 @@ CASES = [
     _c("evaluate --ood classes of noise", "no classes to select", *EVAL, "--ood", "noise@3"),
     _c("evaluate --in a backward range", "runs backwards", *EVAL, "--in", "fashion_mnist@5-2"),
     _c("evaluate --ood classes before the split", "after the split", *EVAL, "--ood", "mnist@7:test"),
+    _c("evaluate --ood the --in set", "is the in-distribution set itself", *EVAL, "--in", "mnist"),
     # fit
     _c("fit --out = --model", "also an input", *FIT, "--out", "{d}/model.pt"),
     _c("fit --out existing detector", "--overwrite", *FIT, "--out", "{d}/det.pt"),

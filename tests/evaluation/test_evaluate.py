@@ -77,10 +77,13 @@ def test_an_in_set_of_some_classes_is_fitted_on_the_same_classes_of_its_training
         ("in_data", "fashion_mnist:validation", "has no split 'validation'"),
         ("ood", ["mnist", "noise@3"], "generated: they have no classes to select"),
         ("in_data", "fashion_mnist@9-1", "runs backwards"),
+        ("ood", ["mnist", "fashion_mnist"], "'fashion_mnist' is the in-distribution set itself"),  # hid it
+        ("ood", ["mnist", "noise", "mnist"], "'mnist' is named twice"),  # scored twice, shown once
     ],
 )
 def test_a_bad_split_or_class_selection_is_refused_when_the_request_is_made(field, source, match) -> None:
-    """Before any image is read or model run: the names are checked when the ``EvalSpec`` is built."""
+    """Before any image is read or model run: the names are checked when the ``EvalSpec`` is built (an
+    OOD set named as the in-distribution one replaced its test scores: the tables came out empty)."""
     kwargs = {"in_data": "fashion_mnist", "ood": ["mnist"], "methods": ["nll"], field: source}
     with pytest.raises(DataError, match=match):
         EvalSpec(**kwargs)

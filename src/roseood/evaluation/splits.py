@@ -64,6 +64,11 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         parse_match(self.match_jpeg)
+        for i, name in enumerate(self.ood):  # results are keyed by these names: one set would hide another
+            if name == self.in_data:
+                raise DataError(f"OOD set {name!r} is the in-distribution set itself: name another set")
+            if name in self.ood[:i]:
+                raise DataError(f"OOD set {name!r} is named twice")
         for source in (self.in_data, self.fit_data, *self.ood):  # a bad split or class selection: before work
             if source:
                 locate(source, data_dir=self.data_dir)
