@@ -120,6 +120,7 @@ def test_a_reader_that_left_loses_no_file_the_command_was_asked_to_write(tmp_pat
     "argv",
     [
         ["--help"],
+        ["--version"],
         ["bench", "--list-x"],
         ["datasets", "--bogus"],
         ["nonsense"],
@@ -161,3 +162,12 @@ def test_the_listing_parser_names_every_command_with_its_full_help() -> None:
         return {c.dest: c.help for c in action._choices_actions}
 
     assert listed(build_parser(["--help"])) == listed(build_parser())
+
+
+def test_version_is_the_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    from roseood.cli import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"roseood {version('roseood')}\n"  # pyproject's, as installed

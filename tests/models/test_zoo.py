@@ -177,6 +177,10 @@ def test_rose_zoo_lists_the_models_and_shows_a_card_without_its_metadata(capsys)
     assert shown.startswith("# vae-cifar10-s1\n") and "license:" not in shown and "decoded JPEG" in shown
     assert main(["zoo", "vae-cifar10-s9"]) == 2
     assert "unknown zoo model 'vae-cifar10-s9'" in capsys.readouterr().err
+    assert main(["zoo", "sd-fmnist-s0/sneaker-lora"]) == 0  # as --model names it: its model's card
+    assert capsys.readouterr().out == model_card("sd-fmnist-s0") + "\n"
+    assert main(["zoo", "sd-fmnist-s0/nothing"]) == 2
+    assert "sd-fmnist-s0 has no 'nothing' inside its folder" in capsys.readouterr().err
 
 
 def test_an_unreadable_card_is_one_line(copy):

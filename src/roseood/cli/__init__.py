@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
+from roseood import __version__
 from roseood.cli import bench, detect, evaluate, info, models
 from roseood.cli.common import Parser, apply_preset
 from roseood.errors import RoseError
@@ -26,6 +27,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = Parser(
         prog="rose", description="Out-of-distribution detection with deep generative models (ROSE)."
     )
+    parser.add_argument("--version", action="version", version=f"roseood {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     command = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     for group in COMMAND_GROUPS:

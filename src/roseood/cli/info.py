@@ -33,10 +33,13 @@ def cmd_datasets(args: argparse.Namespace) -> None:
 
 
 def cmd_zoo(args: argparse.Namespace) -> None:
-    from roseood.models.zoo import ZOO_NAMES, model_card, zoo_data, zoo_dir
+    from roseood.models.zoo import ZOO_NAMES, model_card, zoo_data, zoo_dir, zoo_model
 
     if args.name:
-        print(model_card(args.name))
+        name, _, inner = args.name.partition("/")  # sd-fmnist-s0/sneaker-lora: its model's card
+        if inner and name in ZOO_NAMES:
+            zoo_model(name, inner)  # one line where the model holds no such folder
+        print(model_card(name if inner else args.name))
         return
     root = zoo_dir()
     print(f"zoo folder: {root}")
@@ -68,7 +71,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_datasets)
 
     p = sub.add_parser("zoo", help=COMMANDS["zoo"])
-    p.add_argument("name", nargs="?", help="a zoo model, e.g. ddpm-fmnist-s0: print its card")
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="a zoo model (ddpm-fmnist-s0) or a folder in one (sd-fmnist-s0/sneaker-lora): its card",
+    )
     p.set_defaults(func=cmd_zoo)
 
     p = sub.add_parser("demo", help=COMMANDS["demo"])
