@@ -145,6 +145,10 @@ def test_a_familys_default_method_is_the_near_ood_verdict_else_the_papers():
         default_method(wrap(module, lambda x: module(x.flatten(1)).squeeze(1), input_shape=(1, 2, 2)))
         == "rose-ekfac"
     )
+    from roseood.detectors import make_detector
+    from roseood.models import default_method as public  # the Python user's way to the CLI's default
+
+    assert public is default_method and make_detector(public(ddpm), ddpm).name == "rose-bands-stats-compact"
 
 
 def test_the_faster_setting_named_beside_a_default_is_one_rose_fit_takes():

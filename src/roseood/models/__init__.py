@@ -11,7 +11,7 @@ from roseood.models.checkpoint import (
     save_model,
 )
 from roseood.models.diffusion import DiffusionModel, export_diffusers, load_diffusers
-from roseood.models.families import FAMILIES, ModelFamily, get_family, register_family
+from roseood.models.families import FAMILIES, ModelFamily, default_method, get_family, register_family
 from roseood.models.glow import Glow
 from roseood.models.pixelcnn import PixelCNN
 from roseood.models.user import load_factory
@@ -28,6 +28,7 @@ __all__ = [
     "PixelCNN",
     "RoseModel",
     "WrappedModel",
+    "default_method",
     "export_diffusers",
     "get_family",
     "load_authors_vae",
