@@ -1,6 +1,6 @@
 """Diffusers folders and numbers read from files through the ``rose`` command (issue 34), checked like
 ``tests/test_cli_bad_input.py``: exit 2, exactly one ``error:`` line naming the file and field, no
-traceback, every file byte-identical afterwards. ``python -m benchmarks.bad_input_table files`` prints the
+traceback, every file byte-identical afterwards. ``python -m docgen.bad_input_table files`` prints the
 table."""
 
 from __future__ import annotations

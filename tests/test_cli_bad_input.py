@@ -2,7 +2,7 @@
 problem, no traceback, and every file in the working folder byte-identical afterwards (nothing written,
 nothing overwritten). Most cases are refused before any data is loaded, which keeps the table fast.
 
-``python -m benchmarks.bad_input_table`` runs the same table and prints it as "bad input → outcome".
+``python -m docgen.bad_input_table`` runs the same table and prints it as "bad input → outcome".
 """
 
 from __future__ import annotations
@@ -546,7 +546,7 @@ RECORDED_UNDER = "<!-- recorded under Python {}.{} -->"
 
 @functools.cache
 def recorded() -> dict[str, str] | None:
-    """bad-input.md's recorded table (``benchmarks.bad_input_table``): each case's shown output; None under
+    """bad-input.md's recorded table (``docgen.bad_input_table``): each case's shown output; None under
     another Python than the one it was recorded under (argparse words its errors by version)."""
     table = RECORDED.read_text("utf-8")
     if not table.startswith(RECORDED_UNDER.format(*sys.version_info[:2])):
@@ -578,4 +578,4 @@ def test_bad_input_gives_one_error_line_and_touches_nothing(
     line = assert_one_error_line(case, workdir, monkeypatch)
     # bad-input.md shows each case's recorded output: a changed message needs it recorded again
     table = recorded()
-    assert table is None or table.get(case.what) == line, f"python -m benchmarks.bad_input_table > {RECORDED}"
+    assert table is None or table.get(case.what) == line, f"python -m docgen.bad_input_table > {RECORDED}"

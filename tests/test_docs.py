@@ -80,10 +80,10 @@ def test_the_recorded_bad_input_table_has_exactly_the_tests_cases_in_order():
 
 
 def test_the_decision_table_is_one_table_on_every_page_and_follows_the_catalogue():
-    """README, detectors.md and diffusion.md hold exactly the table ``benchmarks.decision_table`` renders
+    """README, detectors.md and diffusion.md hold exactly the table ``docgen.decision_table`` renders
     (its rows: docs/generated/decisions.json), and every built-in family's default appears in it, taken
     from the catalogue that `rose fit` and `rose evaluate` read."""
-    from benchmarks import decision_table
+    from docgen import decision_table
 
     from roseood.catalogue import TRAIN_OPTIONS
     from roseood.models.zoo import ZOO_FAMILIES
@@ -91,7 +91,7 @@ def test_the_decision_table_is_one_table_on_every_page_and_follows_the_catalogue
     for page in decision_table.PAGES:
         text = (decision_table.ROOT / page).read_text(encoding="utf-8")
         assert decision_table.current(text) == decision_table.block(page), (
-            f"{page}: rewrite it with python -m benchmarks.decision_table --write"
+            f"{page}: rewrite it with python -m docgen.decision_table --write"
         )
     families = {row.get("family") for row in decision_table.rows()}
     assert set(TRAIN_OPTIONS) <= families
@@ -106,35 +106,35 @@ def test_the_decision_table_is_one_table_on_every_page_and_follows_the_catalogue
 
 
 def test_detectors_md_holds_the_table_of_roses_declared_settings():
-    """docs/detectors.md holds exactly the table ``benchmarks.settings_table`` renders from ROSE's one
+    """docs/detectors.md holds exactly the table ``docgen.settings_table`` renders from ROSE's one
     declaration of its settings: one row per setting, with its default and its option where it has one."""
-    from benchmarks import settings_table
-    from benchmarks.decision_table import ROOT as PAGES_ROOT
-    from benchmarks.decision_table import current
+    from docgen import settings_table
+    from docgen.decision_table import ROOT as PAGES_ROOT
+    from docgen.decision_table import current
 
     from roseood.settings import ROSE_SETTINGS
 
     text = (PAGES_ROOT / settings_table.PAGE).read_text(encoding="utf-8")
     shown = current(text, settings_table.BEGIN, settings_table.END)
-    assert shown == settings_table.block(), "rewrite it with python -m benchmarks.settings_table --write"
+    assert shown == settings_table.block(), "rewrite it with python -m docgen.settings_table --write"
     rows = [line for line in shown.splitlines() if line.startswith("| `")]
     assert [r.split("`")[1] for r in rows] == [s.name for s in ROSE_SETTINGS]
     assert "| `max_size` | `'auto'` | `--max-size` |" in shown
 
 
 def test_diffusion_md_holds_the_table_of_the_declared_loss_settings():
-    """docs/diffusion.md holds exactly the table ``benchmarks.settings_table`` renders from the one
+    """docs/diffusion.md holds exactly the table ``docgen.settings_table`` renders from the one
     declaration of a diffusion model's per-image loss settings: one row per setting, a range's two keys
     in one row with its one option."""
-    from benchmarks import settings_table
-    from benchmarks.decision_table import ROOT as PAGES_ROOT
-    from benchmarks.decision_table import current
+    from docgen import settings_table
+    from docgen.decision_table import ROOT as PAGES_ROOT
+    from docgen.decision_table import current
 
     from roseood.settings import LOSS_SETTINGS
 
     text = (PAGES_ROOT / settings_table.LOSS_PAGE).read_text(encoding="utf-8")
     shown = current(text, settings_table.LOSS_BEGIN, settings_table.LOSS_END)
-    assert shown == settings_table.loss_block(), "rewrite it with python -m benchmarks.settings_table --write"
+    assert shown == settings_table.loss_block(), "rewrite it with python -m docgen.settings_table --write"
     rows = shown.splitlines()[4:-2]  # the marker, a blank line, the header and its rule; a blank, the marker
     assert [r.split("`")[1] for r in rows] == [s.keys[0] for s in LOSS_SETTINGS]
     assert "| `t_min`, `t_max` | `0.0`, `1.0` | `--rose-t-range` |" in shown
@@ -147,14 +147,14 @@ def test_results_stays_a_summary():
 
 
 def test_the_paper_page_is_what_its_committed_results_render():
-    """docs/paper.md is ``benchmarks.paper_page``'s rendering of docs/generated/paper/: no "no data" row,
+    """docs/paper.md is ``docgen.paper_page``'s rendering of docs/generated/paper/: no "no data" row,
     every claim of its summary found with our number and the paper's, every picture it shows present."""
     import re
 
-    from benchmarks import paper_page
+    from docgen import paper_page
 
     text = (ROOT / "docs" / "paper.md").read_text()
-    assert text == paper_page.render(), "python -m benchmarks.paper_page --write"
+    assert text == paper_page.render(), "python -m docgen.paper_page --write"
     assert "no data" not in text
     runs = paper_page.load_runs()
     for claim in paper_page.CLAIMS:
@@ -167,7 +167,7 @@ def test_the_paper_page_is_what_its_committed_results_render():
 def test_a_table_rerun_later_is_shown_from_the_rerun_without_its_missing_sets():
     """Two runs hold the same table: the newer (e.g. on the authors' VAE, a given file) is shown, the
     sets its machine lacked are named once instead of shown as rows, and Δ beyond 0.05 is bold."""
-    from benchmarks import paper_page
+    from docgen import paper_page
 
     def run(date: str, ours: float, models: dict[str, dict[str, object]]) -> dict[str, object]:
         rows = [(["mnist", "rose-ekfac"], ours, 0.995, ""), (["svhn", "rose-ekfac"], None, 1.0, "no data")]
@@ -205,7 +205,7 @@ def test_adding_a_run_commits_its_results_and_figures(tmp_path, monkeypatch):
     shows them, beside what the paper's figure shows."""
     import json
 
-    from benchmarks import paper_page
+    from docgen import paper_page
 
     folder = tmp_path / "cpu" / "figure3"
     folder.mkdir(parents=True)
@@ -232,7 +232,7 @@ def test_adding_a_run_commits_its_results_and_figures(tmp_path, monkeypatch):
 def test_figure5_shows_its_auroc_per_fisher_size_below_its_picture():
     """Figure 5's run (no paper numbers to compare) shows mean ± std over its draws per OOD set and number
     of Fisher images; other runs get no such table."""
-    from benchmarks import paper_page
+    from docgen import paper_page
 
     auroc = {
         "10": {"mnist": [0.9, 1.0], "overall": [0.8, 0.8]},
@@ -251,7 +251,7 @@ def test_figure5_shows_its_auroc_per_fisher_size_below_its_picture():
 def test_a_run_cut_below_its_profile_says_so_beside_each_figure():
     """A run whose experiment counts were cut below its profile's names each cut beside the profile's
     number in every caption; a run at the profile's own counts says nothing."""
-    from benchmarks import paper_page
+    from docgen import paper_page
 
     cut = {"fit_samples": 2000, "test_samples": 500, "test_limits": {"lr": 20, "lratio": 200}}
     run = {
@@ -271,7 +271,7 @@ def test_a_run_cut_below_its_profile_says_so_beside_each_figure():
 def test_figures_4_and_6_show_their_numbers():
     """Figure 4: each method's images/s and overall AUROC beside the paper's where it states one; Figure 6:
     the first, best and last layer's AUROC per classifier and OOD set; other runs get neither table."""
-    from benchmarks import paper_page
+    from docgen import paper_page
 
     profile = {"name": "cpu", "experiment_overrides": {}}
     points = {"rose-ekfac": [52.04, 0.9], "nll": [300.0, 0.4]}

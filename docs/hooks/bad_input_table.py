@@ -1,7 +1,7 @@
 """mkdocs hook: the full "bad input → outcome" table of bad-input.md, inserted at build time.
 
 The page holds a marker line; this hook replaces it with ``docs/generated/bad-input-cases.md``, the output
-of ``python -m benchmarks.bad_input_table`` (every case of ``tests/test_cli_bad_input.py`` run through
+of ``python -m docgen.bad_input_table`` (every case of ``tests/test_cli_bad_input.py`` run through
 ``rose``: exit status, the one error line, whether every file stayed the same). Running the cases takes
 the time of that test file, so the build reads their recorded output; ``tests/test_docs.py`` checks that
 its rows are exactly the test's cases, in order, and names the command that regenerates it.
@@ -18,7 +18,7 @@ from mkdocs.plugins import get_plugin_logger
 MARKER = "<!-- bad-input-cases -->"
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "generated" / "bad-input-cases.md"
-REGENERATE = "python -m benchmarks.bad_input_table > docs/generated/bad-input-cases.md"
+REGENERATE = "python -m docgen.bad_input_table > docs/generated/bad-input-cases.md"
 log = get_plugin_logger(__name__)
 
 

@@ -2,7 +2,7 @@
 help and check. ROSE's keywords and its two typed views (``roseood.detectors.rose.arguments``) take their
 defaults from here, the views run each field's check when made, the ``rose`` commands add the settings
 with a ``flag`` as options by one loop (``roseood.cli.common.add_rose_args``), and docs/detectors.md
-shows the table ``benchmarks/settings_table.py`` renders from them. Likewise the loss settings
+shows the table ``docgen/settings_table.py`` renders from them. Likewise the loss settings
 (``LOSS_SETTINGS``): ``check_denoising`` runs their checks, ``rose train diffusion`` and the detecting
 commands add them as options by one loop (``roseood.catalogue.add_loss_options``), and docs/diffusion.md
 shows their table. Torch-free, and imported by the catalogue, never the reverse: ``rose --help`` and the

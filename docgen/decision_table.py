@@ -7,8 +7,8 @@ method from the catalogue, the default ``rose fit`` and ``rose evaluate`` use, s
 cannot disagree either. Each page holds the table between two marker lines; ``tests/test_docs.py`` checks
 that every page holds exactly what this renders.
 
-    python -m benchmarks.decision_table           # print the table
-    python -m benchmarks.decision_table --write   # rewrite it in the three pages
+    python -m docgen.decision_table           # print the table
+    python -m docgen.decision_table --write   # rewrite it in the three pages
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from roseood.catalogue import TRAIN_OPTIONS
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "docs" / "generated" / "decisions.json"
 PAGES = {"README.md": "docs/", "docs/detectors.md": "", "docs/diffusion.md": ""}  # page -> link prefix
-BEGIN = "<!-- decision-table: python -m benchmarks.decision_table --write -->"
+BEGIN = "<!-- decision-table: python -m docgen.decision_table --write -->"
 END = "<!-- /decision-table -->"
 
 

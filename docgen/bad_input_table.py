@@ -3,8 +3,8 @@
 file stayed byte-identical; ``files``: the cases of ``tests/test_cli_bad_files.py`` (diffusers folders and
 numbers read from files) instead.
 
-    python -m benchmarks.bad_input_table > bad_inputs.md
-    python -m benchmarks.bad_input_table files
+    python -m docgen.bad_input_table > bad_inputs.md
+    python -m docgen.bad_input_table files
 """
 
 from __future__ import annotations

@@ -3,23 +3,22 @@ one declaration (``roseood.settings``): each setting's keyword, default, ``rose`
 docs/detectors.md holds ROSE's table and docs/diffusion.md the loss's, each between two marker lines;
 ``tests/test_docs.py`` checks that the pages hold exactly what this renders.
 
-    python -m benchmarks.settings_table           # print the tables
-    python -m benchmarks.settings_table --write   # rewrite them in docs/detectors.md and docs/diffusion.md
+    python -m docgen.settings_table           # print the tables
+    python -m docgen.settings_table --write   # rewrite them in docs/detectors.md and docs/diffusion.md
 """
 
 from __future__ import annotations
 
 import sys
 
-from benchmarks.decision_table import rewrite
-
+from docgen.decision_table import rewrite
 from roseood.settings import LOSS_SETTINGS, ROSE_SETTINGS, LossSetting, Setting
 
 PAGE = "docs/detectors.md"
-BEGIN = "<!-- rose-settings: python -m benchmarks.settings_table --write -->"
+BEGIN = "<!-- rose-settings: python -m docgen.settings_table --write -->"
 END = "<!-- /rose-settings -->"
 LOSS_PAGE = "docs/diffusion.md"
-LOSS_BEGIN = "<!-- loss-settings: python -m benchmarks.settings_table --write -->"
+LOSS_BEGIN = "<!-- loss-settings: python -m docgen.settings_table --write -->"
 LOSS_END = "<!-- /loss-settings -->"
 
 

@@ -4,8 +4,8 @@ date, machine, profile and run time the bench recorded) and the figures those ru
 ``docs/img/paper/``.
 
     rose bench table2 --profile cpu --out results/bench
-    python -m benchmarks.paper_page --add results/bench/cpu/table2/results.json ["what to say of the run"]
-    python -m benchmarks.paper_page --write                                       # rewrite docs/paper.md
+    python -m docgen.paper_page --add results/bench/cpu/table2/results.json ["what to say of the run"]
+    python -m docgen.paper_page --write                                       # rewrite docs/paper.md
 
 ``--add`` records the date the bench wrote the file and an optional note (a selection, what a cache
 reused), both shown in the run's details, and copies the run's figures. The Δ tables are written by the
@@ -39,7 +39,7 @@ INTRO = f"""# The paper, reproduced
 
 What `rose bench` gave for the ROSE paper's claims and tables: the paper's number, ours, and Δ = ours −
 paper (bold when |Δ| > {DELTA_FLAG}; † when the paper's number lies outside our 95 % bootstrap interval
-over the test images, shown in brackets). Written by `python -m benchmarks.paper_page --write` from the
+over the test images, shown in brackets). Written by `python -m docgen.paper_page --write` from the
 bench's `results.json` files committed in `docs/generated/paper/`. Our CIFAR-10 is decoded JPEG (quality
 75, 4:2:0), the paper's is not, so its CIFAR-10 rows compare unlike data
 ([results](results.md#cifar-10-judged-on-matched-data)); `+jpeg75` rows are the OOD set put through the
