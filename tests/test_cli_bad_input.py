@@ -399,6 +399,15 @@ CASES = [
         "{d}/imgs",
     ),
     _c(
+        "score --detector a folder",
+        "imgs: a folder, not a file",
+        *SCORE[:4],
+        "{d}/imgs",
+        *SCORE[5:],
+        "--out",
+        "{d}/o.csv",
+    ),
+    _c(
         "score --detector weights alone",
         "expected a roseood-detector file, found a bare state dict",
         *SCORE[:4],

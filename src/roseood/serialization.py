@@ -316,6 +316,8 @@ def read_torch_file(path: str | Path) -> Any:
     import torch
 
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: a folder, not a file")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file")
     try:
