@@ -69,6 +69,8 @@ class EvalSpec:
                 raise DataError(f"OOD set {name!r} is the in-distribution set itself: name another set")
             if name in self.ood[:i]:
                 raise DataError(f"OOD set {name!r} is named twice")
+        if OVERALL in self.ood and len(self.ood) == 1:
+            raise DataError(f"{OVERALL!r} mixes the other OOD sets: name one beside it (mnist,overall)")
         for source in (self.in_data, self.fit_data, *self.ood):  # a bad split or class selection: before work
             if source:
                 locate(source, data_dir=self.data_dir)
