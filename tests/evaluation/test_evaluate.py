@@ -80,6 +80,7 @@ def test_an_in_set_of_some_classes_is_fitted_on_the_same_classes_of_its_training
         ("ood", ["mnist", "fashion_mnist"], "'fashion_mnist' is the in-distribution set itself"),  # hid it
         ("ood", ["mnist", "noise", "mnist"], "'mnist' is named twice"),  # scored twice, shown once
         ("ood", ["overall"], "'overall' mixes the other OOD sets: name one beside it"),
+        ("test_samples", 1, "at least 2 test images a set, got 1"),  # AUROC 1.000 from 1 + 1 images
     ],
 )
 def test_a_bad_split_or_class_selection_is_refused_when_the_request_is_made(field, source, match) -> None:

@@ -22,6 +22,7 @@ from roseood.data.registry import locate, split_of
 from roseood.detectors.base import held_out_count
 from roseood.errors import DataError, RoseError
 from roseood.evaluation.histories import compression_report, ood_sources, parse_match, storage_of
+from roseood.evaluation.metrics import INTERVAL_MIN_SCORES
 from roseood.models.base import RoseModel
 from roseood.progress import state
 from roseood.validation import check_float, check_int, check_seed
@@ -76,6 +77,10 @@ class EvalSpec:
                 locate(source, data_dir=self.data_dir)
         for name in ("fit_samples", "stats_samples", "test_samples", "batch_size", "overall_per_set"):
             check_int(getattr(self, name), name)
+        if self.test_samples < INTERVAL_MIN_SCORES:  # a metric of one image a set: no spread, no interval
+            raise DataError(
+                f"test_samples: at least {INTERVAL_MIN_SCORES} test images a set, got {self.test_samples}"
+            )
         check_int(self.bootstrap, "bootstrap", low=0)
         if self.bootstrap and self.layerwise:
             raise RoseError("bootstrap intervals are for one score per image, not layer-wise scores")
