@@ -72,6 +72,18 @@ def test_estimate_finds_none_in_photos_or_noise_never_compressed() -> None:
     assert estimate_history(photos(size=8)) is None  # smaller than two blocks: nothing to see
 
 
+@pytest.mark.parametrize("level", [0, 17, 90, 128, 255])
+def test_flat_images_show_no_history_and_are_left_out_of_a_mixed_set(level: int) -> None:
+    """A flat block survives any round-trip up to a level of rounding: a flat set was read as quality
+    30-36 (every level here). Left out, they neither make a history nor hide one."""
+    flat = np.full((16, 32, 32, 3), level, np.uint8)
+    assert estimate_history(flat) is None and estimate_history(flat[..., 0]) is None
+    tiles = np.repeat(np.repeat(np.arange(16, dtype=np.uint8).reshape(1, 4, 4, 1) * 15, 8, 1), 8, 2)
+    assert estimate_history(np.repeat(tiles, 16, 0)) is None  # flat in every 8×8 block, not overall
+    decoded = JpegHistory(75).apply(photos())
+    assert estimate_history(np.concatenate([flat, decoded])) == JpegHistory(75)
+
+
 def test_an_estimate_is_remembered_by_the_images_not_by_the_array(monkeypatch) -> None:
     """The same pixels ask again without a round-trip (an evaluation's sets, a bench's dozens of them);
     other pixels, even in the same array object changed in place, are searched afresh."""

@@ -17,7 +17,7 @@ from roseood.errors import DataError, RoseError
 from roseood.evaluation.cache import ResultCache
 from roseood.evaluation.evaluate import evaluate, sweep
 from roseood.evaluation.result import EvaluationResult
-from roseood.evaluation.splits import EvalSpec, fit_source, load_fit_images
+from roseood.evaluation.splits import EvalSpec, fit_source, load_fit_images, load_sets
 from roseood.models import VAE
 from tests.conftest import needs_shared_data
 
@@ -89,6 +89,16 @@ def test_a_bad_split_or_class_selection_is_refused_when_the_request_is_made(fiel
     kwargs = {"in_data": "fashion_mnist", "ood": ["mnist"], "methods": ["nll"], field: source}
     with pytest.raises(DataError, match=match):
         EvalSpec(**kwargs)
+
+
+def test_an_ood_set_of_one_image_is_said_to_rest_on_it_alone(tiny_vae: VAE, spec: EvalSpec, capsys) -> None:
+    """A folder or file of one image gives metrics without an interval: one warning line says so."""
+    one = Path(spec.ood[0]).with_name("one.npz")
+    np.savez(one, images=np.full((1, 28, 28), 90, np.uint8))
+    sets = load_sets(replace(spec, ood=[str(one), spec.ood[1]]), tiny_vae)
+    assert len(sets.ood[str(one)]) == 1
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warned == [f"warning: {one}: 1 image: its metrics rest on it alone, with no interval"]
 
 
 def test_fewer_fit_images_than_asked_is_one_warning_line(tiny_vae: VAE, spec: EvalSpec, capsys) -> None:

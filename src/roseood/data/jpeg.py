@@ -161,12 +161,23 @@ def estimate_history(images: U8, n: int = 16) -> JpegHistory | None:
     quality and subsampling at which one more round-trip changes them least *relative to its neighbour
     qualities*, kept only where that is a sharp dip (at most ``DIP`` times the change one quality step
     either side, and under ``FIXED_POINT`` levels), as only a decoded JPEG shows; smooth images change
-    little at every high quality and show none. Remembered by the images' bytes: the search is 142
-    round-trips of each image, and an evaluation (a bench run: dozens) asks again for the same sets."""
-    x = np.ascontiguousarray(images[:n])
-    if not len(x) or min(x.shape[1:3]) < 2 * BLOCK:
+    little at every high quality and show none. Images flat in every 8×8 block are left out (``textured``):
+    they show no history. Remembered by the images' bytes: the search is 142 round-trips of each image,
+    and an evaluation (a bench run: dozens) asks again for the same sets."""
+    if min(images.shape[1:3]) < 2 * BLOCK:
         return None
-    return _search(x.shape, x.dtype.str, x.tobytes())
+    x = np.ascontiguousarray(images[textured(images)][:n])
+    return _search(x.shape, x.dtype.str, x.tobytes()) if len(x) else None
+
+
+def textured(images: U8) -> np.ndarray:
+    """Which channel-last images vary inside at least one 8×8 block. A JPEG round-trip keeps a flat block
+    flat, moving it at most a level by rounding its mean, at every quality, so an image flat in every
+    block is unchanged at some qualities and moved at others: a dip that is no history (a flat set read
+    as quality 30)."""
+    n, h, w = images.shape[:3]
+    blocks = images[:, : h - h % BLOCK, : w - w % BLOCK].reshape(n, h // BLOCK, BLOCK, w // BLOCK, BLOCK, -1)
+    return np.asarray((blocks.max(axis=(2, 4)) != blocks.min(axis=(2, 4))).reshape(n, -1).any(1))
 
 
 @functools.lru_cache(maxsize=64)

@@ -290,6 +290,11 @@ def load_sets(spec: EvalSpec, model: RoseModel) -> EvalSets:
     compression, mismatched = compression_report(test, ood)
     for line in mismatched:
         state(f"warning: {line}")
+    for images in (test, *ood.values()):
+        if len(images) < INTERVAL_MIN_SCORES:
+            state(
+                f"warning: {images.name}: {len(images)} image: its metrics rest on it alone, with no interval"
+            )
     return EvalSets(test, _fit_images(spec, fit), ood, missing, compression, prep)
 
 
