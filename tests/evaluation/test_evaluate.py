@@ -101,6 +101,14 @@ def test_an_ood_set_of_one_image_is_said_to_rest_on_it_alone(tiny_vae: VAE, spec
     assert warned == [f"warning: {one}: 1 image: its metrics rest on it alone, with no interval"]
 
 
+def test_a_fit_set_of_one_image_is_refused_in_one_line(tiny_vae: VAE, spec: EvalSpec) -> None:
+    """Nothing would be held out for the statistics and the threshold (it ended in 'empty image set')."""
+    one = Path(spec.ood[0]).with_name("one_fit.npz")
+    np.savez(one, images=np.full((1, 28, 28), 60, np.uint8))
+    with pytest.raises(DataError, match=r"one_fit\.npz has 1 image: too few to fit on some and hold out"):
+        load_fit_images(replace(spec, fit_data=str(one)), tiny_vae)
+
+
 def test_fewer_fit_images_than_asked_is_one_warning_line(tiny_vae: VAE, spec: EvalSpec, capsys) -> None:
     """A fit set (40 images) smaller than ``fit_samples`` + ``stats_samples`` fits on what it has, and
     one line says how many of each were asked and used, not only the counts of the final line; a set

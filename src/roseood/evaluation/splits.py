@@ -230,6 +230,8 @@ def _in_sets(
     if spec.fit_draw is not None:
         return (sets[0] if test else None), _drawn(spec, fit)
     n_fisher = fisher_count(spec, len(fit))
+    if len(fit) - n_fisher < 1:  # every fit holds images out: statistics, a threshold
+        raise DataError(f"{fit.name} has {len(fit)} image: too few to fit on some and hold out the rest")
     warn_if_short(spec, fit.name, n_fisher, len(fit) - n_fisher)
     return (sets[0] if test else None), fit
 
