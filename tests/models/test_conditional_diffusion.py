@@ -180,6 +180,27 @@ def test_the_condition_is_a_loss_setting_the_detector_file_records(tmp_path: Pat
         load_model(pipeline_unconditional(tmp_path / "u")).set_loss_settings(condition="label:1")
 
 
+def test_rose_sample_draws_under_the_condition_it_is_given(tmp_path: Path) -> None:
+    """``rose sample --condition label:N`` draws what the model set to that label draws (it had no
+    ``--condition``: a conditional model could be drawn only at its folder's condition)."""
+    from PIL import Image
+
+    from roseood.cli import main
+
+    folder = pipeline(tmp_path / "p")
+    grids = {}
+    for label in ("label:0", "label:2"):
+        out = tmp_path / f"{label[-1]}.png"
+        argv = ["sample", "--model", str(folder), "--condition", label, "--images", "3", "--steps", "4"]
+        assert main([*argv, "--out", str(out), "-q"]) == 0
+        grids[label] = np.asarray(Image.open(out))
+        model = load_model(folder)
+        model.set_loss_settings(condition=label)
+        expected = model.generate(3, seed=0, progress=False, steps=4)
+        assert np.array_equal(grids[label][2:10, 2:10], expected[0, 0].numpy())  # the grid's first image
+    assert not np.array_equal(grids["label:0"], grids["label:2"])
+
+
 @pytest.mark.parametrize("condition", ["marginal", "null", "label:0"])
 def test_an_unconditional_model_refuses_every_condition_the_marginal_too(
     tmp_path: Path, condition: str

@@ -356,14 +356,18 @@ def add_rose_args(p: argparse.ArgumentParser) -> None:
                 setting.option, choices=setting.choices, metavar=setting.metavar, help=_option_help(setting)
             )
     add_loss_options(p, trained=False)
+    add_condition(p, "judged", "the mean over the classes, C× the cost", "; recorded in the detector file")
+
+
+def add_condition(p: argparse.ArgumentParser, done: str, marginal: str, tail: str = "") -> None:
+    """``--condition``: the condition a conditional diffusion model is ``done`` under (judged, drawn)."""
     p.add_argument(
         "--condition",
         metavar="SPEC",
-        help="conditional diffusion models: how p(x) is judged: marginal (the mean over the "
-        "classes, C× the cost), null (the condition-dropout label, where the model has one) or label:N "
-        "(p(x | y = N)); unset: the folder's roseood.json, else null where there is one, else marginal; "
-        "text-conditioned ones (Stable Diffusion folders): prompt:TEXT, p(x | TEXT) (unset: the empty "
-        "prompt); recorded in the detector file",
+        help=f"conditional diffusion models: how p(x) is {done}: marginal ({marginal}), null (the "
+        "condition-dropout label, where the model has one) or label:N (p(x | y = N)); unset: the folder's "
+        "roseood.json, else null where there is one, else marginal; text-conditioned ones (Stable "
+        f"Diffusion folders): prompt:TEXT, p(x | TEXT) (unset: the empty prompt){tail}",
     )
 
 

@@ -13,6 +13,7 @@ from roseood import validation as v
 from roseood.catalogue import CHECKPOINT_EVERY_S, RESIZE_METHODS, TRAIN_OPTIONS, TrainOptions
 from roseood.cli.common import (
     MODEL_MODULE_HELP,
+    add_condition,
     add_data_args,
     add_device,
     add_model_args,
@@ -334,6 +335,7 @@ def register(sub: Any) -> None:
     p.add_argument("--images", type=v.count, default=64, help="images to generate")
     p.add_argument("--steps", type=v.count, help="DDIM steps (DDPMs only; unset: 50)")
     p.add_argument("--seed", type=v.seed, default=0, help="seed of the starting noise")
+    add_condition(p, "drawn", "a class drawn at random for each image")
     add_device(p)
     add_overwrite(p)
     add_quiet(p)
