@@ -147,8 +147,6 @@ CLAIMS = (
 
 # What the paper shows that this page does not, and why (a run committed later replaces its line).
 NOT_REPRODUCED = {
-    "Table 3, CIFAR-10 half": "not run yet: four CIFAR-10 VAEs (3 epochs on 20k images each, up to 4× the "
-    "width) take hours on 2 cores; `rose bench table3 --datasets cifar10` runs them",
     "Table 8 (SVHN at nine brightness levels)": "SVHN was not in the data folder of the machine that ran "
     "`rose bench brightness`; the bench regenerates it where SVHN is present",
     "Figure 3's CIFAR-10 panel, SVHN in Figure 1's": "SVHN, the paper's OOD set for CIFAR-10 in both "
