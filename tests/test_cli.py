@@ -79,7 +79,7 @@ def test_evaluate_writes_json_and_report(workdir, capsys):
     assert "no data" in printed and '"machine"' not in printed  # the settings JSON only with -v
 
 
-def test_fit_then_score_writes_csv(workdir):
+def test_fit_then_score_writes_csv(workdir, capsys):
     assert (
         run(
             "fit",
@@ -104,6 +104,8 @@ def test_fit_then_score_writes_csv(workdir):
     det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
     assert det.threshold_ is not None
     assert all((r["ood"] == "true") == (float(r["score"]) > det.threshold_) for r in rows)
+    flagged = sum(r["ood"] == "true" for r in rows)  # the count a user reads without opening the CSV
+    assert f"{flagged} of 30 images ({flagged / 30:.1%}) above the threshold: OOD." in capsys.readouterr().out
     folder = workdir / "imgs"
     folder.mkdir()
     from PIL import Image

@@ -154,7 +154,7 @@ def cmd_score(args: argparse.Namespace) -> None:
 
     from roseood import distributed
     from roseood.detectors import load_detector
-    from roseood.evaluation.scoring import write_scores
+    from roseood.evaluation.scoring import flagged_text, write_scores
     from roseood.evaluation.splits import model_preprocessing
 
     to_stdout = str(args.out) == "-"
@@ -178,7 +178,7 @@ def cmd_score(args: argparse.Namespace) -> None:
         unreadable.append(index)
         print(f"skipped: {message}", file=sys.stderr)
 
-    chunks: list[np.ndarray] | None = [] if args.report else None
+    chunks: list[np.ndarray] = []  # every score, for the count flagged and the report
     threshold = write_scores(
         det,
         data,
@@ -199,8 +199,10 @@ def cmd_score(args: argparse.Namespace) -> None:
         f"wrote {len(data)} {det.name} scores for {data.name} ({data.source}) to {where}; {cut}{bad}",
         file=log,
     )
-    if chunks is not None and distributed.is_main():
-        scores = np.concatenate(chunks) if chunks else np.empty(0)
+    scores = np.concatenate(chunks) if chunks else np.empty(0)
+    if threshold is not None and distributed.is_main():  # unreadable files (NaN): no decision
+        print(flagged_text(scores[~np.isnan(scores)], threshold), file=log)
+    if args.report and distributed.is_main():
         page = _score_page(args, det.name, data, scores, threshold, None if to_stdout else str(out))
         print(f"wrote {page}", file=log)
 

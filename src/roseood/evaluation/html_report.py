@@ -23,6 +23,7 @@ from roseood.evaluation.gallery import Example, Extremes
 from roseood.evaluation.plots import plot_histograms, plot_roc, plot_score_histograms
 from roseood.evaluation.report import html_page
 from roseood.evaluation.result import EvaluationResult
+from roseood.evaluation.scoring import flagged_text
 from roseood.serialization import atomic_write, write_text
 
 PAGE_OUTPUTS = (
@@ -93,14 +94,6 @@ def _set_galleries(
     )
 
 
-def _flagged(scores: np.ndarray, threshold: float | None) -> str:
-    """How many scores the threshold calls OOD, as text."""
-    if threshold is None:
-        return f"{len(scores)} images; no threshold, so no decisions."
-    above = int(np.sum(np.asarray(scores) > threshold))
-    return f"{above} of {len(scores)} images ({above / max(len(scores), 1):.1%}) above the threshold: OOD."
-
-
 def _legend(threshold_text: str) -> str:
     return (
         f'<p class="note">Scores: higher = more out-of-distribution. {threshold_text} Red frames: '
@@ -135,7 +128,7 @@ def write_score_page(
     title = f"{method} scores on {data_name}"
     body = [
         f"<h1>{_esc(title)}</h1>",
-        f"<p>{len(scores)} images from <code>{_esc(source)}</code>. {_esc(_flagged(scores, threshold))}"
+        f"<p>{len(scores)} images from <code>{_esc(source)}</code>. {_esc(flagged_text(scores, threshold))}"
         f"{where}</p>",
         _legend(cut),
         f'<img src="figures/{hist.name}" alt="histogram of the scores">',
@@ -220,7 +213,7 @@ def write_evaluation_page(
         examples = result.examples.get(method, {})
         for j, name in enumerate([result.in_name, *sets]):
             if name in examples:
-                flagged = _esc(_flagged(result.scores[method][name], cut))
+                flagged = _esc(flagged_text(result.scores[method][name], cut))
                 body.append(_set_galleries(name, examples[name], out, f"{i}_{j}", cut, flagged))
     settings = json.dumps(result.settings, indent=1, default=str)
     body.append(f"<details><summary>Settings</summary><pre>{_esc(settings)}</pre></details>")

@@ -31,6 +31,14 @@ def _row(index: int, file: str | None, label: int, score: float, ood: bool | Non
     return [index, file or "", int(label), f"{score:.6g}", "" if ood is None else str(bool(ood)).lower()]
 
 
+def flagged_text(scores: np.ndarray, threshold: float | None) -> str:
+    """How many ``scores`` the threshold calls OOD (``Detector.decide``'s rule: above it), as a sentence."""
+    if threshold is None:
+        return f"{len(scores)} images; no threshold, so no decisions."
+    above = int(np.sum(np.asarray(scores) > threshold))
+    return f"{above} of {len(scores)} images ({above / max(len(scores), 1):.1%}) above the threshold: OOD."
+
+
 def score_chunks(
     detector: Detector,
     stream: ImageStream,
