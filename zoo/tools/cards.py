@@ -10,7 +10,7 @@ import csv
 import sys
 from pathlib import Path
 
-from roseood.models.zoo import CARD
+from roseood.models.zoo import CARD, ZOO_KINDS
 
 ZOO = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,6 @@ FAMILY = {
     "ddpm": {
         "library": "diffusers",
         "pipeline": "unconditional-image-generation",
-        "kind": "denoising diffusion model (DDPM)",
         "format": "a diffusers `DDPMPipeline` folder (`UNet2DModel` + `DDPMScheduler`), EMA weights, float32",
         "train_family": "diffusion",
         "recipe": (
@@ -94,7 +93,6 @@ FAMILY = {
     "fm": {
         "library": "diffusers",
         "pipeline": "unconditional-image-generation",
-        "kind": "flow-matching model (rectified flow)",
         "format": "a diffusers `DDPMPipeline` folder whose scheduler is `FlowMatchEulerDiscreteScheduler` "
         "(`UNet2DModel` predicting the velocity ε − x), EMA weights, float32",
         "train_family": "diffusion",
@@ -109,7 +107,6 @@ FAMILY = {
     "cddpm": {
         "library": "diffusers",
         "pipeline": "unconditional-image-generation",
-        "kind": "class-conditional DDPM (judged by the marginal over its 10 classes)",
         "format": "a diffusers `DDPMPipeline` folder (`UNet2DModel` with `num_class_embeds` 10 + "
         "`DDPMScheduler`), EMA weights, float32",
         "train_family": "diffusion",
@@ -129,7 +126,6 @@ FAMILY = {
     "dit": {
         "library": "diffusers",
         "pipeline": "unconditional-image-generation",
-        "kind": "class-conditional diffusion transformer (DiT, judged at its null label)",
         "format": "a pipeline folder as roseood writes a pixel-space DiT (`model_index.json` naming "
         "`DDPMPipeline`, `unet/` a `DiTTransformer2DModel`, `DDPMScheduler`): diffusers' `DiTPipeline` "
         "needs an autoencoder, and its `DDPMPipeline` passes no class labels, so roseood reads it and "
@@ -151,7 +147,6 @@ FAMILY = {
     "ldm": {
         "library": "diffusers",
         "pipeline": "unconditional-image-generation",
-        "kind": "latent diffusion model (a VQ-VAE, then a DDPM on its latents)",
         "format": "a diffusers `LDMPipeline` folder (`VQModel` + `UNet2DModel` + `DDPMScheduler`), EMA "
         "weights, float32",
         "train_family": "diffusion",
@@ -172,7 +167,6 @@ FAMILY = {
     "sd": {
         "library": "diffusers",
         "pipeline": "text-to-image",
-        "kind": "text-conditioned latent diffusion model (Stable Diffusion 1.x/2.x's layout, CPU-sized)",
         "format": "a diffusers `StableDiffusionPipeline` folder (`AutoencoderKL` + a frozen random "
         "`CLIPTextModel` with a letter `CLIPTokenizer` + `UNet2DConditionModel` + `DDPMScheduler`; 1×16×16 "
         "images, 4×8×8 latents), float32, with a rank-4 LoRA of the UNet's attention fine-tuned on the "
@@ -214,7 +208,6 @@ FAMILY = {
     "vae": {
         "library": "roseood",
         "pipeline": "unconditional-image-generation",
-        "kind": "variational autoencoder (the paper's convolutional VAE, 256-way pixel likelihood)",
         "format": "a roseood checkpoint `model.pt` (weights only, float32)",
         "train_family": "vae",
         "recipe": (
@@ -257,7 +250,7 @@ def card(name: str, count: int) -> str:
         "train": fam.get("train", data["train"]),
         "held_out": data["held_out"].replace("the first 500", f"the first {held}"),
     }
-    folder = ZOO / name
+    folder, kind = ZOO / name, ZOO_KINDS[family]
     rows = list(csv.DictReader((folder / "curve.csv").open()))
     last = rows[-1]
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != CARD)
@@ -286,7 +279,7 @@ model-index:
 
 # {name}
 
-A {fam["kind"]} of {data["title"]}, training seed {seed[1:]}, from roseood's reference zoo: a model to try
+A {kind} of {data["title"]}, training seed {seed[1:]}, from roseood's reference zoo: a model to try
 out-of-distribution detectors on without training one. Its folder is {fam["format"]};
 {spaced(count)} parameters, {size / 1e6:.1f} MB.
 

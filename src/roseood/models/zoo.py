@@ -35,6 +35,16 @@ ZOO_FAMILIES = {
     "ldm": ("fmnist",),
     "sd": ("fmnist",),
 }
+# what each family is, as its cards and `rose zoo` say
+ZOO_KINDS = {
+    "ddpm": "denoising diffusion model (DDPM)",
+    "vae": "variational autoencoder (the paper's convolutional VAE, 256-way pixel likelihood)",
+    "fm": "flow-matching model (rectified flow)",
+    "cddpm": "class-conditional DDPM (judged by the marginal over its 10 classes)",
+    "dit": "class-conditional diffusion transformer (DiT, judged at its null label)",
+    "ldm": "latent diffusion model (a VQ-VAE, then a DDPM on its latents)",
+    "sd": "text-conditioned latent diffusion model (Stable Diffusion 1.x/2.x's layout, CPU-sized)",
+}
 # the newer kinds' seeds trained so far (CPU runs, one at a time); every other family has ZOO_SEEDS
 ZOO_FEWER_SEEDS = {"fm": (0, 1, 2), "cddpm": (0, 1, 2), "dit": (0, 1, 2), "ldm": (0, 1, 2), "sd": (0,)}
 
