@@ -182,6 +182,12 @@ def test_check_model_states_autoencoder_text_encoder_prompt_and_objective(sd: Pa
     assert "p(x) under the empty prompt (the unconditional branch classifier-free guidance trains)" in line
 
 
+def test_the_adapter_set_of_a_model_without_one_says_where_an_adapter_is_named(sd: Path) -> None:
+    """``--layers adapter`` on a base with no LoRA: the set is known, the model lacks it; said so."""
+    with pytest.raises(RoseError, match=r"^layer set 'adapter' takes a LoRA adapter's layers, .* has none"):
+        load_model(sd).rose_layers("adapter")
+
+
 def test_a_diffusers_lora_is_the_default_layer_set_with_exact_per_sample_gradients(
     sd: Path, tmp_path: Path
 ) -> None:

@@ -66,6 +66,9 @@ class RoseModel(Protocol):
     def state_dict(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
+ADAPTER_SET = "adapter"  # the layer set of a model's LoRA adapter, where it has one
+
+
 def named_layers(model: Any, sets: dict[str, list[str]], which: str | None) -> list[str]:
     """Pick one of ``sets`` by name (the first when ``which`` is None), with a clear error if unknown;
     ``last:N``: the last N layers of ``all`` (else of the first set) in the order the forward pass runs
@@ -82,6 +85,11 @@ def named_layers(model: Any, sets: dict[str, list[str]], which: str | None) -> l
     key = which or next(iter(sets))
     if key not in sets:
         name = model_name(model)
+        if key == ADAPTER_SET:  # a set some models of the family have: why this one has not
+            raise RoseError(
+                f"layer set 'adapter' takes a LoRA adapter's layers, and this {name} model has none: name "
+                "the folder holding one (--model MODEL/ADAPTER, as sd-fmnist-s0/sneaker-lora)"
+            )
         raise RoseError(f"unknown layer set {key!r} for {name}; choose from {sorted(sets)}")
     return sets[key]
 

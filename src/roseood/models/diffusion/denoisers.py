@@ -17,6 +17,7 @@ from torch import Tensor
 
 from roseood.errors import RoseError, shown
 from roseood.memory import check_memory, module_bytes
+from roseood.models.base import ADAPTER_SET
 from roseood.models.diffusion.bounds import MAX_CHANNELS
 from roseood.models.diffusion.config import (
     check_dit_config,
@@ -193,7 +194,7 @@ def layer_sets(net: torch.nn.Module, prefix: str = "") -> dict[str, list[str]]:
     ]
     weights = [n for n in names if isinstance(modules[n], torch.nn.Conv2d | torch.nn.Linear)]
     adapter = [n for n in names if ".lora_A." in n or ".lora_B." in n]  # peft's low-rank factors
-    sets = ({"adapter": adapter} if adapter else {}) | {"all": names, "weights": weights}
+    sets = ({ADAPTER_SET: adapter} if adapter else {}) | {"all": names, "weights": weights}
     for part in ("down", "mid", "up"):
         if layers := [n for n in names if n.startswith(f"{prefix}{part}_block")]:
             sets[part] = layers
