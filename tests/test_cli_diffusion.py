@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
+from roseood.data import load_images
 from roseood.detectors import ROSE, Detector
 from roseood.models import load_model
 from roseood.models.diffusion import DiffusionModel
@@ -104,3 +107,23 @@ def test_sample_draws_a_grid_from_a_vae_and_refuses_a_model_that_cannot(workdir,
     assert run("sample", "--model", "glow.pt", "--out", "glow.png") == 2
     err = capsys.readouterr().err
     assert "cannot draw images from" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sample_writes_an_image_set_that_scores_and_refuses_other_files_first(workdir, capsys):  # noqa: F811
+    """`rose sample --out X.npz` keeps the drawn images as a set `--data` reads (the grid's images, in
+    order); any other suffix is refused in one line before the model is read (it failed after the draw)."""
+    from PIL import Image
+
+    assert run("sample", "--model", "model.pt", "--out", "drawn.npz", "--images", "3") == 0
+    assert run("sample", "--model", "model.pt", "--out", "drawn.png", "--images", "3") == 0
+    with np.load(workdir / "drawn.npz") as f:
+        assert list(f) == ["images"] and f["images"].dtype == np.uint8 and f["images"].shape == (3, 1, 32, 32)
+        first = f["images"][0, 0]
+    with Image.open(workdir / "drawn.png") as grid:  # the same draw: the grid's first tile
+        assert np.array_equal(np.asarray(grid)[2:34, 2:34], first)
+    assert np.array_equal(load_images(str(workdir / "drawn.npz")).images[0, 0], first)  # as --data reads it
+    capsys.readouterr()
+    for bad in ("drawn.txt", "drawn"):
+        assert run("sample", "--model", "no-such-model.pt", "--out", bad) == 2
+        err = capsys.readouterr().err
+        assert f"--out {bad}: name a .png or .npz file" in err and len(err.strip().splitlines()) == 1

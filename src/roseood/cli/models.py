@@ -7,6 +7,7 @@ import argparse
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from roseood import validation as v
@@ -25,6 +26,10 @@ from roseood.cli.common import (
 )
 from roseood.errors import RoseError
 
+SAMPLE_FORMATS = (".png", ".npz")  # `rose sample --out`: a grid to look at, or an image set to score
+SAMPLE_HELP = (
+    ".png: one grid of the images; .npz: the images as an array 'images' (uint8 N×C×H×W) that --data reads"
+)
 USER_MODEL = "module"  # `rose train module --model-module FILE.py:FACTORY`
 
 
@@ -194,7 +199,10 @@ def cmd_sample(args: argparse.Namespace) -> None:
     from roseood.evaluation.gallery import save_grid
     from roseood.memory import check_memory
     from roseood.models.base import model_name
+    from roseood.serialization import save_npz
 
+    if Path(args.out).suffix.lower() not in SAMPLE_FORMATS:  # refused before the model loads
+        raise RoseError(f"--out {args.out}: name a {' or '.join(SAMPLE_FORMATS)} file ({SAMPLE_HELP})")
     out = checked_output(args, args.out)
     model = load_model_arg(args)
     if not isinstance(model, Generates):
@@ -209,8 +217,11 @@ def cmd_sample(args: argparse.Namespace) -> None:
         f"{args.images:,} images of {model.input_shape} drawn at once",
         hint="draw fewer --images",
     )
-    images = model.generate(args.images, seed=args.seed, progress=not args.quiet, **options)
-    save_grid(images.numpy(), out)
+    images = model.generate(args.images, seed=args.seed, progress=not args.quiet, **options).numpy()
+    if out.suffix.lower() == ".npz":
+        save_npz(out, {"images": images})
+    else:
+        save_grid(images, out)
     print(f"wrote {out}: {args.images} images drawn from the {model_name(model)} model (seed {args.seed})")
 
 
@@ -331,7 +342,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("sample", help=COMMANDS["sample"])
     p.add_argument("--model", required=True, help="a DDPM or VAE (checkpoint, diffusers folder or zoo name)")
-    p.add_argument("--out", required=True, help="PNG file to write")
+    p.add_argument("--out", required=True, help=f"file to write: {SAMPLE_HELP}")
     p.add_argument("--images", type=v.count, default=64, help="images to generate")
     p.add_argument("--steps", type=v.count, help="DDIM steps (DDPMs only; unset: 50)")
     p.add_argument("--seed", type=v.seed, default=0, help="seed of the starting noise")

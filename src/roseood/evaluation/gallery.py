@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from roseood.catalogue import GALLERY
+from roseood.serialization import atomic_write
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,11 +65,10 @@ def tile(images: np.ndarray, columns: int = 8, pad: int = 2) -> np.ndarray:
 
 
 def save_grid(images: np.ndarray, path: str | Path, columns: int = 8, pad: int = 2) -> Path:
-    """Tile uint8 images (N, C, H, W) into one PNG, ``columns`` wide with ``pad`` black pixels between."""
+    """Tile uint8 images (N, C, H, W) into one PNG (written atomically), ``columns`` wide with ``pad``
+    black pixels between."""
     from PIL import Image
 
     grid = tile(images, columns, pad)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)  # checked writable before any work (checked_output)
-    Image.fromarray(grid[..., 0] if grid.shape[2] == 1 else grid).save(path)
-    return path
+    picture = Image.fromarray(grid[..., 0] if grid.shape[2] == 1 else grid)
+    return atomic_write(path, lambda f: picture.save(f, format="PNG"))
