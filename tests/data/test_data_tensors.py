@@ -33,3 +33,20 @@ def test_images_of_any_size_and_float_tensors_and_tokens_pass():
 def test_bad_inputs_are_one_clear_data_error(data, kind, shape, message):
     with pytest.raises(DataError, match=message):
         as_model_input(data, kind, shape)
+
+
+@pytest.mark.parametrize(
+    ("shape", "hint"),
+    [
+        ((1, 32, 32), r"one \(1, 32, 32\) image\? add the batch axis: x\[None\]$"),
+        ((8, 32, 32), r"grayscale \(N, H, W\) images\? add the channel axis: x\[:, None\]$"),
+        ((32, 32), r"one grayscale \(H, W\) image\? x\[None, None\]$"),
+        ((2, 3, 32, 32), r"got 3 channels \(roseood.load_images\(FOLDER_OR_NPZ, channels=1, size=32\) "),
+        ((2, 1, 28, 28), r"got 28×28 \(roseood.load_images\(FOLDER_OR_NPZ, channels=1, size=32\) "),
+    ],
+)
+def test_a_grayscale_models_wrong_images_get_the_likely_fix(shape, hint):
+    """A wrong rank names what is probably missing (the model's channels tell which axis); a wrong size or
+    channel count names the loader call that converts a user's images to the model's."""
+    with pytest.raises(DataError, match=hint):
+        as_model_input(torch.zeros(shape, dtype=torch.uint8), "image", (1, 32, 32))

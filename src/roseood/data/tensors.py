@@ -30,6 +30,29 @@ def _as_tensor(data: Tensor | np.ndarray, what: str) -> Tensor:
     return data
 
 
+def _convert_hint(channels: int | None, size: int | tuple[int, int] | None) -> str:
+    """How a user's own images reach a model's channels and size: the loader converts them (and says so);
+    it makes square images, so a model of another shape gets no hint."""
+    hw = (size, size) if isinstance(size, int) else size
+    if hw is not None and hw[0] != hw[1]:
+        return ""
+    side = hw[0] if hw is not None else None
+    wanted = ", ".join(f"{k}={v}" for k, v in (("channels", channels), ("size", side)) if v is not None)
+    return f" (roseood.load_images(FOLDER_OR_NPZ, {wanted}) reads images converted to it)"
+
+
+def _rank_hint(shape: Sequence[int], channels: int | None) -> str:
+    """What an array of the wrong rank most likely lacks, where the model's ``channels`` tell: the batch
+    axis of one image, or the channel axis of grayscale images."""
+    if len(shape) == 3 and channels is not None and shape[0] == channels:
+        return f": one {tuple(shape)} image? add the batch axis: x[None]"
+    if len(shape) == 3 and channels == 1:
+        return ": grayscale (N, H, W) images? add the channel axis: x[:, None]"
+    if len(shape) == 2 and channels == 1:
+        return ": one grayscale (H, W) image? x[None, None]"
+    return ""
+
+
 def as_image_tensor(
     images: Tensor | np.ndarray, channels: int | None = None, size: int | tuple[int, int] | None = None
 ) -> Tensor:
@@ -42,7 +65,8 @@ def as_image_tensor(
     if not isinstance(images, Tensor | np.ndarray):
         raise DataError(f"expected an image array or tensor, got {type(images).__name__}")
     if images.ndim != 4:
-        raise DataError(f"expected images of shape (N, C, H, W), got shape {tuple(images.shape)}")
+        hint = _rank_hint(images.shape, channels)
+        raise DataError(f"expected images of shape (N, C, H, W), got shape {tuple(images.shape)}{hint}")
     images = _as_tensor(images, "image set")
     if 0 in images.shape[1:]:
         raise DataError(f"images need at least one channel and pixel, got shape {tuple(images.shape)}")
@@ -52,10 +76,12 @@ def as_image_tensor(
                 f"images of shape {tuple(images.shape)} look channel-last (N, H, W, C); the model takes "
                 "(N, C, H, W): x.permute(0, 3, 1, 2)"
             )
-        raise DataError(f"model expects {channels}-channel images, got {images.shape[1]} channels")
+        got = f"got {images.shape[1]} channels"
+        raise DataError(f"model expects {channels}-channel images, {got}{_convert_hint(channels, size)}")
     hw = (size, size) if isinstance(size, int) else size
     if hw is not None and tuple(images.shape[2:]) != tuple(hw):
-        raise DataError(f"model expects {hw[0]}×{hw[1]} images, got {images.shape[2]}×{images.shape[3]}")
+        got = f"got {images.shape[2]}×{images.shape[3]}"
+        raise DataError(f"model expects {hw[0]}×{hw[1]} images, {got}{_convert_hint(channels, size)}")
     if images.dtype == torch.uint8:
         return images.float() / 255.0
     if not images.is_floating_point():
