@@ -142,6 +142,15 @@ def test_a_detector_is_named_by_the_method_it_was_made_from(tiny_vae, method):
     assert make_detector(method, tiny_vae).name == method
 
 
+def test_a_detector_shows_its_method_and_state(fitted_rose, tiny_vae, images):
+    """``print(detector)``: the method its parameters match and whether (and where) it decides."""
+    assert repr(make_detector("rose-kfac", tiny_vae)) == "<ROSE rose-kfac: not fitted>"
+    assert repr(fitted_rose) == f"<ROSE {fitted_rose.name}: fitted, no threshold>"
+    cut = fitted_rose.calibrate(images[16:]).threshold_
+    assert cut is not None and repr(fitted_rose).endswith(f": fitted, OOD above {cut:.6g}>")
+    assert repr(ROSE.__new__(ROSE)) == "<ROSE: being built>"  # as a debugger shows it mid-__init__
+
+
 def test_a_detector_outside_every_preset_is_named_by_its_kind(tiny_vae):
     assert NLL(tiny_vae, k=3).name == "nll"
     assert make_detector("nll-iwae", tiny_vae, k=7).name == "nll"

@@ -250,6 +250,16 @@ class Detector(ABC):
         resolves a named layer set to its layers, compares what it resolved)."""
         return bool(getattr(self, param, None) == value)
 
+    def __repr__(self) -> str:
+        """What ``print(detector)`` shows: its class, the method its parameters match, its state."""
+        if not hasattr(self, "fitted_"):  # mid-__init__ (in a debugger), before its state is set
+            return f"<{type(self).__name__}: being built>"
+        kind = f"{type(self).__name__} {self.name}"
+        if not self.fitted_:
+            return f"<{kind}: not fitted>"
+        cut = self.threshold_
+        return f"<{kind}: fitted, " + ("no threshold>" if cut is None else f"OOD above {cut:.6g}>")
+
     @classmethod
     def describe(cls) -> str:
         """What this kind of detector is called in messages: ``a 'rose' detector``."""
