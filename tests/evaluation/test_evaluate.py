@@ -107,6 +107,8 @@ def test_a_fit_set_of_one_image_is_refused_in_one_line(tiny_vae: VAE, spec: Eval
     np.savez(one, images=np.full((1, 28, 28), 60, np.uint8))
     with pytest.raises(DataError, match=r"one_fit\.npz has 1 image: too few to fit on some and hold out"):
         load_fit_images(replace(spec, fit_data=str(one)), tiny_vae)
+    with pytest.raises(DataError, match=r"one_fit\.npz has 1 image: too few to split into fit and test"):
+        load_sets(replace(spec, in_data=str(one), fit_data=None), tiny_vae)  # one set, split three ways
 
 
 def test_fewer_fit_images_than_asked_is_one_warning_line(tiny_vae: VAE, spec: EvalSpec, capsys) -> None:

@@ -189,7 +189,9 @@ def _split(spec: EvalSpec, pool: ImageSet, test: bool) -> tuple[ImageSet | None,
     n = len(pool)
     n_test = min(spec.test_samples, n // 5) if test else 0
     if test and n_test < 2:
-        raise DataError(f"{pool.name} has {n} images: too few to split into fit and test images")
+        raise DataError(
+            f"{pool.name} has {n} image{'s' if n != 1 else ''}: too few to split into fit and test images"
+        )
     order = np.random.default_rng(derived_seed(spec, "split")).permutation(n)
     n_fit = n - n_test
     n_stats = held_out_count(n_fit, spec.stats_samples)
