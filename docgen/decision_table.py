@@ -32,9 +32,9 @@ def rows() -> list[dict[str, str]]:
     return loaded
 
 
-def render(prefix: str = "") -> str:
-    """The table as Markdown; ``prefix`` goes before every link (the docs folder, seen from the page)."""
-    lines = ["| model | OOD data | use | measured (AUROC) |", "|---|---|---|---|"]
+def _rows(prefix: str) -> list[tuple[str, str, str, str]]:
+    """Each row's cells: model, OOD data, the method to use, and what it measured with its link."""
+    cells = []
     for row in rows():
         use = row.get("use", "")
         if "family" in row:  # the catalogue's method: the family's, or its variety's where a rule set one
@@ -43,13 +43,22 @@ def render(prefix: str = "") -> str:
             whose = "these models" if variety in opts.varieties else "this family"
             use = f"`{method}` (the default for {whose})" + (f"; {use}" if use else "")
         link = f" ([{row['link_text']}]({prefix}{row['link']}))" if row.get("link") else ""
-        lines.append(f"| {row['model']} | {row['ood']} | {use} | {row['measured']}{link} |")
+        cells.append((row["model"], row["ood"], use, row["measured"] + link))
+    return cells
+
+
+def render(prefix: str = "", measured: bool = True) -> str:
+    """The table as Markdown; ``prefix`` goes before every link (the docs folder, seen from the page);
+    without ``measured``, the choices alone (README.md's, which links to the measured table)."""
+    head = ["model", "OOD data", "use", "measured (AUROC)"][: 4 if measured else 3]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cells[: len(head)]) + " |" for cells in _rows(prefix)]
     return "\n".join(lines)
 
 
 def block(page: str) -> str:
     """The whole marked block of ``page`` (its markers included)."""
-    return f"{BEGIN}\n\n{render(PAGES[page])}\n\n{END}"
+    return f"{BEGIN}\n\n{render(PAGES[page], measured=page != 'README.md')}\n\n{END}"
 
 
 def current(text: str, begin: str = BEGIN, end: str = END) -> str | None:
