@@ -115,6 +115,7 @@ def test_real_mnist_subset() -> None:
     keep = np.sort(np.random.default_rng(0).choice(len(full_labels), 64, replace=False))
     np.testing.assert_array_equal(s.labels, full_labels[keep])
     assert s.images.max() > 200 and np.median(s.images) < 10  # bright strokes on a dark background
+    assert s.title == f"mnist ({s.source})" and str(SHARED / "mnist_test.npz") in s.title  # its file named
 
 
 # --- generated sets ---------------------------------------------------------------------------------
@@ -159,6 +160,7 @@ def test_folder_is_recursive_sorted_and_centre_cropped(tmp_path: Path) -> None:
     assert (s.images[0] == 200).all()  # a.PNG sorts before b/wide.png
     expected = Image.fromarray(wide).resize((32, 16), Image.Resampling.BILINEAR).crop((8, 0, 24, 16))
     np.testing.assert_array_equal(s.images[1], np.asarray(expected).transpose(2, 0, 1))
+    assert s.title == str(tmp_path)  # a folder is its own source: named once in messages
     one = load_images(str(tmp_path), n=1, seed=0, size=16)
     assert len(one) == 1 and one.images.shape == (1, 1, 16, 16)
 

@@ -195,9 +195,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     cut = "no threshold (column ood empty)" if threshold is None else f"OOD above {threshold:.6g}"
     where = "standard output" if to_stdout else out
     bad = f"; {len(unreadable)} unreadable files skipped (score empty)" if unreadable else ""
-    what = data.name if data.source == data.name else f"{data.name} ({data.source})"
     print(
-        f"wrote {len(data)} {det.name} scores for {what} to {where}; {cut}{bad}",
+        f"wrote {len(data)} {det.name} scores for {data.title} to {where}; {cut}{bad}",
         file=log,
     )
     scores = np.concatenate(chunks) if chunks else np.empty(0)

@@ -44,8 +44,14 @@ class _Stated:
     """What ``ImageSet`` and ``ImageStream`` share: saying what their preprocessing changes."""
 
     name: str
+    source: str
     conversion: str | None
     preprocessing: Preprocessing | None
+
+    @property
+    def title(self) -> str:
+        """Its name, and its source where that says more (``mnist (…/mnist_test.npz)``, a folder once)."""
+        return self.name if self.source == self.name else f"{self.name} ({self.source})"
 
     def state_preprocessing(self, always: bool = False) -> None:
         """Say on stderr, in one line, what preprocessing changes; when it changes nothing, say nothing
