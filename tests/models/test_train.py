@@ -81,6 +81,25 @@ def test_glow_trains_with_adamax_warmup_and_clipping(data, tmp_path):
     assert history[-1]["bits_per_dim"] < history[0]["bits_per_dim"]
 
 
+def test_the_settings_read_as_words_each_said_only_when_on():
+    """`rose train`'s line: what the run does, not a dataclass repr with its zeros."""
+    glow = TrainConfig.for_model("glow", epochs=1, warmup_steps=4, grad_clip=50.0, hflip=False)
+    assert (
+        glow.describe()
+        == "1 epoch, batch 64, Adamax lr 0.0005, 4 warm-up steps, gradient clipping at 50, seed 0"
+    )
+    assert (
+        TrainConfig(lr_halve_every=30)
+        .describe()
+        .startswith("100 epochs, batch 64, Adam lr 0.001, halved every 30")
+    )
+    plain = TrainConfig(epochs=3, lr_halve_every=0, weight_decay=1e-5, perturb="random:0.3", seed=2)
+    assert plain.describe() == (
+        "3 epochs, batch 64, Adam lr 0.001, weight decay 1e-05, random horizontal flips, inputs perturbed "
+        "(random:0.3), seed 2"
+    )
+
+
 def test_training_forecasts_its_time_and_stops_within_a_budget(data, tmp_path, capsys):
     """The first batches are timed and extrapolated to the run (one line before it is far along); a
     budget stops the run when it is spent, at the next batch, checkpointed there, says how to go on, and

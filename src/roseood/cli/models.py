@@ -88,7 +88,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         if model is None:
             model = _built(family, config, data, args.out, cfg, options)
             labels = data.labels if "classes" in config else None  # a class-conditional model's
-        print(f"training {args.kind} on {len(data)} images of {data.title}; {cfg}")
+        print(f"training {args.kind} on {len(data)} images of {data.title}: {cfg.describe()}")
         t0 = time.time()
         train(
             model, data.images, cfg, args.out, held_out=held_out, curve=args.curve, labels=labels, **options

@@ -61,6 +61,23 @@ class TrainConfig:
         check_float(self.grad_clip, "grad_clip", low=0.0)
         check_seed(self.seed)
 
+    def describe(self) -> str:
+        """The settings as a reader takes them in: what is on, said once (``3 epochs, batch 64, Adam lr
+        0.001, 100 warm-up steps, ...``); the field names are in the checkpoint."""
+        parts = [
+            f"{self.epochs} epoch{'s' if self.epochs != 1 else ''}",
+            f"batch {self.batch_size}",
+            f"{self.optimizer.capitalize()} lr {self.lr:g}",
+            f"halved every {self.lr_halve_every} epochs" if self.lr_halve_every else "",
+            f"{self.warmup_steps} warm-up steps" if self.warmup_steps else "",
+            f"weight decay {self.weight_decay:g}" if self.weight_decay else "",
+            f"gradient clipping at {self.grad_clip:g}" if self.grad_clip else "",
+            "random horizontal flips" if self.hflip else "",
+            f"inputs perturbed ({self.perturb})" if self.perturb else "",
+            f"seed {self.seed}",
+        ]
+        return ", ".join(part for part in parts if part)
+
     @classmethod
     def for_model(cls, kind: str | None, **overrides: Any) -> TrainConfig:
         """The registered family's defaults for a model kind (None: a user model, the plain defaults),
