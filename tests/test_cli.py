@@ -372,8 +372,10 @@ def test_model_module_fits_scores_and_checks_a_user_model(workdir, capsys):
     assert len((workdir / "s.csv").read_text().splitlines()) == 31
     assert run("check-model", "--model-module", "user.py:build") == 0
     out = capsys.readouterr().out
-    assert re.search(r"^0 +Conv2d +\S+ +\d+ +yes$", out, re.M), out  # layer, type, handler, params, usable
-    assert re.search(r"^3 +LayerNorm +norm-affine +6 +yes$", out, re.M), out
+    # layer, type, handler, params, usable, the layer sets it is in
+    assert "layer sets for --layers, the first the default: default (2);" in out
+    assert re.search(r"^0 +Conv2d +\S+ +\d+ +yes +default$", out, re.M), out
+    assert re.search(r"^3 +LayerNorm +norm-affine +6 +yes +-$", out, re.M), out
     assert run("fit", "--model-module", "user.py:tokens", "--out", "t.pt") == 2
     assert "takes tokens inputs, not images" in capsys.readouterr().err
     assert run("fit", "--out", "t.pt") == 2

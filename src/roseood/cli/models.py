@@ -178,11 +178,16 @@ def cmd_check_model(args: argparse.Namespace) -> None:
     print(f"model: {name}, {model.input_kind} inputs of shape {model.input_shape}")
     if isinstance(model, Describes):
         print(model.describe())
-    for set_name, names in model.layer_sets().items():
-        print(f"layer set {set_name!r}: {', '.join(names) or '(empty)'}")
+    sets = model.layer_sets()
+    counts = ", ".join(f"{set_name} ({len(names)})" for set_name, names in sets.items())
+    print(f"layer sets for --layers, the first the default: {counts}; last:N takes the last N layers")
     reports = check_model(model)
+    reported = {r.name for r in reports}
+    unlisted = [n for n in dict.fromkeys(n for names in sets.values() for n in names) if n not in reported]
+    if unlisted:  # a set naming modules without parameters of their own: shown, as the table cannot
+        print(f"in a set, not a parameterised layer: {', '.join(unlisted)}")
     print()
-    print(format_layer_report(reports))
+    print(format_layer_report(reports, sets))
     print(f"\n{sum(r.usable for r in reports)} of {len(reports)} parameterised layers usable by ROSE")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -97,12 +97,19 @@ def check_layers(
     return reports
 
 
-def format_layer_report(reports: list[LayerReport]) -> str:
-    """The reports as a plain-text table, one layer per line."""
-    header = ("layer", "type", "handler", "params", "usable", "note")
-    rows = [(r.name, r.type, r.handler, str(r.params), "yes" if r.usable else "no", r.note) for r in reports]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(5)]
+def format_layer_report(reports: list[LayerReport], sets: Mapping[str, list[str]] | None = None) -> str:
+    """The reports as a plain-text table, one layer per line; with ``sets`` (a model's named layer sets),
+    a column naming the sets each layer is in."""
+    header = ("layer", "type", "handler", "params", "usable", *(("sets",) if sets else ()), "note")
+    member = {r.name: ",".join(k for k, names in (sets or {}).items() if r.name in names) for r in reports}
+    rows = [
+        (r.name, r.type, r.handler, str(r.params), "yes" if r.usable else "no")
+        + ((member[r.name] or "-",) if sets else ())
+        + (r.note,)
+        for r in reports
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     return "\n".join(
-        ("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5]).rstrip()
+        ("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]).rstrip()
         for row in [header, *rows]
     )
