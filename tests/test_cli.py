@@ -711,8 +711,11 @@ def test_datasets_lists_every_named_set_and_how_a_name_is_written(tmp_path, caps
 
     assert run("datasets", "--data-dir", str(tmp_path)) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"data directory: {tmp_path}" and len(out) == len(DATASETS) + 2
-    assert "fashion_mnist  train: missing, test: missing" in out[1] and "generated" in out[-2]
+    assert out[0] == f"data directory: {tmp_path}" and len(out) == len(DATASETS) + 3
+    # a file roseood can fetch says so; one placed by hand is missing
+    assert "fashion_mnist  train: download, test: download" in out[1] and "generated" in out[-3]
+    assert next(line for line in out if line.startswith("  lsun ")).split()[1:3] == ["test:", "missing"]
+    assert out[-2].startswith("download: fetched on first use; missing: its file placed by hand")
     forms = re.findall(r"NAME(\S+)", out[-1])
     assert forms == [":train", "@7", "+jpeg75"]
     images, labels = np.zeros((8, 28, 28), np.uint8), np.arange(8)

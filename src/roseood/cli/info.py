@@ -18,6 +18,7 @@ COMMANDS = {
 
 def cmd_datasets(args: argparse.Namespace) -> None:
     from roseood.data import DATASETS, resolve_data_dir
+    from roseood.data.download import DOWNLOADS
 
     root = resolve_data_dir(args.data_dir)
     print(f"data directory: {root}")
@@ -25,10 +26,14 @@ def cmd_datasets(args: argparse.Namespace) -> None:
         if spec.generated:
             state = "generated"
         else:
+            fetched = DOWNLOADS[name].resources if name in DOWNLOADS else {}
             state = ", ".join(
-                f"{s}: {'ok' if (root / spec.filename(s)).exists() else 'missing'}" for s in spec.splits
+                f"{s}: "
+                + ("ok" if (root / spec.filename(s)).exists() else "download" if s in fetched else "missing")
+                for s in spec.splits
             )
-        print(f"  {name:<14} {state:<34} {spec.description}")
+        print(f"  {name:<14} {state:<36} {spec.description}")
+    print("download: fetched on first use; missing: its file placed by hand (docs/data.md says where from)")
     print("NAME:train reads a split, NAME@7 (@0-6+8-9) keeps those classes, NAME+jpeg75 adds a JPEG history")
 
 
