@@ -16,7 +16,7 @@ from roseood.cli.common import Parser, apply_preset
 from roseood.errors import RoseError
 from roseood.serialization import NAME_ERRORS
 
-COMMAND_GROUPS = (models, evaluate, detect, bench, info)
+COMMAND_GROUPS = (info, detect, evaluate, models, bench)  # as `rose --help` lists them: first steps first
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

@@ -10,9 +10,9 @@ from roseood.cli.common import add_data_dir, add_quiet
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
-    "datasets": "list the named datasets and whether their files are present",
-    "zoo": "list the reference zoo's models and where they are, or show one model's card",
     "demo": "offline demo: the authors' FMNIST VAE, ROSE vs NLL on Fashion-MNIST vs MNIST",
+    "zoo": "list the reference zoo's models and where they are, or show one model's card",
+    "datasets": "list the named datasets and whether their files are present",
 }
 
 
@@ -72,19 +72,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def register(sub: Any) -> None:
-    """Add ``datasets``, ``zoo`` and ``demo`` to the ``rose`` sub-parsers ``sub``."""
-    p = sub.add_parser("datasets", help=COMMANDS["datasets"])
-    add_data_dir(p)
-    p.set_defaults(func=cmd_datasets)
-
-    p = sub.add_parser("zoo", help=COMMANDS["zoo"])
-    p.add_argument(
-        "name",
-        nargs="?",
-        help="a zoo model (ddpm-fmnist-s0) or a folder in one (sd-fmnist-s0/sneaker-lora): its card",
-    )
-    p.set_defaults(func=cmd_zoo)
-
+    """Add ``demo``, ``zoo`` and ``datasets`` to the ``rose`` sub-parsers ``sub``."""
     p = sub.add_parser("demo", help=COMMANDS["demo"])
     p.add_argument("--fit-samples", type=v.count, default=2000, help="Fashion-MNIST images for the Fisher")
     p.add_argument("--test-samples", type=v.count, default=1000, help="test images per set")
@@ -98,3 +86,15 @@ def register(sub: Any) -> None:
     )
     add_quiet(p)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("zoo", help=COMMANDS["zoo"])
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="a zoo model (ddpm-fmnist-s0) or a folder in one (sd-fmnist-s0/sneaker-lora): its card",
+    )
+    p.set_defaults(func=cmd_zoo)
+
+    p = sub.add_parser("datasets", help=COMMANDS["datasets"])
+    add_data_dir(p)
+    p.set_defaults(func=cmd_datasets)

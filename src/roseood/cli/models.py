@@ -35,11 +35,11 @@ USER_MODEL = "module"  # `rose train module --model-module FILE.py:FACTORY`
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
 COMMANDS = {
-    "import-vae": "convert the ROSE authors' released VAE (netE/netG .pth) to a roseood model",
     "train": "train a model family or your own model (per-epoch checkpoints, --resume)",
+    "sample": "draw images from a DDPM (DDIM) or VAE: a PNG grid, or an .npz image set to score",
     "check-model": "dry run: which layers of a model ROSE can use, and why not (one tiny batch)",
     "export-diffusers": "save a diffusion model as a diffusers folder (DDPMPipeline.from_pretrained)",
-    "sample": "a DDPM's (DDIM) or VAE's samples as one PNG grid: what the model learned",
+    "import-vae": "convert the ROSE authors' released VAE (netE/netG .pth) to a roseood model",
 }
 
 
@@ -310,13 +310,6 @@ def trainable_families() -> dict[str, TrainOptions]:
 
 def register(sub: Any) -> None:
     """Add the model commands to the ``rose`` sub-parsers ``sub``."""
-    p = sub.add_parser("import-vae", help=COMMANDS["import-vae"])
-    p.add_argument("--encoder", required=True, help="the authors' netE .pth file")
-    p.add_argument("--decoder", required=True, help="the authors' netG .pth file")
-    p.add_argument("--out", required=True, help="roseood model checkpoint to write")
-    add_overwrite(p, "--force")
-    p.set_defaults(func=cmd_import_vae)
-
     p = sub.add_parser("train", help=COMMANDS["train"])
     families = p.add_subparsers(
         dest="kind", required=True, metavar="FAMILY", help="model family (`rose train FAMILY --help`)"
@@ -332,6 +325,18 @@ def register(sub: Any) -> None:
     _add_train_args(fp)
     fp.add_argument("--model-module", required=True, metavar="FILE.py:FACTORY", help=MODEL_MODULE_HELP)
 
+    p = sub.add_parser("sample", help=COMMANDS["sample"])
+    p.add_argument("--model", required=True, help="a DDPM or VAE (checkpoint, diffusers folder or zoo name)")
+    p.add_argument("--out", required=True, help=f"file to write: {SAMPLE_HELP}")
+    p.add_argument("--images", type=v.count, default=64, help="images to generate")
+    p.add_argument("--steps", type=v.count, help="DDIM steps (DDPMs only; unset: 50)")
+    p.add_argument("--seed", type=v.seed, default=0, help="seed of the starting noise")
+    add_condition(p, "drawn", "a class drawn at random for each image")
+    add_device(p)
+    add_overwrite(p)
+    add_quiet(p)
+    p.set_defaults(func=cmd_sample)
+
     p = sub.add_parser("check-model", help=COMMANDS["check-model"])
     add_model_args(p)
     add_device(p)
@@ -345,14 +350,9 @@ def register(sub: Any) -> None:
     add_overwrite(p)
     p.set_defaults(func=cmd_export_diffusers, device="cpu")
 
-    p = sub.add_parser("sample", help=COMMANDS["sample"])
-    p.add_argument("--model", required=True, help="a DDPM or VAE (checkpoint, diffusers folder or zoo name)")
-    p.add_argument("--out", required=True, help=f"file to write: {SAMPLE_HELP}")
-    p.add_argument("--images", type=v.count, default=64, help="images to generate")
-    p.add_argument("--steps", type=v.count, help="DDIM steps (DDPMs only; unset: 50)")
-    p.add_argument("--seed", type=v.seed, default=0, help="seed of the starting noise")
-    add_condition(p, "drawn", "a class drawn at random for each image")
-    add_device(p)
-    add_overwrite(p)
-    add_quiet(p)
-    p.set_defaults(func=cmd_sample)
+    p = sub.add_parser("import-vae", help=COMMANDS["import-vae"])
+    p.add_argument("--encoder", required=True, help="the authors' netE .pth file")
+    p.add_argument("--decoder", required=True, help="the authors' netG .pth file")
+    p.add_argument("--out", required=True, help="roseood model checkpoint to write")
+    add_overwrite(p, "--force")
+    p.set_defaults(func=cmd_import_vae)
