@@ -6,6 +6,7 @@ registries stay the one plug-in pattern, and a name read from a file is still lo
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,16 @@ METHODS = (
     "diffpath-1d",
     "reconstruction",
 )
+
+
+def offered_methods() -> tuple[str, ...]:
+    """The methods the command line offers: the built-in ones, then those a plug-in registered in this
+    process (which has then imported the detector registry; ``roseood.plugins``)."""
+    registry = sys.modules.get("roseood.detectors.base")
+    added = [m for m in registry.METHODS if m not in METHODS] if registry is not None else []
+    return (*METHODS, *added)
+
+
 # the share of held-out in-distribution images a decision threshold lets through (Detector.calibrate,
 # rose fit --tpr, a report's threshold where none was calibrated)
 DECISION_TPR = 0.95

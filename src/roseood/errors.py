@@ -13,6 +13,11 @@ def shown(value: object) -> str:
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 class RoseError(Exception):
     """Base class for errors caused by the user's input rather than by a bug."""
 

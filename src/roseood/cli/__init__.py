@@ -14,9 +14,11 @@ from roseood import __version__
 from roseood.cli import bench, detect, evaluate, info, models
 from roseood.cli.common import Parser, apply_preset
 from roseood.errors import RoseError
+from roseood.plugins import load_plugins
 from roseood.serialization import NAME_ERRORS
 
 COMMAND_GROUPS = (info, detect, evaluate, models, bench)  # as `rose --help` lists them: first steps first
+PLUGGED = (detect, evaluate, models)  # the groups whose commands take what a plug-in may register
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -30,6 +32,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"roseood {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     command = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    if argv is None or any(command in group.COMMANDS for group in PLUGGED):
+        load_plugins()  # their methods, families and detector files are offered as the built-in ones
     for group in COMMAND_GROUPS:
         if argv is None or command in group.COMMANDS:
             group.register(sub)
@@ -87,6 +91,9 @@ def main(
         args = apply_preset(parser, argv, parser.parse_args(argv))
     except SystemExit as exc:  # --help (0) or a bad option (2, already reported on one line)
         return exc.code if isinstance(exc.code, int) else 2
+    except RoseError as exc:  # a plug-in that cannot be imported
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     from roseood import distributed
     from roseood.memory import set_memory
     from roseood.progress import show_warnings_as_notes

@@ -269,15 +269,16 @@ def _score_page(
 
 def register(sub: Any) -> None:
     """Add ``fit`` and ``score`` to the ``rose`` sub-parsers ``sub``."""
-    from roseood.catalogue import METHODS, family_methods
+    from roseood.catalogue import family_methods, offered_methods
 
-    methods = ", ".join(METHODS)
+    offered = offered_methods()
+    methods = ", ".join(offered)
     p = sub.add_parser("fit", help=COMMANDS["fit"])
     ensemble = "; give it again for an ensemble (one detector per model, their z-scores averaged)"
     add_eval_args(p, "in-distribution set (detectors are fitted on its training split)", ensemble)
     p.add_argument(
         "--method",
-        type=v.cli_type(lambda text, _: v.check_choice(text, list(METHODS), "method"), str),
+        type=v.cli_type(lambda text, _: v.check_choice(text, list(offered), "method"), str),
         help=f"one of: {methods} (unset: the model family's: {family_methods()})",
     )
     add_tpr(p)

@@ -212,9 +212,10 @@ def _jpeg_match(value: str, name: str) -> str | None:
 
 def register(sub: Any) -> None:
     """Add ``evaluate`` to the ``rose`` sub-parsers ``sub``."""
-    from roseood.catalogue import METHODS, family_methods
+    from roseood.catalogue import family_methods, offered_methods
 
     p = sub.add_parser("evaluate", help=COMMANDS["evaluate"])
+    offered = offered_methods()
     several = "; give it again for more models, e.g. one per training seed: each is evaluated alike, then "
     add_eval_args(
         p,
@@ -228,8 +229,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--methods",
-        type=cli_names(METHODS, "method"),
-        help=f"comma-separated detection methods, of: {', '.join(METHODS)} (unset: the model family's "
+        type=cli_names(offered, "method"),
+        help=f"comma-separated detection methods, of: {', '.join(offered)} (unset: the model family's "
         f"method, then rose-ekfac, rose-diag and nll; the family's: {family_methods()})",
     )
     p.add_argument("--test-samples", type=v.count, default=5000, help="images scored per test set")

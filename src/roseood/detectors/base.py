@@ -314,7 +314,15 @@ METHODS: Registry[str, Method] = Registry("method")  # the names users pick meth
 
 def register_detector(cls: type[Detector], methods: Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Register a detector class under its ``method`` name and the user-facing ``methods`` it offers
-    (name → preset keyword arguments; default: its ``method`` name with no presets)."""
+    (name → preset keyword arguments; default: its ``method`` name with no presets). Every parameter
+    needs a type hint: a saved file's values are checked against them when it is read."""
+    hints = inspect.signature(cls.__init__, eval_str=True).parameters
+    bare = [name for name in cls.param_names() if hints[name].annotation is inspect.Parameter.empty]
+    if bare:
+        raise RoseError(
+            f"{cls.__name__}: parameter {', '.join(bare)} has no type hint, which a saved file's values are "
+            f"checked against when it is read; annotate it (e.g. {bare[0]}: int = 64)"
+        )
     DETECTORS.register(cls.method, cls)
     for name, kwargs in (methods if methods is not None else {cls.method: {}}).items():
         METHODS.register(name, Method(cls, dict(kwargs)))

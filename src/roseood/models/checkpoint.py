@@ -17,11 +17,11 @@ from torch import Tensor, nn
 
 from roseood.contracts import FromFactory, Preprocessed
 from roseood.data.preprocess import Preprocessing
-from roseood.errors import CheckpointError, RoseError, shown
+from roseood.errors import CheckpointError, RoseError, first_line, shown
 from roseood.integrity import field, same, verify
 from roseood.memory import check_memory, module_bytes
 from roseood.models.base import RoseModel, model_config, model_name
-from roseood.models.state import first_line, load_state
+from roseood.models.state import load_state
 from roseood.progress import state
 from roseood.serialization import fingerprint, read_torch_file, safe_load, save_file
 from roseood.validation import check_model_config

@@ -8,14 +8,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from roseood.errors import CheckpointError, shown
+from roseood.errors import CheckpointError, first_line, shown
 from roseood.models.base import RoseModel
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type's name when it has none)."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
 
 SHOWN_KEYS = 3  # tensor names a weight mismatch names before "and N more"
 

@@ -16,11 +16,10 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from roseood.errors import CheckpointError, RoseError, shown
+from roseood.errors import CheckpointError, RoseError, first_line, shown
 from roseood.models.diffusion.files import read_json, weight_file
 from roseood.models.diffusion.library import quiet_diffusers
 from roseood.models.diffusion.textconfig import check_lora_config
-from roseood.models.state import first_line
 from roseood.serialization import fingerprint
 
 LORA_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LoRA weights

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roseood.errors import RoseError, shown
+from roseood.errors import RoseError, first_line, shown
 from roseood.memory import check_memory, module_bytes
 from roseood.models.base import ADAPTER_SET
 from roseood.models.diffusion.bounds import MAX_CHANNELS
@@ -29,7 +29,6 @@ from roseood.models.diffusion.config import (
 from roseood.models.diffusion.latent import Autoencoder, latent_shape
 from roseood.models.diffusion.library import diffusers_module, quiet_diffusers
 from roseood.models.diffusion.textconfig import check_condition_unet_config
-from roseood.models.state import first_line
 from roseood.validation import check_int
 
 

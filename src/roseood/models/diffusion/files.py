@@ -11,8 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
-from roseood.errors import CheckpointError, RoseError
-from roseood.models.state import first_line
+from roseood.errors import CheckpointError, RoseError, first_line
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -19,11 +19,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from roseood.errors import RoseError
+from roseood.errors import RoseError, first_line
 from roseood.memory import check_memory, module_bytes
 from roseood.models.diffusion.config import check_autoencoder_config
 from roseood.models.diffusion.library import diffusers_module, plain_config, quiet_diffusers
-from roseood.models.state import first_line
 
 
 class Autoencoder(nn.Module):

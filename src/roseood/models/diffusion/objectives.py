@@ -13,10 +13,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from roseood.errors import RoseError, shown
+from roseood.errors import RoseError, first_line, shown
 from roseood.models.diffusion.bounds import float_in
 from roseood.models.diffusion.library import diffusers_module, quiet_diffusers
-from roseood.models.state import first_line
 
 
 def _scheduler(name: str, config: Any, **options: Any) -> Any:

@@ -13,11 +13,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from roseood.errors import CheckpointError, RoseError, shown
+from roseood.errors import CheckpointError, RoseError, first_line, shown
 from roseood.memory import check_memory, module_bytes
 from roseood.models.diffusion.files import read_json
 from roseood.models.diffusion.textconfig import check_text_encoder_config
-from roseood.models.state import first_line
 
 PROMPT = "prompt:"
 MAX_PROMPT = 10_000  # characters: the tokenizer truncates to the encoder's tokens anyway
