@@ -14,7 +14,8 @@ import pytest
 
 from roseood import plugins
 from roseood.cli import main
-from roseood.detectors import DETECTORS, METHODS
+from roseood.detectors import DETECTORS, METHODS, Detector
+from roseood.models import load_model
 from tests.test_cli import workdir  # noqa: F401 - the fixture (a tiny VAE in model.pt; data)
 
 PLUGIN = '''
@@ -80,6 +81,9 @@ def test_an_installed_plugins_detector_is_fitted_and_its_file_scored_from_the_co
     rows = list(csv.DictReader((workdir / "s.csv").open()))
     assert len(rows) == 30 and all(0 <= float(r["score"]) <= 1 for r in rows)  # a mean pixel in [0, 1]
     assert main(["fit", "--help"]) == 0 and "mean-pixel-plugin" in capsys.readouterr().out  # offered
+    forget("mean_pixel_plugin")  # in Python too, the file of a plug-in's detector reads as a built-in's
+    loaded = Detector.load(workdir / "plugin.pt", load_model(workdir / "model.pt"))
+    assert type(loaded).__name__ == "MeanPixel" and loaded.threshold_ is not None
 
 
 def test_a_plugin_named_by_the_variable_or_one_that_fails_is_one_line(

@@ -13,6 +13,7 @@ from roseood.errors import CheckpointError, RoseError
 from roseood.integrity import check_detector_file
 from roseood.models.base import RoseModel
 from roseood.models.checkpoint import model_fingerprint
+from roseood.plugins import load_plugins
 from roseood.progress import state
 from roseood.registry import Registry
 from roseood.serialization import safe_load, share_equal_tensors
@@ -65,8 +66,10 @@ def file_contents(detector: Filed, tag: str | None = None) -> dict[str, Any]:
 
 def read_file(path: str | Path, registry: Registry[str, T]) -> tuple[dict[str, Any], T]:
     """A detector file's contents, every field checked (``check_detector_file``), and the class of
-    ``registry`` its method names (looked up, never imported)."""
+    ``registry`` its method names (looked up, never imported; the declared plug-ins are imported first,
+    so a file a plug-in's detector wrote is read as the built-in ones are)."""
     obj = safe_load(path, DETECTOR_FORMAT)
+    load_plugins()
     try:
         check_detector_file(obj, registry)
     except CheckpointError as exc:

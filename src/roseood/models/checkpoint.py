@@ -145,6 +145,7 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     from roseood.models.families import FAMILIES
     from roseood.models.user import load_factory
     from roseood.models.zoo import ZOO_NAMES, zoo_model, zoo_named
+    from roseood.plugins import load_plugins
 
     named = zoo_named(path) if model_module is None else None
     if named is not None:
@@ -167,6 +168,8 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     obj = safe_load(path, MODEL_FORMAT, bare=BARE_WEIGHTS)
     check_model_file(obj, path)
     kind = obj["kind"]
+    if model_module is None and kind not in FAMILIES:
+        load_plugins()  # a plug-in's family: its installed package registers it (never the file)
     if model_module is not None:
         try:
             model = load_factory(model_module)
