@@ -77,6 +77,8 @@ def test_evaluate_writes_json_and_report(workdir, capsys):
     assert "no data" in report and "roc_mnist.png" in report
     printed = capsys.readouterr().out
     assert "no data" in printed and '"machine"' not in printed  # the settings JSON only with -v
+    assert printed.count(out["missing"]["svhn"]) == 1  # its reason once, not in each metric's table
+    assert f"no data for svhn: {out['missing']['svhn']}" in printed
 
 
 def test_fit_then_score_writes_csv(workdir, capsys):

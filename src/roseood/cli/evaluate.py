@@ -49,6 +49,7 @@ def _print_grid(
 def print_table(result: EvaluationResult) -> None:
     """Every metric of one evaluation as a text table, then each method's scoring speed."""
     from roseood.evaluation.metrics import METRICS
+    from roseood.evaluation.report import missing_lines
     from roseood.evaluation.result import metric_text
 
     metrics = result.metrics()
@@ -60,12 +61,14 @@ def print_table(result: EvaluationResult) -> None:
 
         title = f"{metric.upper()}  (in-distribution: {result.in_name}; in-distribution = positive class)"
         _print_grid(title, result.methods, result.ood_sets, cell, width)
-        for s, why in result.missing.items():
-            print(f"{s:<22}  no data ({why})")
+        for s in result.missing:
+            print(f"{s:<22}  no data")
     print(
         "\nimages/s (scoring the in-distribution test set): "
         + ", ".join(f"{m} {v:.1f}" for m, v in result.images_per_second.items())
     )
+    for line in missing_lines(result):
+        print(line)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:

@@ -83,12 +83,16 @@ def _metric_table(
     def cell(ood_set: str, method: str) -> str:
         values = {m: f"{per[ood_set][metric]:.3f}" for m, per in metrics.items() if ood_set in per}
         if method not in values:
-            reason = result.missing.get(ood_set)
-            return f"no data ({reason})" if reason is not None else "–"
+            return "no data" if ood_set in result.missing else "–"  # why: once, under the tables
         interval = result.interval(method, ood_set, metric)
         return metric_text(values[method], interval, _is_best(values, method, metric))
 
     return markdown_table(rows, result.methods, cell, corner="OOD set")
+
+
+def missing_lines(result: EvaluationResult) -> list[str]:
+    """Why each named OOD set has no data, one line each: said once, where its table rows say "no data"."""
+    return [f"no data for {name}: {why}" for name, why in result.missing.items()]
 
 
 def write_report(
@@ -119,6 +123,8 @@ def write_report(
     ]
     for metric in METRICS:
         parts += [f"## {METRIC_TITLES[metric]}", _metric_table(result, metrics, metric)]
+    if result.missing:
+        parts += ["## OOD sets without data", "\n".join(f"- {line}" for line in missing_lines(result))]
     if result.images_per_second:
         speed = result.images_per_second
         parts += [
