@@ -10,7 +10,7 @@ import csv
 import sys
 from pathlib import Path
 
-from roseood.models.zoo import CARD, ZOO_KINDS
+from roseood.models.zoo import CARD, ZOO_KINDS, model_bytes
 
 ZOO = Path(__file__).resolve().parents[1]
 
@@ -253,7 +253,7 @@ def card(name: str, count: int) -> str:
     folder, kind = ZOO / name, ZOO_KINDS[family]
     rows = list(csv.DictReader((folder / "curve.csv").open()))
     last = rows[-1]
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != CARD)
+    size = model_bytes(folder)
     metrics = [(key, text, fmt.format(float(last[key]))) for key, text, fmt in fam["metrics"]]
     item = "          - type: {}\n            name: {}\n            value: {}"
     index = "\n".join(item.format(*m) for m in metrics)

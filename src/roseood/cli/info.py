@@ -38,7 +38,15 @@ def cmd_datasets(args: argparse.Namespace) -> None:
 
 
 def cmd_zoo(args: argparse.Namespace) -> None:
-    from roseood.models.zoo import ZOO_KINDS, ZOO_NAMES, model_card, zoo_data, zoo_dir, zoo_model
+    from roseood.models.zoo import (
+        ZOO_KINDS,
+        ZOO_NAMES,
+        model_bytes,
+        model_card,
+        zoo_data,
+        zoo_dir,
+        zoo_model,
+    )
 
     if args.name:
         name, _, inner = args.name.partition("/")  # sd-fmnist-s0/sneaker-lora: its model's card
@@ -50,8 +58,7 @@ def cmd_zoo(args: argparse.Namespace) -> None:
     print(f"zoo folder: {root}")
     for name in ZOO_NAMES:
         folder = root / name
-        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
-        state = f"{size / 1e6:5.1f} MB" if folder.is_dir() else "missing "
+        state = f"{model_bytes(folder) / 1e6:5.1f} MB" if folder.is_dir() else "missing "
         print(f"  {name:<16} {zoo_data(name):<14} {state}  {ZOO_KINDS[name.split('-')[0]]}")
     print("rose zoo NAME shows a model's card; rose check-model --model NAME checks and lists its layers")
 

@@ -89,6 +89,11 @@ def zoo_dir() -> Path:
     return checkout
 
 
+def model_bytes(folder: Path) -> int:
+    """The size of a zoo model's folder: every file but its card (which states this size)."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != CARD)
+
+
 def zoo_data(name: str) -> str:
     """The data set a zoo model was trained on (``ddpm-fmnist-s1`` → ``fashion_mnist``)."""
     check_name(name)
