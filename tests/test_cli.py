@@ -123,6 +123,15 @@ def test_fit_then_score_writes_csv(workdir, capsys):
     args = ("--model", "model.pt", "--detector", "det.pt", "--data", str(folder), "--out", "f.csv")
     assert run("score", *args, "--threshold=-1e9", "--overwrite") == 0
     assert {r["ood"] for r in csv.DictReader((workdir / "f.csv").open())} == {"true"}
+    for i, name in enumerate(("cats", "cats", "dogs")):  # a folder of class folders: each class's share
+        (workdir / "pets" / name).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((32, 32), 60 * i, np.uint8)).save(workdir / "pets" / name / f"{i}.png")
+    capsys.readouterr()
+    args = ("--model", "model.pt", "--detector", "det.pt", "--data", "pets", "--out", "p.csv")
+    assert run("score", *args, "--threshold=-1e9") == 0
+    out = capsys.readouterr().out
+    assert "  cats/: 2 of 2 images (100.0%) above the threshold: OOD." in out
+    assert "  dogs/: 1 of 1 images (100.0%) above the threshold: OOD." in out
 
 
 def test_fit_score_and_evaluate_an_ensemble_of_models(workdir, capsys, monkeypatch):
