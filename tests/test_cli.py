@@ -132,6 +132,8 @@ def test_fit_then_score_writes_csv(workdir, capsys):
     out = capsys.readouterr().out
     assert "  cats/: 2 of 2 images (100.0%) above the threshold: OOD." in out
     assert "  dogs/: 1 of 1 images (100.0%) above the threshold: OOD." in out
+    assert run("score", *args[:-1], "s1.csv", "--data", "pets/@1", "--threshold=-1e9") == 0
+    assert "cats/" not in capsys.readouterr().out  # a class selection: the classes it keeps
 
 
 def test_fit_score_and_evaluate_an_ensemble_of_models(workdir, capsys, monkeypatch):

@@ -204,7 +204,8 @@ def cmd_score(args: argparse.Namespace) -> None:
         read = ~np.isnan(scores)
         print(flagged_text(scores[read], threshold), file=log)
         for k, name in enumerate(data.classes or ()):  # a folder of class folders: each class's share
-            print(f"  {name}/: {flagged_text(scores[read & (data.labels == k)], threshold)}", file=log)
+            if (data.labels == k).any():  # (a class selection, @1, keeps some)
+                print(f"  {name}/: {flagged_text(scores[read & (data.labels == k)], threshold)}", file=log)
     if args.report and distributed.is_main():
         page = _score_page(args, det.name, data, scores, threshold, None if to_stdout else str(out))
         print(f"wrote {page}", file=log)
