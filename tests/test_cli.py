@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from roseood.cli import main
+from roseood import progress
+from roseood.cli import detect, main
 from roseood.data import load_images
 from roseood.detectors import ROSE, Detector, Ensemble
 from roseood.models import VAE, Glow, load_model, save_model
@@ -81,7 +82,7 @@ def test_evaluate_writes_json_and_report(workdir, capsys):
     assert f"no data for svhn: {out['missing']['svhn']}" in printed
 
 
-def test_fit_then_score_writes_csv(workdir, capsys):
+def test_fit_then_score_writes_csv(workdir, capsys, monkeypatch):
     assert (
         run(
             "fit",
@@ -108,6 +109,15 @@ def test_fit_then_score_writes_csv(workdir, capsys):
     assert all((r["ood"] == "true") == (float(r["score"]) > det.threshold_) for r in rows)
     flagged = sum(r["ood"] == "true" for r in rows)  # the count a user reads without opening the CSV
     assert f"{flagged} of 30 images ({flagged / 30:.1%}) above the threshold: OOD." in capsys.readouterr().out
+    # a run longer than the first progress line says its time first, timed on a few images, whose scores
+    # it does not keep: the same CSV
+    monkeypatch.setattr(progress, "LINE_INTERVAL_S", 0.0)
+    monkeypatch.setattr(detect, "FORECAST_IMAGES", 4)  # 30 images: worth a forecast timed on 4
+    args = ("--model", "model.pt", "--detector", "det.pt", "--data", "mnist", "--out", "s2.csv")
+    assert run("score", *args) == 0
+    err = capsys.readouterr().err
+    assert "scoring 30 images: ≈ " in err and "timed on 4 of them" in err
+    assert (workdir / "s2.csv").read_text() == (workdir / "s.csv").read_text()
     folder = workdir / "imgs"
     folder.mkdir()
     from PIL import Image

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from roseood.evaluation.splits import EvalSpec, FitImages
 
 # The commands this group adds and their one-line help: `rose --help` lists them without building them.
+FORECAST_IMAGES = 16  # images `rose score` times its detector on before a long run, to say its time
 COMMANDS = {
     "fit": "fit one detector, calibrate its threshold and save it to a file",
     "score": "write one score and OOD decision per image (CSV) with a saved detector",
@@ -153,7 +154,9 @@ def cmd_score(args: argparse.Namespace) -> None:
     import numpy as np
 
     from roseood import distributed
+    from roseood.data.loading import read_readable
     from roseood.detectors import load_detector
+    from roseood.evaluation.forecast import forecast_scoring
     from roseood.evaluation.scoring import flagged_text, write_scores
     from roseood.evaluation.splits import model_preprocessing
 
@@ -172,6 +175,9 @@ def cmd_score(args: argparse.Namespace) -> None:
     _check_storage(det, args.detector, data, args.data)
     log = sys.stderr if to_stdout else sys.stdout
     _state_scoring(args, models[0], len(data), prep.channels * prep.size**2, log)
+    if not args.resume:  # a long run says its time first (the first progress line comes after a chunk)
+        timed, _ = read_readable(data, 0, min(len(data), FORECAST_IMAGES), lambda i, message: None)
+        forecast_scoring(det, timed, len(data))
     unreadable: list[int] = []
 
     def skipped(index: int, message: str) -> None:

@@ -20,7 +20,7 @@ from roseood.detectors.rose import joinable
 from roseood.detectors.rose.cost import StageSeconds
 from roseood.evaluation.splits import EvalSpec, FitImages
 from roseood.models.base import RoseModel
-from roseood.progress import forecast, note
+from roseood.progress import forecast, forecast_rest, note
 
 TIMED_BYTES = 1 << 30  # what the timed batch may keep for its backward pass (a class-conditional
 # marginal keeps C·K denoiser rows per image: 64 images took 23 GB)
@@ -70,6 +70,23 @@ def timed_stages(det: Detector, images: np.ndarray, beside: Sequence[Hashable] =
     note(f"{det.name}: timing its stages on one batch for the forecast")  # minutes on a slow model
     stages: StageSeconds = det.stage_seconds(torch.as_tensor(images), beside)
     return stages
+
+
+def forecast_scoring(det: Detector, images: np.ndarray, total: int) -> None:
+    """State what scoring ``total`` images with the fitted ``det`` will take here, where it would outlast
+    the first progress line: timed with its own ``score`` on ``images`` (a few of them, their scores not
+    kept: each image's score is its own); none under torchrun, where a probe on one process would wait
+    for the others."""
+    if distributed.active() or not worth_forecasting(total, len(images)):
+        return
+    shown, det.progress = det.progress, False
+    try:
+        start = time.perf_counter()
+        det.score(images, shard=False)
+        seconds = (time.perf_counter() - start) / len(images)
+    finally:
+        det.progress = shown
+    forecast_rest(f"scoring {total:,} images", seconds, total, f"timed on {len(images)} of them")
 
 
 def worth_forecasting(images: int, timed: int) -> bool:
