@@ -34,6 +34,14 @@ def test_score_report_shows_a_folders_most_and_least_ood_images(workdir):  # noq
     assert red_pixels(workdir / "rep" / "figures" / "hist_0.png") > 0
     assert run(*args, "--report", "rep", "--overwrite", "--quiet") == 0  # --overwrite replaces the page
     assert run(*args[:-1], "g.csv", "--report", "rep", "--quiet") == 2  # else it is refused
+    for i, name in enumerate(("cats", "cats", "dogs")):  # a folder of class folders: a share and a
+        (workdir / "pets" / name).mkdir(parents=True, exist_ok=True)  # histogram for each class
+        Image.fromarray(np.full((32, 32), 60 * i, np.uint8)).save(workdir / "pets" / name / f"{i}.png")
+    args = ("score", "--model", "model.pt", "--detector", "det.pt", "--data", "pets", "--out", "p.csv")
+    assert run(*args, "--threshold=-1e9", "--report", "pets_rep", "--quiet") == 0
+    raw = (workdir / "pets_rep" / "index.html").read_text()
+    assert "<li><code>cats/</code>: 2 of 2 images (100.0%) above the threshold: OOD.</li>" in raw
+    assert "<li><code>dogs/</code>: 1 of 1 images (100.0%) above the threshold: OOD.</li>" in raw
 
 
 def test_evaluate_report_writes_an_html_page_beside_the_markdown(workdir):  # noqa: F811

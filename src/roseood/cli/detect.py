@@ -206,15 +206,28 @@ def cmd_score(args: argparse.Namespace) -> None:
         file=log,
     )
     scores = np.concatenate(chunks) if chunks else np.empty(0)
-    if threshold is not None and distributed.is_main():  # unreadable files (NaN): no decision
-        read = ~np.isnan(scores)
-        print(flagged_text(scores[read], threshold), file=log)
-        for k, name in enumerate(data.classes or ()):  # a folder of class folders: each class's share
-            if (data.labels == k).any():  # (a class selection, @1, keeps some)
-                print(f"  {name}/: {flagged_text(scores[read & (data.labels == k)], threshold)}", file=log)
-    if args.report and distributed.is_main():
-        page = _score_page(args, det.name, data, scores, threshold, None if to_stdout else str(out))
+    if not distributed.is_main():
+        return
+    classes = by_class(data, scores)
+    if threshold is not None:  # unreadable files (NaN): no decision
+        print(flagged_text(scores[~np.isnan(scores)], threshold), file=log)
+        for name, part in classes.items():
+            print(f"  {name}: {flagged_text(part, threshold)}", file=log)
+    if args.report:
+        csv = None if to_stdout else str(out)
+        page = _score_page(args, det.name, data, scores, threshold, csv, classes)
         print(f"wrote {page}", file=log)
+
+
+def by_class(data: ImageStream, scores: np.ndarray) -> dict[str, np.ndarray]:
+    """A folder of class folders' scores, class by class (``cats/``: its readable images' scores), for
+    the classes it holds (a selection, ``@1``, keeps some); empty for any other set."""
+    import numpy as np
+
+    read = ~np.isnan(scores)
+    labels = data.labels
+    kept = [(k, name) for k, name in enumerate(data.classes or ()) if (labels == k).any()]
+    return {f"{name}/": scores[read & (labels == k)] for k, name in kept}
 
 
 def _state_scoring(args: argparse.Namespace, model: Any, images: int, pixels: int, log: TextIO) -> None:
@@ -257,8 +270,10 @@ def _score_page(
     scores: np.ndarray,
     threshold: float | None,
     csv: str | None,
+    classes: dict[str, np.ndarray],
 ) -> Path:
-    """``rose score --report``: the page of one scored set (NaN: files that could not be read, left out)."""
+    """``rose score --report``: the page of one scored set (NaN: files that could not be read, left out),
+    with each class's histogram and share for a folder of class folders (``classes``)."""
     import numpy as np
 
     from roseood.evaluation.gallery import extremes
@@ -274,6 +289,7 @@ def _score_page(
         source=data.source,
         threshold=threshold,
         csv=csv,
+        classes=classes,
     )
 
 

@@ -112,12 +112,14 @@ def write_score_page(
     source: str,
     threshold: float | None,
     csv: str | None = None,
+    classes: Mapping[str, np.ndarray] | None = None,
 ) -> Path:
     """``out_dir/index.html`` for one scored set (``rose score --report``): the histogram of its scores
-    with the threshold, and its most and least OOD images. Returns the page's path."""
+    with the threshold (one per class, and a line of each class's share, given ``classes``: a folder of
+    class folders' scores by class), and its most and least OOD images. Returns the page's path."""
     out = Path(out_dir)
     hist = plot_score_histograms(
-        {data_name: scores},
+        dict(classes) if classes else {data_name: scores},
         out / "figures" / "hist_0.png",
         f"{method}: scores on {data_name}",
         threshold=threshold,
@@ -126,10 +128,15 @@ def write_score_page(
     where = f" Every image's score and decision: <code>{_esc(csv)}</code>." if csv else ""
     cut = f"Threshold: {threshold:.6g}." if threshold is not None else "No threshold."
     title = f"{method} scores on {data_name}"
+    shares = "".join(
+        f"<li><code>{_esc(name)}</code>: {_esc(flagged_text(part, threshold))}</li>"
+        for name, part in (classes or {}).items()
+    )
     body = [
         f"<h1>{_esc(title)}</h1>",
         f"<p>{len(scores)} images from <code>{_esc(source)}</code>. {_esc(flagged_text(scores, threshold))}"
         f"{where}</p>",
+        f"<ul>{shares}</ul>" if shares else "",
         _legend(cut),
         f'<img src="figures/{hist.name}" alt="histogram of the scores">',
         _set_galleries(data_name, extremes, out, "0_0", threshold, ""),
