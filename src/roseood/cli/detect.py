@@ -154,10 +154,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     import numpy as np
 
     from roseood import distributed
-    from roseood.data.loading import read_readable
     from roseood.detectors import load_detector
-    from roseood.evaluation.forecast import forecast_scoring
-    from roseood.evaluation.scoring import flagged_text, write_scores
+    from roseood.evaluation.scoring import write_scores
     from roseood.evaluation.splits import model_preprocessing
 
     to_stdout = str(args.out) == "-"
@@ -174,10 +172,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     data = _images_to_score(args, prep)
     _check_storage(det, args.detector, data, args.data)
     log = sys.stderr if to_stdout else sys.stdout
-    _state_scoring(args, models[0], len(data), prep.channels * prep.size**2, log)
-    if not args.resume:  # a long run says its time first (the first progress line comes after a chunk)
-        timed, _ = read_readable(data, 0, min(len(data), FORECAST_IMAGES), lambda i, message: None)
-        forecast_scoring(det, timed, len(data))
+    _state_scoring(args, models[0], det, data, prep.channels * prep.size**2, log)
     unreadable: list[int] = []
 
     def skipped(index: int, message: str) -> None:
@@ -205,18 +200,33 @@ def cmd_score(args: argparse.Namespace) -> None:
         f"wrote {len(data)} {det.name} scores for {data.title} to {where}; {cut}{bad}",
         file=log,
     )
-    scores = np.concatenate(chunks) if chunks else np.empty(0)
-    if not distributed.is_main():
-        return
+    if distributed.is_main():
+        scores = np.concatenate(chunks) if chunks else np.empty(0)
+        _summarise(args, det.name, data, scores, threshold, None if to_stdout else str(out), log)
+
+
+def _summarise(
+    args: argparse.Namespace,
+    method: str,
+    data: ImageStream,
+    scores: np.ndarray,
+    threshold: float | None,
+    csv: str | None,
+    log: TextIO,
+) -> None:
+    """After scoring: how many images the threshold calls OOD (each class's too, for a folder of class
+    folders), and the ``--report`` page."""
+    import numpy as np
+
+    from roseood.evaluation.scoring import flagged_text
+
     classes = by_class(data, scores)
     if threshold is not None:  # unreadable files (NaN): no decision
         print(flagged_text(scores[~np.isnan(scores)], threshold), file=log)
         for name, part in classes.items():
             print(f"  {name}: {flagged_text(part, threshold)}", file=log)
     if args.report:
-        csv = None if to_stdout else str(out)
-        page = _score_page(args, det.name, data, scores, threshold, csv, classes)
-        print(f"wrote {page}", file=log)
+        print(f"wrote {_score_page(args, method, data, scores, threshold, csv, classes)}", file=log)
 
 
 def by_class(data: ImageStream, scores: np.ndarray) -> dict[str, np.ndarray]:
@@ -230,19 +240,27 @@ def by_class(data: ImageStream, scores: np.ndarray) -> dict[str, np.ndarray]:
     return {f"{name}/": scores[read & (labels == k)] for k, name in kept}
 
 
-def _state_scoring(args: argparse.Namespace, model: Any, images: int, pixels: int, log: TextIO) -> None:
-    """The lines before scoring: a DDPM's loss pairs as the detector set them, and what a chunk holds."""
+def _state_scoring(
+    args: argparse.Namespace, model: Any, det: Detector, data: ImageStream, pixels: int, log: TextIO
+) -> None:
+    """The lines before scoring: a DDPM's loss pairs as the detector set them, what a chunk holds, and a
+    long run's time (its first progress line comes after a chunk), timed on a few of the images."""
     from roseood.contracts import SettableLoss
+    from roseood.data.loading import read_readable
+    from roseood.evaluation.forecast import forecast_scoring
 
     if isinstance(model, SettableLoss):  # a DDPM: the pairs its scores depend on, as the detector set them
         shown = ", ".join(f"{k} = {v}" for k, v in model.loss_settings().items())
         print(f"the model's per-image loss, as the detector was fitted: {shown}", file=log)
     print(
-        f"scoring {images} images, {args.chunk} read at a time per process (≈ "
+        f"scoring {len(data)} images, {args.chunk} read at a time per process (≈ "
         f"{5 * args.chunk * pixels / 2**20:.0f} MiB of decoded pixels, uint8 and float32, besides the "
         "detector's own)",
         file=log,
     )
+    if not args.resume:
+        timed, _ = read_readable(data, 0, min(len(data), FORECAST_IMAGES), lambda i, message: None)
+        forecast_scoring(det, timed, len(data))
 
 
 def _score_output(args: argparse.Namespace) -> Path:

@@ -144,20 +144,9 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
     from roseood.models.diffusion import is_diffusers_folder, load_diffusers
     from roseood.models.families import FAMILIES
     from roseood.models.user import load_factory
-    from roseood.models.zoo import ZOO_NAMES, zoo_model, zoo_named
     from roseood.plugins import load_plugins
 
-    named = zoo_named(path) if model_module is None else None
-    if named is not None:
-        name, inner = named
-        path = zoo_model(name, inner)
-        where = f"{path}, inside the zoo model {name}" if inner else f"the zoo model in {path}"
-        checked = f"its files match SHA256SUMS; its card: rose zoo {name}"
-        state(f"{Path(name, inner).as_posix()}: {where} ({checked})")
-    elif model_module is None and str(path) in ZOO_NAMES:
-        # what the user has at that path is what they named; said, since the zoo has the name too
-        what = "folder" if Path(path).is_dir() else "file"
-        state(f"{path}: the local {what}, not the zoo model of that name")
+    path = _zoo_or_local(path) if model_module is None else path
     if model_module is None and is_diffusers_folder(path):
         return load_diffusers(path), {}
     if Path(path).is_dir():
@@ -192,6 +181,26 @@ def load_checkpoint(path: str | Path, model_module: str | None = None) -> tuple[
         cast(Any, model).preprocessing = _preprocessing(obj["preprocessing"], model, path)
     model.eval()
     return model, obj
+
+
+def _zoo_or_local(path: str | Path) -> str | Path:
+    """What a name given as a model is: a zoo model's checkpoint or folder (checked, said in one line)
+    where no local path has the name; else the path itself (said, where the zoo has the name too)."""
+    from roseood.models.zoo import ZOO_NAMES, zoo_model, zoo_named
+
+    named = zoo_named(path)
+    if named is not None:
+        name, inner = named
+        found = zoo_model(name, inner)
+        where = f"{found}, inside the zoo model {name}" if inner else f"the zoo model in {found}"
+        state(
+            f"{Path(name, inner).as_posix()}: {where} (its files match SHA256SUMS; its card: rose zoo {name})"
+        )
+        return found
+    if str(path) in ZOO_NAMES:  # what the user has at that path is what they named: said
+        what = "folder" if Path(path).is_dir() else "file"
+        state(f"{path}: the local {what}, not the zoo model of that name")
+    return path
 
 
 def _preprocessing(stored: Any, model: RoseModel, path: str | Path) -> Preprocessing:
