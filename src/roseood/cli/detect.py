@@ -215,9 +215,12 @@ def _summarise(
     log: TextIO,
 ) -> None:
     """After scoring: how many images the threshold calls OOD (each class's too, for a folder of class
-    folders), and the ``--report`` page."""
+    folders), and the ``--report`` page (its histogram, a class's each, and the most and least OOD
+    images; files that could not be read, NaN, left out)."""
     import numpy as np
 
+    from roseood.evaluation.gallery import extremes
+    from roseood.evaluation.html_report import write_score_page
     from roseood.evaluation.scoring import flagged_text
 
     classes = by_class(data, scores)
@@ -226,7 +229,19 @@ def _summarise(
         for name, part in classes.items():
             print(f"  {name}: {flagged_text(part, threshold)}", file=log)
     if args.report:
-        print(f"wrote {_score_page(args, method, data, scores, threshold, csv, classes)}", file=log)
+        shown = extremes(scores, lambda i: data.read(i, i + 1)[0], data.files, args.gallery)
+        page = write_score_page(
+            args.report,
+            scores[~np.isnan(scores)],
+            shown,
+            method=method,
+            data_name=data.name,
+            source=data.source,
+            threshold=threshold,
+            csv=csv,
+            classes=classes,
+        )
+        print(f"wrote {page}", file=log)
 
 
 def by_class(data: ImageStream, scores: np.ndarray) -> dict[str, np.ndarray]:
@@ -279,36 +294,6 @@ def _score_output(args: argparse.Namespace) -> Path:
         GrowingCsv.check(out, resume=args.resume, overwrite=args.overwrite)
     distributed.barrier()  # under torchrun every process checks before rank 0 starts the partial file
     return out
-
-
-def _score_page(
-    args: argparse.Namespace,
-    method: str,
-    data: ImageStream,
-    scores: np.ndarray,
-    threshold: float | None,
-    csv: str | None,
-    classes: dict[str, np.ndarray],
-) -> Path:
-    """``rose score --report``: the page of one scored set (NaN: files that could not be read, left out),
-    with each class's histogram and share for a folder of class folders (``classes``)."""
-    import numpy as np
-
-    from roseood.evaluation.gallery import extremes
-    from roseood.evaluation.html_report import write_score_page
-
-    shown = extremes(scores, lambda i: data.read(i, i + 1)[0], data.files, args.gallery)
-    return write_score_page(
-        args.report,
-        scores[~np.isnan(scores)],
-        shown,
-        method=method,
-        data_name=data.name,
-        source=data.source,
-        threshold=threshold,
-        csv=csv,
-        classes=classes,
-    )
 
 
 def register(sub: Any) -> None:
