@@ -515,6 +515,9 @@ def test_evaluate_on_own_folders_writes_decisions_and_a_detector_for_score(workd
     det = Detector.load(workdir / "det.pt", load_model(workdir / "model.pt"))
     assert det.threshold_ is not None
     assert all((r["ood"] == "true") == (float(r["score"]) > det.threshold_) for r in rows)
+    for name, part in ((mine, test_rows), (other, ood_rows)):  # each set's share, said without the CSV
+        n = sum(r["ood"] == "true" for r in part)
+        assert f"  rose-diag, {name}: {n} of {len(part)} images ({n / len(part):.1%}) above the" in out
     assert run("score", "--model", "model.pt", "--detector", "det.pt", "--data", other, "--out", "s.csv") == 0
     scored = list(csv.DictReader((workdir / "s.csv").open()))
     assert [(r["file"], r["score"], r["ood"]) for r in scored] == [

@@ -128,12 +128,15 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def _write_decisions(args: argparse.Namespace, result: EvaluationResult) -> None:
     """``--scores``: every test image's score and decision; ``--save-detector``: the fitted detector."""
-    from roseood.evaluation.scoring import write_decisions
+    from roseood.evaluation.scoring import flagged_text, write_decisions
 
     cuts = ", ".join(f"{m} above {t:.6g}" for m, t in result.thresholds.items())
     if args.scores:
         write_decisions(result, args.scores)
         print(f"wrote {args.scores}: each test image's score and decision (OOD: {cuts})")
+        for method, cut in result.thresholds.items():  # what the threshold decides, set by set
+            for name, scores in result.scores[method].items():
+                print(f"  {method}, {name}: {flagged_text(scores, cut)}")
     if args.save_detector:
         (method,) = result.methods
         result.detectors[method].save(args.save_detector)
