@@ -165,11 +165,12 @@ def test_a_local_path_named_like_a_zoo_model_is_loaded_and_said(tmp_path, monkey
     assert f"{name}: the local folder, not the zoo model of that name" in capsys.readouterr().err
 
 
-def test_rose_zoo_lists_the_models_and_shows_a_card_without_its_metadata(capsys):
+def test_rose_zoo_lists_the_models_and_shows_a_card_without_its_metadata(capsys, monkeypatch, tmp_path):
     from roseood.cli import main
 
     assert main(["zoo"]) == 0
     listing = capsys.readouterr().out
+    assert "missing" not in listing
     assert str(zoo_dir()) in listing and all(name in listing for name in ZOO_NAMES)
     row = next(line.split() for line in listing.splitlines() if line.split()[:1] == ["sd-fmnist-s0"])
     card_size = next(line for line in model_card("sd-fmnist-s0").splitlines() if " MB." in line)
@@ -185,6 +186,11 @@ def test_rose_zoo_lists_the_models_and_shows_a_card_without_its_metadata(capsys)
     assert capsys.readouterr().out == model_card("sd-fmnist-s0") + "\n"
     assert main(["zoo", "sd-fmnist-s0/nothing"]) == 2
     assert "sd-fmnist-s0 has no 'nothing' inside its folder" in capsys.readouterr().err
+    monkeypatch.setenv("ROSEOOD_ZOO", str(tmp_path))  # a zoo not installed: each model missing, and how
+    assert main(["zoo"]) == 0
+    absent = capsys.readouterr().out
+    assert absent.count(" missing ") == len(ZOO_NAMES)
+    assert "missing models: the zoo is a distribution of its own: pip install ./zoo" in absent
 
 
 def test_an_unreadable_card_is_one_line(copy):

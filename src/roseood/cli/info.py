@@ -39,6 +39,7 @@ def cmd_datasets(args: argparse.Namespace) -> None:
 
 def cmd_zoo(args: argparse.Namespace) -> None:
     from roseood.models.zoo import (
+        HOW,
         ZOO_KINDS,
         ZOO_NAMES,
         model_bytes,
@@ -60,6 +61,8 @@ def cmd_zoo(args: argparse.Namespace) -> None:
         folder = root / name
         state = f"{model_bytes(folder) / 1e6:5.1f} MB" if folder.is_dir() else "missing "
         print(f"  {name:<16} {zoo_data(name):<14} {state}  {ZOO_KINDS[name.split('-')[0]]}")
+    if any(not (root / name).is_dir() for name in ZOO_NAMES):
+        print(f"missing models: {HOW}")
     print("rose zoo NAME shows a model's card; rose check-model --model NAME checks and lists its layers")
 
 

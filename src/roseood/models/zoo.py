@@ -71,7 +71,11 @@ CARD = "README.md"  # a zoo folder's model card (Hugging Face convention, writte
 
 
 INSTALLED = "roseood_zoo"  # the package ``pip install ./zoo`` makes of the folder
-HOW = "pip install ./zoo from a clone, or set $ROSEOOD_ZOO to a copy of its zoo/ folder"
+# how to get the zoo where it is missing, for every message that finds it so
+HOW = (
+    "the zoo is a distribution of its own: pip install ./zoo from a clone, or set $ROSEOOD_ZOO to a copy "
+    "of its zoo/ folder"
+)
 
 
 def zoo_dir() -> Path:
@@ -160,9 +164,7 @@ def zoo_path(name: str, verify: bool = True) -> Path:
     root = zoo_dir()
     folder = root / name
     if not folder.is_dir():
-        raise CheckpointError(
-            f"zoo model {name}: {folder} is missing (the zoo is a distribution of its own: {HOW})"
-        )
+        raise CheckpointError(f"zoo model {name}: {folder} is missing ({HOW})")
     if verify:
         wanted = {rel: d for rel, d in checksums(root).items() if rel.split("/")[0] == name}
         # its bytes would be read from wherever a link points, outside what the checksums vouch for
