@@ -16,6 +16,10 @@ def test_demo_runs_from_embedded_assets(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "40 Fashion-MNIST training images for the Fisher, 50 for layer stats" in out
     assert "NLL:" in out and "ROSE-EKFAC:" in out
+    assert out.rstrip().endswith(
+        "next, your own images: rose demo --folders . writes example folders of PNG files; "
+        "docs/own-images.md fits on one, scores another"
+    )
 
 
 def test_demo_folders_are_what_the_guides_name(tmp_path, capsys, monkeypatch):

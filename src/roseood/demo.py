@@ -25,6 +25,11 @@ from roseood.validation import check_int, check_seed
 
 ASSETS = files("roseood") / "assets"
 
+# where a newcomer goes from the demo: the guide that fits on a folder and scores another
+NEXT = (
+    "rose demo --folders . writes example folders of PNG files; docs/own-images.md fits on one, scores "
+    "another"
+)
 # The example folders ``write_folders`` makes (docs/own-images.md and docs/getting-started.md use them):
 # each folder's parts as (sample array, first image, images, file-name prefix, what they are). No image is
 # in two folders.
@@ -112,4 +117,5 @@ def run_demo(
         "how far the model would have to move to fit each image, which separates them."
     )
     print(f"({time.time() - t0:.0f} s on {torch.get_num_threads()} CPU threads)")
+    print(f"next, your own images: {NEXT}")
     return auroc
