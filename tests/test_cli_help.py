@@ -164,6 +164,17 @@ def test_the_listing_parser_names_every_command_with_its_full_help() -> None:
     assert listed(build_parser(["--help"])) == listed(build_parser())
 
 
+def test_the_top_help_says_where_to_start(capsys: pytest.CaptureFixture[str]) -> None:
+    from roseood.cli import main
+
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the epilog last, however argparse wraps it
+    assert text.endswith(
+        "Start with `rose demo` (offline, about 3 minutes); each command's options: rose COMMAND --help; "
+        "the guides: docs/getting-started.md."
+    )
+
+
 def test_version_is_the_packages(capsys: pytest.CaptureFixture[str]) -> None:
     from importlib.metadata import version
 

@@ -27,7 +27,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     ``rose --help`` and a command's bad argument are answered without importing what other commands
     need (model families and detectors import torch)."""
     parser = Parser(
-        prog="rose", description="Out-of-distribution detection with deep generative models (ROSE)."
+        prog="rose",
+        description="Out-of-distribution detection with deep generative models (ROSE).",
+        epilog="Start with `rose demo` (offline, about 3 minutes); each command's options: rose COMMAND "
+        "--help; the guides: docs/getting-started.md.",
     )
     parser.add_argument("--version", action="version", version=f"roseood {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
