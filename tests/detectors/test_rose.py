@@ -125,6 +125,8 @@ def test_save_load_round_trip(fitted_rose, tiny_vae, images, tmp_path):
     # relative to the largest score too, as in test_batching_does_not_change_scores
     scores = fitted_rose.score(images)
     np.testing.assert_allclose(loaded.score(images), scores, rtol=1e-5, atol=1e-5 * np.abs(scores).max())
+    with pytest.raises(CheckpointError, match=r"rose\.pt: holds a 'rose' detector, not a 'nll' detector$"):
+        NLL.load(path, tiny_vae)  # a kind's own loader reads its own kind only
 
 
 def test_loading_against_another_model_is_refused(fitted_rose, tmp_path):

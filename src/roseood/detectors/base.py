@@ -54,6 +54,7 @@ class Detector(ABC):
     layerwise: ClassVar[bool] = False  # offers layer_scores(): one raw score per layer
     reports_fit_warnings: ClassVar[bool] = False  # fit() may leave degenerate-fit warnings in fit_warnings_
     runtime_params: ClassVar[tuple[str, ...]] = ("progress",)  # how it runs, not what it computes
+    noun: ClassVar[str | None] = None  # what messages call this kind (None: "a '<method>' detector")
 
     def __init__(
         self, model: RoseModel | None, *, batch_size: int = 64, progress: bool | None = None
@@ -260,11 +261,6 @@ class Detector(ABC):
         cut = self.threshold_
         return f"<{kind}: fitted, " + ("no threshold>" if cut is None else f"OOD above {cut:.6g}>")
 
-    @classmethod
-    def describe(cls) -> str:
-        """What this kind of detector is called in messages: ``a 'rose' detector``."""
-        return f"a {cls.method!r} detector"
-
     def layer_scores(self, images: ImageData) -> Tensor:
         """Raw per-layer scores ``(N, layers)``, for detectors with ``layerwise``."""
         raise RoseError(f"the {self.method} detector has no layer-wise scores")
@@ -278,7 +274,8 @@ class Detector(ABC):
         ``Detector.load`` leaves them to be attached later (scoring refuses until they are)."""
         obj, found = read_file(path, DETECTORS)  # the method by the registry, every field checked
         if not issubclass(found, cls):
-            raise CheckpointError(f"{path}: holds a {found.method!r} detector, not {cls.describe()}")
+            wanted = cls.noun or f"a {cls.method!r} detector"
+            raise CheckpointError(f"{path}: holds a {found.method!r} detector, not {wanted}")
         extra = {k: extra_models.get(k) for k in found.extra_models}
         if cls is found and (missing := [k for k, m in extra.items() if m is None]):
             raise CheckpointError(

@@ -36,9 +36,7 @@ class Ensemble(Detector):
     method = "ensemble"
     keeps_held_out = True  # members fit with it apart; their score scales come from it
 
-    @classmethod
-    def describe(cls) -> str:
-        return "an ensemble"
+    noun = "an ensemble"
 
     def __init__(
         self,
