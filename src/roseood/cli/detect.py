@@ -223,16 +223,16 @@ def _summarise(
     from roseood.evaluation.html_report import write_score_page
     from roseood.evaluation.scoring import flagged_text
 
-    classes = by_class(data, scores)
-    if threshold is not None:  # unreadable files (NaN): no decision
-        print(flagged_text(scores[~np.isnan(scores)], threshold), file=log)
+    classes, readable = by_class(data, scores), scores[~np.isnan(scores)]  # unreadable files (NaN) left out
+    if threshold is not None:
+        print(flagged_text(readable, threshold), file=log)
         for name, part in classes.items():
             print(f"  {name}: {flagged_text(part, threshold)}", file=log)
     if args.report:
         shown = extremes(scores, lambda i: data.read(i, i + 1)[0], data.files, args.gallery)
         page = write_score_page(
             args.report,
-            scores[~np.isnan(scores)],
+            readable,
             shown,
             method=method,
             data_name=data.name,

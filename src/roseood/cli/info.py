@@ -57,11 +57,11 @@ def cmd_zoo(args: argparse.Namespace) -> None:
         return
     root = zoo_dir()
     print(f"zoo folder: {root}")
+    missing = [name for name in ZOO_NAMES if not (root / name).is_dir()]
     for name in ZOO_NAMES:
-        folder = root / name
-        state = f"{model_bytes(folder) / 1e6:5.1f} MB" if folder.is_dir() else "missing "
+        state = "missing " if name in missing else f"{model_bytes(root / name) / 1e6:5.1f} MB"
         print(f"  {name:<16} {zoo_data(name):<14} {state}  {ZOO_KINDS[name.split('-')[0]]}")
-    if any(not (root / name).is_dir() for name in ZOO_NAMES):
+    if missing:
         print(f"missing models: {HOW}")
     print("rose zoo NAME shows a model's card; rose check-model --model NAME checks and lists its layers")
 

@@ -30,10 +30,9 @@ def _as_tensor(data: Tensor | np.ndarray, what: str) -> Tensor:
     return data
 
 
-def _convert_hint(channels: int | None, size: int | tuple[int, int] | None) -> str:
-    """How a user's own images reach a model's channels and size: the loader converts them (and says so);
-    it makes square images, so a model of another shape gets no hint."""
-    hw = (size, size) if isinstance(size, int) else size
+def _convert_hint(channels: int | None, hw: tuple[int, int] | None) -> str:
+    """How a user's own images reach a model's channels and size ``hw``: the loader converts them (and
+    says so); it makes square images, so a model of another shape gets no hint."""
     if hw is not None and hw[0] != hw[1]:
         return ""
     side = hw[0] if hw is not None else None
@@ -70,6 +69,7 @@ def as_image_tensor(
     images = _as_tensor(images, "image set")
     if 0 in images.shape[1:]:
         raise DataError(f"images need at least one channel and pixel, got shape {tuple(images.shape)}")
+    hw = (size, size) if isinstance(size, int) else size
     if channels is not None and images.shape[1] != channels:
         if images.shape[-1] == channels:
             raise DataError(
@@ -77,11 +77,10 @@ def as_image_tensor(
                 "(N, C, H, W): x.permute(0, 3, 1, 2)"
             )
         got = f"got {images.shape[1]} channels"
-        raise DataError(f"model expects {channels}-channel images, {got}{_convert_hint(channels, size)}")
-    hw = (size, size) if isinstance(size, int) else size
+        raise DataError(f"model expects {channels}-channel images, {got}{_convert_hint(channels, hw)}")
     if hw is not None and tuple(images.shape[2:]) != tuple(hw):
         got = f"got {images.shape[2]}×{images.shape[3]}"
-        raise DataError(f"model expects {hw[0]}×{hw[1]} images, {got}{_convert_hint(channels, size)}")
+        raise DataError(f"model expects {hw[0]}×{hw[1]} images, {got}{_convert_hint(channels, hw)}")
     if images.dtype == torch.uint8:
         return images.float() / 255.0
     if not images.is_floating_point():
