@@ -38,10 +38,10 @@ def declared() -> dict[str, str]:
     return found
 
 
-def load_plugins() -> list[str]:
-    """Import every declared plug-in module not yet imported; return all imported so far. One that cannot
-    be imported (missing, or failing as it runs) is a one-line ``RoseError`` naming it and where it was
-    declared, before any command works."""
+def load_plugins() -> None:
+    """Import every declared plug-in module not yet imported. One that cannot be imported (missing, or
+    failing as it runs) is a one-line ``RoseError`` naming it and where it was declared, before any
+    command works."""
     for module, where in declared().items():
         if module in _loaded:
             continue
@@ -52,4 +52,3 @@ def load_plugins() -> list[str]:
                 f"plug-in {module!r} ({where}) cannot be imported: {type(exc).__name__}: {first_line(exc)}"
             ) from None
         _loaded[module] = where
-    return list(_loaded)
